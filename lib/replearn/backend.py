@@ -1,0 +1,53 @@
+"""Device, dtype and seeding helpers shared by every module of :mod:`replearn`.
+
+The linear-model theory is checked to many digits, so the default dtype is float64.
+Random numbers are always drawn from an explicit :class:`torch.Generator` on the CPU and
+then moved to the working device, so a seed gives the same numbers on a laptop and on a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+DTYPE = torch.float64
+
+SeedLike = int | torch.Generator | None
+
+
+def default_device() -> torch.device:
+    """``cuda`` when a GPU is visible, else ``cpu``."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def make_generator(seed: SeedLike = 0) -> torch.Generator:
+    """A CPU generator from an integer seed (a generator is passed through unchanged)."""
+    if isinstance(seed, torch.Generator):
+        return seed
+    if seed is None:
+        raise ValueError("a seed is required: pass an int or a torch.Generator (results must be reproducible)")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int or a torch.Generator, got {seed!r}")
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(seed)
+    return gen
+
+
+def randn(*shape: int, generator: torch.Generator, device: torch.device | str | None = None,
+          dtype: torch.dtype = DTYPE) -> torch.Tensor:
+    """Standard normal samples drawn on the CPU from ``generator`` and moved to ``device``."""
+    out = torch.randn(*shape, generator=generator, dtype=dtype)
+    return out.to(device) if device is not None else out
+
+
+def as_tensor(x, *, dtype: torch.dtype = DTYPE, device: torch.device | str | None = None,
+              name: str = "input") -> torch.Tensor:
+    """Convert ``x`` to a tensor of ``dtype`` and check that every entry is finite."""
+    t = torch.as_tensor(x, dtype=dtype, device=device)
+    check_finite(t, name)
+    return t
+
+
+def check_finite(t: torch.Tensor, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or infinite entries."""
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or infinite values; check how it was computed")

@@ -1,0 +1,183 @@
+"""FedAvg and distributed GD for the linear representation model, vectorised over clients.
+
+One communication round of FedAvg (McMahan et al. 2017; Collins et al. 2022, Alg. 1):
+
+1. the server samples ``m`` of the ``M`` clients (all of them by default);
+2. each selected client starts from the global (B_t, w_t) and takes ``tau`` gradient steps
+   with step size ``alpha`` on its own loss f_i:
+   ``B_{t,i,s+1} = B_{t,i,s} - alpha grad_B f_i``, ``w_{t,i,s+1} = w_{t,i,s} - alpha grad_w f_i``;
+3. the server averages: ``B_{t+1} = sum_i p_i B_{t,i,tau}`` and likewise for w, with
+   ``p_i`` proportional to the client weights (e.g. sample counts n_i) of the selected clients.
+
+With ``tau = 1`` and all clients this is exactly gradient descent on the average risk
+(1/M) sum_i f_i, i.e. distributed GD (D-GD) and, for meta-learning tasks, ARM.
+All selected clients are updated at once as a batch (no Python loop over clients).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .backend import SeedLike, check_finite, make_generator
+from .linear import PopulationTasks, Tasks
+from .trajectory import Trajectory
+
+_BLOW_UP = 1e8
+_CHECK_EVERY = 16  # rounds between divergence checks (each check synchronises a GPU)
+
+
+def _check_run_inputs(B0, w0, tasks: Tasks, step: float, tau: int, rounds: int, step_name: str):
+    if B0.ndim != 2:
+        raise ValueError(f"B0 must be a (d, k) matrix, got shape {tuple(B0.shape)}")
+    d, k = B0.shape
+    if k > d:
+        raise ValueError(f"B0 has k = {k} > d = {d} columns; the representation needs k <= d")
+    if d != tasks.d:
+        raise ValueError(f"B0 has d = {d} rows but the tasks live in dimension {tasks.d}")
+    if w0.shape != (k,):
+        raise ValueError(f"w0 must have shape ({k},) to match B0 {tuple(B0.shape)}, got {tuple(w0.shape)}")
+    check_finite(B0, "B0")
+    check_finite(w0, "w0")
+    if not (isinstance(step, (int, float)) and 0 < step < float("inf")):
+        raise ValueError(f"the step size {step_name} must be a positive finite number, got {step!r}")
+    if not isinstance(tau, int) or tau < 1:
+        raise ValueError(f"tau (local steps per round) must be an integer >= 1, got {tau!r}")
+    if not isinstance(rounds, int) or rounds < 0:
+        raise ValueError(f"the number of rounds must be a non-negative integer, got {rounds!r}")
+
+
+def local_updates(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: torch.Tensor | None, *,
+                  alpha: float, tau: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tau`` local GD steps of every client in ``index`` (all when None) from the global (B, w).
+
+    Step s of client i (simultaneous in B and w, g = grad_theta f_i at theta = B w):
+    ``B <- B - alpha g w^T``, ``w <- w - alpha B^T g``. Returns the local iterates
+    (s, d, k) and (s, k). Each step is four batched kernels whatever the number of clients.
+    """
+    s = tasks.n if index is None else index.shape[0]
+    B_loc = B.expand(s, *B.shape)
+    w_loc = w.expand(s, *w.shape).unsqueeze(-1)  # (s, k, 1)
+    for _ in range(tau):
+        g = tasks.grad_theta(torch.bmm(B_loc, w_loc).squeeze(-1), index).unsqueeze(-1)  # (s, d, 1)
+        w_next = torch.baddbmm(w_loc, B_loc.mT, g, alpha=-alpha)
+        B_loc = torch.baddbmm(B_loc, g, w_loc.mT, alpha=-alpha)
+        w_loc = w_next
+    return B_loc, w_loc.squeeze(-1)
+
+
+def local_coordinates(B: torch.Tensor, w: torch.Tensor, tasks: PopulationTasks, index: torch.Tensor | None,
+                      *, alpha: float, tau: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Population local updates written in the coordinates of span(col(B), theta_*_i).
+
+    On the population loss every local iterate of client i has the form
+    ``B_{t,i,s} = B_t P_{i,s} + theta_*_i u_{i,s}^T``, starting from P = I_k, u = 0, with
+
+        P_{i,s+1} = P_{i,s} (I_k - alpha w_{i,s} w_{i,s}^T),
+        u_{i,s+1}^T = u_{i,s}^T (I_k - alpha w_{i,s} w_{i,s}^T) + alpha w_{i,s}^T,
+
+    so after tau steps P_i = prod_s (I_k - alpha w_{t,i,s} w_{t,i,s}^T) is the client's prior
+    weight and, with theta_*_i = B_* w_*_i, ``w_*_i u_i^T`` its signal weight (Collins et al.
+    2022, Sec. 4, global update of B_{t+1}). The head gradient needs only the Gram matrix of
+    [B_t, theta_*_i], so a step costs O(k^2) per client instead of O(dk).
+
+    Returns ``A`` (s, k + 1, k) stacking P_i over u_i^T, and the local heads (s, k).
+    """
+    theta = tasks.theta if index is None else tasks.theta[index]
+    n, k = theta.shape[0], B.shape[1]
+    gram = B.new_empty(n, k + 1, k + 1)
+    cross = theta @ B
+    gram[:, :k, :k] = B.mT @ B
+    gram[:, :k, k] = cross
+    gram[:, k, :k] = cross
+    gram[:, k, k] = tasks.sqnorm if index is None else tasks.sqnorm[index]
+    minus_e = -torch.eye(k + 1, dtype=B.dtype, device=B.device)[k:].mT.expand(n, k + 1, 1)
+    A = torch.eye(k + 1, k, dtype=B.dtype, device=B.device).expand(n, k + 1, k)
+    w_loc = w.expand(n, k).unsqueeze(-1)
+    for _ in range(tau):
+        r = torch.baddbmm(minus_e, A, w_loc)                 # coordinates of B_{i,s} w_{i,s} - theta_*_i
+        grad_w = torch.bmm(A.mT, torch.bmm(gram, r))         # B_{i,s}^T (B_{i,s} w_{i,s} - theta_*_i)
+        A = torch.baddbmm(A, r, w_loc.mT, alpha=-alpha)
+        w_loc = w_loc.add(grad_w, alpha=-alpha)
+    return A, w_loc.squeeze(-1)
+
+
+def _select_clients(n: int, clients_per_round: int | None, gen: torch.Generator | None, device):
+    """Indices of this round's clients, or None for full participation."""
+    if clients_per_round is None or clients_per_round == n:
+        return None
+    chosen = torch.randperm(n, generator=gen)[:clients_per_round]
+    return chosen.sort().values.to(device)
+
+
+def _check_blow_up(Bs: list, ws: list, limit: float, alpha: float) -> None:
+    """Raise if the latest iterate is non-finite or larger than ``limit`` (naming the first bad round)."""
+    if float(torch.maximum(Bs[-1].abs().max(), ws[-1].abs().max()).nan_to_num(float("inf"))) <= limit:
+        return
+    size = torch.maximum(torch.stack(Bs).abs().amax(dim=(1, 2)), torch.stack(ws).abs().amax(dim=1))
+    t = int((~(size <= limit)).nonzero()[0, 0])
+    raise ValueError(f"the iterates diverged by round {t} (max entry {float(size[t]):.3g}): "
+                     f"the step size alpha = {alpha} is too large for this problem; local GD "
+                     "on 1/2||Bw - theta||^2 needs roughly alpha < 1 / (||B||^2 + ||w||^2)")
+
+
+def _round(B, w, tasks: Tasks, index, p, alpha: float, tau: int):
+    """One FedAvg round: local updates of the selected clients, then the (weighted) average."""
+    if isinstance(tasks, PopulationTasks):
+        A, w_loc = local_coordinates(B, w, tasks, index, alpha=alpha, tau=tau)
+        theta = tasks.theta if index is None else tasks.theta[index]
+        k = B.shape[1]
+        if p is None:
+            return torch.addmm(B @ A[:, :k].mean(0), theta.mT, A[:, k], alpha=1.0 / A.shape[0]), w_loc.mean(0)
+        p = p / p.sum()
+        prior = torch.einsum("s,sjk->jk", p, A[:, :k])
+        return torch.addmm(B @ prior, theta.mT, p[:, None] * A[:, k]), p @ w_loc
+    B_loc, w_loc = local_updates(B, w, tasks, index, alpha=alpha, tau=tau)
+    if p is None:
+        return B_loc.mean(0), w_loc.mean(0)
+    p = p / p.sum()
+    return torch.einsum("s,sdk->dk", p, B_loc), p @ w_loc
+
+
+def fedavg(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, tau: int, rounds: int,
+           clients_per_round: int | None = None, weights: torch.Tensor | None = None,
+           seed: SeedLike = 0) -> Trajectory:
+    """Run ``rounds`` rounds of FedAvg with ``tau`` local steps; returns every global iterate.
+
+    ``clients_per_round`` (m <= M) enables partial participation, sampled without
+    replacement each round from ``seed``; ``weights`` (M,) are positive client weights
+    (e.g. local sample counts n_i) used to average the selected clients. Raises
+    ``ValueError`` on malformed inputs and when the iterates blow up (step size too large).
+    """
+    _check_run_inputs(B0, w0, tasks, alpha, tau, rounds, "alpha")
+    n = tasks.n
+    if clients_per_round is not None and not (isinstance(clients_per_round, int)
+                                              and 1 <= clients_per_round <= n):
+        raise ValueError(f"clients_per_round must be an integer in [1, {n}], got {clients_per_round!r}")
+    if weights is None:
+        weights = torch.ones(n, dtype=B0.dtype, device=B0.device)
+    else:
+        weights = torch.as_tensor(weights, dtype=B0.dtype, device=B0.device)
+        if weights.shape != (n,) or not bool(torch.isfinite(weights).all()) or not bool((weights > 0).all()):
+            raise ValueError(f"weights must be {n} positive finite numbers (one per client)")
+    gen = make_generator(seed) if clients_per_round not in (None, n) else None
+    uniform = bool((weights == weights[0]).all())
+    limit = _BLOW_UP * (1.0 + float(B0.abs().max()) + float(w0.abs().max()))
+    Bs, ws = [B0], [w0]
+    B, w = B0, w0
+    for t in range(rounds):
+        index = _select_clients(n, clients_per_round, gen, B0.device)
+        p = None if uniform else (weights if index is None else weights[index])
+        B, w = _round(B, w, tasks, index, p, alpha, tau)
+        Bs.append(B)
+        ws.append(w)
+        if (t + 1) % _CHECK_EVERY == 0 or t + 1 == rounds:
+            _check_blow_up(Bs, ws, limit, alpha)
+    return Trajectory(torch.stack(Bs), torch.stack(ws))
+
+
+def dgd(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, rounds: int,
+        clients_per_round: int | None = None, weights: torch.Tensor | None = None,
+        seed: SeedLike = 0) -> Trajectory:
+    """Distributed GD: FedAvg with a single local step (tau = 1), i.e. GD on the average loss."""
+    return fedavg(B0, w0, tasks, alpha=alpha, tau=1, rounds=rounds,
+                  clients_per_round=clients_per_round, weights=weights, seed=seed)

@@ -1,0 +1,131 @@
+"""Subspace geometry: orthonormal bases, the principal-angle distance, condition numbers.
+
+The principal-angle distance between representations is (Collins et al. 2022, Def. 2)
+
+    dist(B1, B2) = || B1_perp^T B2_hat ||_2,
+
+where the columns of ``B1_perp`` are an orthonormal basis of col(B1)^perp and those of
+``B2_hat`` an orthonormal basis of col(B2). It is the sine of the largest principal angle
+between the two column spaces. Every function broadcasts over leading batch dimensions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .backend import DTYPE, SeedLike, make_generator, randn
+
+
+def _check_matrix(B: torch.Tensor, name: str) -> None:
+    if B.ndim < 2:
+        raise ValueError(f"{name} must be a matrix (..., d, k); got shape {tuple(B.shape)}")
+    d, k = B.shape[-2:]
+    if k > d:
+        raise ValueError(f"{name} has k = {k} columns > d = {d} rows; a representation needs k <= d")
+    if not bool(torch.isfinite(B).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+
+
+def orthonormal_basis(B: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
+    """Orthonormal basis of col(B), shape (..., d, k), from the thin SVD.
+
+    Columns belonging to singular values below ``rtol * sigma_max`` (a rank-deficient
+    ``B``) are returned as zero columns, so ``Q @ Q.mT`` is always the orthogonal projector
+    onto col(B).
+    """
+    _check_matrix(B, "B")
+    U, S, _ = torch.linalg.svd(B, full_matrices=False)
+    keep = S > rtol * S[..., :1].clamp_min(torch.finfo(S.dtype).tiny)
+    return U * keep.unsqueeze(-2).to(U.dtype)
+
+
+def orthogonal_complement(B: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
+    """Orthonormal basis of col(B)^perp, shape (d, d - rank B); ``B`` must be a single matrix."""
+    _check_matrix(B, "B")
+    if B.ndim != 2:
+        raise ValueError("orthogonal_complement takes a single (d, k) matrix")
+    U, S, _ = torch.linalg.svd(B, full_matrices=True)
+    rank = int((S > rtol * S[:1].clamp_min(torch.finfo(S.dtype).tiny)).sum())
+    return U[:, rank:]
+
+
+def principal_angle_distance(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
+    """dist(B1, B2) = ||(I - P_{B1}) Q_{B2}||_2, the sine of the largest principal angle.
+
+    Invariant to B -> B Q for invertible Q (it depends on column spaces only); 0 for equal
+    spans, 1 when some direction of col(B2) is orthogonal to col(B1). Broadcasts over
+    leading dimensions, e.g. a whole trajectory (T, d, k) against one B* (d, k).
+    """
+    _check_matrix(B1, "B1")
+    _check_matrix(B2, "B2")
+    if B1.shape[-2] != B2.shape[-2]:
+        raise ValueError(f"B1 and B2 live in different spaces: d = {B1.shape[-2]} vs {B2.shape[-2]}")
+    Q1 = orthonormal_basis(B1)
+    Q2 = orthonormal_basis(B2)
+    residual = Q2 - Q1 @ (Q1.mT @ Q2)
+    return torch.linalg.matrix_norm(residual, ord=2).clamp(0.0, 1.0)
+
+
+def principal_angles(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
+    """Principal angles (radians, descending) between col(B1) and col(B2) of equal rank."""
+    Q1 = orthonormal_basis(B1)
+    Q2 = orthonormal_basis(B2)
+    cosines = torch.linalg.svdvals(Q1.mT @ Q2).clamp(-1.0, 1.0)
+    return torch.arccos(cosines)
+
+
+def random_orthonormal(d: int, k: int, seed: SeedLike = 0, *, device=None,
+                       dtype: torch.dtype = DTYPE) -> torch.Tensor:
+    """A Haar-random (d, k) matrix with orthonormal columns (QR of a Gaussian, signs fixed)."""
+    if not (isinstance(d, int) and isinstance(k, int)) or k < 1 or d < 1:
+        raise ValueError(f"d and k must be positive integers, got d={d!r}, k={k!r}")
+    if k > d:
+        raise ValueError(f"k = {k} > d = {d}: cannot have more orthonormal columns than dimensions")
+    gen = make_generator(seed)
+    G = randn(d, k, generator=gen, dtype=dtype)
+    Q, R = torch.linalg.qr(G)
+    Q = Q * torch.sign(torch.diagonal(R)).unsqueeze(0)
+    return Q.to(device) if device is not None else Q
+
+
+def condition_number(M: torch.Tensor) -> torch.Tensor:
+    """sigma_max / sigma_min of ``M`` (inf for a singular matrix)."""
+    s = torch.linalg.svdvals(M)
+    return s[..., 0] / s[..., -1]
+
+def _check_tilt(B0: torch.Tensor, delta: float) -> tuple[int, int]:
+    _check_matrix(B0, "B0")
+    if B0.ndim != 2:
+        raise ValueError(f"B0 must be a single (d, k) matrix, got shape {tuple(B0.shape)}")
+    d, k = B0.shape
+    if not d > k:
+        raise ValueError(f"need d > k to tilt col(B0) out of itself; got d={d}, k={k}")
+    if torch.linalg.matrix_rank(B0) < k:
+        raise ValueError("B0 must have full column rank k")
+    if not 0 <= delta <= 1:
+        raise ValueError(f"delta is a sine and must lie in [0, 1], got {delta}")
+    return d, k
+
+
+def basis_at_distance(B0: torch.Tensor, delta: float, n_tilted: int | None = None,
+                      seed: SeedLike = 0) -> torch.Tensor:
+    """Orthonormal (d, k) basis at principal-angle distance ``delta`` from col(B0).
+
+    Its first ``n_tilted`` columns (default: as many as fit, min(k, d - k)) leave col(B0)
+    at angle arcsin(delta); the others lie in col(B0).
+
+    Column j is ``sqrt(1 - delta^2) q_j + delta e_j`` (j < n_tilted) or ``q_j``, with q an
+    orthonormal basis of col(B0) in a random orientation and e orthonormal in col(B0)^perp.
+    dist(B0, result) = delta.
+    """
+    d, k = _check_tilt(B0, delta)
+    n_tilted = min(k, d - k) if n_tilted is None else n_tilted
+    if not 1 <= n_tilted <= min(k, d - k):
+        raise ValueError(f"n_tilted must be in [1, min(k, d - k)] = [1, {min(k, d - k)}], got {n_tilted}")
+    gen = make_generator(seed)
+    Q = orthonormal_basis(B0) @ random_orthonormal(k, k, gen).to(B0)
+    perp = orthogonal_complement(B0)
+    E = perp @ random_orthonormal(d - k, n_tilted, gen).to(B0)
+    c = (1.0 - delta**2) ** 0.5
+    tilted = c * Q[:, :n_tilted] + delta * E
+    return torch.cat([tilted, Q[:, n_tilted:]], dim=1)

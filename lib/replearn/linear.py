@@ -1,0 +1,269 @@
+"""The multi-task linear representation model (Collins et al. 2022; Tripuraneni et al. 2021).
+
+Task ``i`` draws ``x ~ N(0, I_d)`` and ``y = <theta_*_i, x> + noise`` with
+``theta_*_i = B_* w_*_i``, where ``B_*`` (d x k) has orthonormal columns shared by all tasks
+and the head ``w_*_i`` (k) is task specific. A model is a pair (B, w) with prediction
+``<B w, x>``. Heads are stored as the rows of an (n, k) matrix ``W``.
+
+Every loss here is written through the regressor ``theta = B w``: a task supplies
+``ell_i(theta)`` and its gradient ``g_i``, and the chain rule gives
+
+    grad_B f_i(B, w) = g_i w^T,        grad_w f_i(B, w) = B^T g_i.
+
+For the population loss ``f_i(B, w) = 1/2 ||B w - B_* w_*_i||^2`` (Collins et al. 2022,
+eq. 6; the constant noise term dropped) ``g_i = B w - theta_*_i``; for ``m`` samples
+``f_i(B, w) = 1/(2m) sum_j (<B w, x_ij> - y_ij)^2`` and ``g_i = X_i^T (X_i B w - y_i) / m``.
+All functions are vectorised over tasks (leading dimension ``n`` or a selected subset).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+from .backend import DTYPE, SeedLike, make_generator, randn
+from .linalg import random_orthonormal
+
+Index = torch.Tensor | None
+
+
+# --------------------------------------------------------------------------- ground truth
+
+def ground_truth_representation(d: int, k: int, seed: SeedLike = 0, *, device=None) -> torch.Tensor:
+    """A Haar-random B_* in O^{d x k} (orthonormal columns)."""
+    return random_orthonormal(d, k, seed, device=device)
+
+
+def make_heads(n: int, k: int, *, mean_norm: float = 0.0, cond: float = 1.0, scale: float = 1.0,
+               exact: bool = True, seed: SeedLike = 0, device=None) -> torch.Tensor:
+    """Ground-truth heads W (n, k) with a chosen mean and diversity.
+
+    ``w_*_i = mean + R diag(s) z_i`` where ``mean`` has norm ``mean_norm`` in a random
+    direction, R is a random rotation and the squared scales ``s_j^2`` are geometrically
+    spaced from ``scale^2`` down to ``scale^2 / cond``. With ``exact=True`` the ``z_i`` are
+    centred and whitened, so the centred head covariance
+    ``(1/n) sum_i (w_*_i - wbar)(w_*_i - wbar)^T`` has eigenvalues exactly ``s_j^2``: its
+    condition number is ``cond`` (the diversity of Collins et al. 2022, Assumption 2); with
+    ``mean_norm = 0`` this is also the uncentred ``mu_*^2 I <= (1/n) W^T W <= L_*^2 I`` with
+    ``L_*^2 / mu_*^2 = cond``. ``exact=False`` draws i.i.d. Gaussian ``z_i`` instead.
+    """
+    if not isinstance(n, int) or not isinstance(k, int) or n < 1 or k < 1:
+        raise ValueError(f"n and k must be positive integers, got n={n!r}, k={k!r}")
+    if not (cond >= 1.0 and cond < float("inf")):
+        raise ValueError(f"cond is a condition number and must be a finite value >= 1, got {cond}")
+    if not (scale > 0 and mean_norm >= 0):
+        raise ValueError(f"need scale > 0 and mean_norm >= 0, got scale={scale}, mean_norm={mean_norm}")
+    if exact and n < k + 1:
+        raise ValueError(f"exact diversity needs n >= k + 1 tasks (got n={n}, k={k}): with fewer, "
+                         "the centred heads cannot span R^k; add tasks or pass exact=False")
+    gen = make_generator(seed)
+    Z = randn(n, k, generator=gen)
+    if exact:
+        Z = Z - Z.mean(0, keepdim=True)
+        # whiten: (1/n) Z^T Z = I_k
+        evals, evecs = torch.linalg.eigh(Z.T @ Z / n)
+        Z = Z @ evecs @ torch.diag(evals.rsqrt()) @ evecs.T
+    s2 = scale**2 * torch.logspace(0.0, -math.log10(cond), k, dtype=DTYPE)
+    rotation = random_orthonormal(k, k, gen)
+    direction = randn(k, generator=gen)
+    mean = mean_norm * direction / direction.norm()
+    W = mean + Z @ torch.diag(s2.sqrt()) @ rotation.T
+    return W.to(device) if device is not None else W
+
+
+def targets(Bstar: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """Ground-truth regressors theta_*_i = B_* w_*_i as rows of an (n, d) matrix."""
+    if Bstar.ndim != 2 or W.ndim != 2 or Bstar.shape[1] != W.shape[1]:
+        raise ValueError(f"need B_* (d, k) and W (n, k) with the same k; got {tuple(Bstar.shape)} "
+                         f"and {tuple(W.shape)}")
+    return W @ Bstar.T
+
+
+def head_second_moment(W: torch.Tensor, centred: bool = False) -> torch.Tensor:
+    """(1/n) sum_i w_i w_i^T, or the covariance about the mean head when ``centred``."""
+    V = W - W.mean(0, keepdim=True) if centred else W
+    return V.T @ V / W.shape[0]
+
+
+def head_diversity(W: torch.Tensor, centred: bool = False) -> tuple[float, float]:
+    """(mu^2, L^2): the smallest and largest eigenvalues of :func:`head_second_moment`."""
+    ev = torch.linalg.eigvalsh(head_second_moment(W, centred))
+    return float(ev[0]), float(ev[-1])
+
+
+# --------------------------------------------------------------------------- task oracles
+
+@dataclass(frozen=True)
+class PopulationTasks:
+    """n tasks with population losses ell_i(theta) = 1/2 ||theta - theta_*_i||^2."""
+
+    theta: torch.Tensor  # (n, d)
+
+    @property
+    def n(self) -> int:
+        return self.theta.shape[0]
+
+    @cached_property
+    def sqnorm(self) -> torch.Tensor:
+        """||theta_*_i||^2 for every task, shape (n,)."""
+        return self.theta.pow(2).sum(-1)
+
+    @property
+    def d(self) -> int:
+        return self.theta.shape[1]
+
+    def grad_theta(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
+        target = self.theta if index is None else self.theta[index]
+        return theta - target
+
+    def loss_theta(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
+        return 0.5 * self.grad_theta(theta, index).pow(2).sum(-1)
+
+
+@dataclass(frozen=True)
+class SampledTasks:
+    """n tasks with m samples each: ell_i(theta) = 1/(2m) ||X_i theta - y_i||^2."""
+
+    X: torch.Tensor  # (n, m, d)
+    Y: torch.Tensor  # (n, m)
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[2]
+
+    @property
+    def m(self) -> int:
+        return self.X.shape[1]
+
+    def _select(self, index: Index):
+        return (self.X, self.Y) if index is None else (self.X[index], self.Y[index])
+
+    def residual(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
+        X, Y = self._select(index)
+        return torch.einsum("smd,sd->sm", X, theta.expand(X.shape[0], -1)) - Y
+
+    def grad_theta(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
+        X, _ = self._select(index)
+        return torch.einsum("smd,sm->sd", X, self.residual(theta, index)) / X.shape[1]
+
+    def loss_theta(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
+        return 0.5 * self.residual(theta, index).pow(2).mean(-1)
+
+
+Tasks = PopulationTasks | SampledTasks
+
+
+def population_tasks(Bstar: torch.Tensor, W: torch.Tensor) -> PopulationTasks:
+    """The population oracle of the tasks with heads W on representation B_*."""
+    return PopulationTasks(targets(Bstar, W))
+
+
+def sample_tasks(Bstar: torch.Tensor, W: torch.Tensor, m: int, *, noise_std: float = 0.0,
+                 seed: SeedLike = 0) -> SampledTasks:
+    """m fresh samples per task: x ~ N(0, I_d), y = <B_* w_*_i, x> + N(0, noise_std^2)."""
+    if not isinstance(m, int) or m < 1:
+        raise ValueError(f"m (samples per task) must be a positive integer, got {m!r}")
+    if noise_std < 0:
+        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+    theta = targets(Bstar, W)
+    n, d = theta.shape
+    gen = make_generator(seed)
+    X = randn(n, m, d, generator=gen, device=theta.device)
+    noise = noise_std * randn(n, m, generator=gen, device=theta.device)
+    Y = torch.einsum("smd,sd->sm", X, theta) + noise
+    return SampledTasks(X, Y)
+
+
+# --------------------------------------------------------------------------- losses and gradients
+
+def predict(B: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """theta = B w, broadcasting over leading dimensions of B (..., d, k) and w (..., k)."""
+    return (B @ w.unsqueeze(-1)).squeeze(-1)
+
+
+def losses(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: Index = None) -> torch.Tensor:
+    """Per-task losses f_i(B, w) for the selected tasks (shared or per-task parameters)."""
+    return tasks.loss_theta(predict(B, w), index)
+
+
+def grads(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: Index = None):
+    """Per-task gradients (grad_B f_i, grad_w f_i), shapes (s, d, k) and (s, k)."""
+    g = tasks.grad_theta(predict(B, w), index)
+    w_b = w.expand(g.shape[0], -1) if w.ndim == 1 else w
+    B_b = B.expand(g.shape[0], -1, -1) if B.ndim == 2 else B
+    return g.unsqueeze(-1) * w_b.unsqueeze(-2), (B_b.mT @ g.unsqueeze(-1)).squeeze(-1)
+
+
+def average_grads(B: torch.Tensor, w: torch.Tensor, tasks: Tasks):
+    """Gradient of the average risk (1/n) sum_i f_i(B, w) at a shared (B, w)."""
+    gB, gw = grads(B, w, tasks)
+    return gB.mean(0), gw.mean(0)
+
+
+def excess_risk(B: torch.Tensor, w: torch.Tensor, theta_star: torch.Tensor) -> torch.Tensor:
+    """||B w - theta_*||^2: the test MSE above the noise floor when x ~ N(0, I_d)."""
+    return (predict(B, w) - theta_star).pow(2).sum(-1)
+
+
+# --------------------------------------------------------------------------- head solves and fine-tuning
+
+def fit_linear(A: torch.Tensor, y: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
+    """argmin_v 1/(2m) ||A v - y||^2 + ridge/2 ||v||^2, batched over leading dims.
+
+    With ``ridge = 0`` this is the minimum-norm least-squares solution (pseudo-inverse), so
+    it is defined for any number of samples m, including m below the dimension.
+    """
+    if A.shape[:-1] != y.shape:
+        raise ValueError(f"design {tuple(A.shape)} and targets {tuple(y.shape)} do not match")
+    if ridge < 0:
+        raise ValueError(f"ridge must be >= 0, got {ridge}")
+    if ridge == 0:
+        return (torch.linalg.pinv(A) @ y.unsqueeze(-1)).squeeze(-1)
+    m, p = A.shape[-2:]
+    gram = A.mT @ A / m + ridge * torch.eye(p, dtype=A.dtype, device=A.device)
+    return torch.linalg.solve(gram, (A.mT @ y.unsqueeze(-1)).squeeze(-1) / m)
+
+
+def least_squares_heads(B: torch.Tensor, tasks: Tasks, ridge: float = 0.0) -> torch.Tensor:
+    """Best head of every task on a fixed representation B, rows of an (n, k) matrix.
+
+    Population: w_i = B^+ theta_*_i. Samples: least squares of y_i on X_i B.
+    """
+    if isinstance(tasks, PopulationTasks):
+        return (torch.linalg.pinv(B) @ tasks.theta.T).T
+    return fit_linear(tasks.X @ B, tasks.Y, ridge)
+
+
+def finetune_head(B: torch.Tensor, X: torch.Tensor, y: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
+    """Exact head solve for a new task with samples (X, y) on the frozen representation B."""
+    return fit_linear(X @ B, y, ridge)
+
+
+def finetune_gd(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, y: torch.Tensor, *, lr: float,
+                steps: int, update_representation: bool = True):
+    """``steps`` full-batch GD steps on 1/(2m) ||X B w - y||^2 from (B, w).
+
+    Updates (B, w) jointly (as in FedAvg fine-tuning, Collins et al. 2022, Sec. 5) or only w
+    when ``update_representation`` is False. Returns the fine-tuned (B, w).
+    """
+    if not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr}")
+    task = SampledTasks(X.unsqueeze(0), y.unsqueeze(0))
+    for step in range(steps):
+        gB, gw = grads(B, w, task)
+        if update_representation:
+            B = B - lr * gB[0]
+        w = w - lr * gw[0]
+        if not bool(torch.isfinite(B).all() and torch.isfinite(w).all()):
+            raise ValueError(f"fine-tuning diverged at step {step}: lr={lr} is too large for these "
+                             "samples; try a smaller lr (below 1 / ||X B||^2 * m)")
+    return B, w

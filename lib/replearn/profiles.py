@@ -1,0 +1,50 @@
+"""Experiment scales: a CPU-sized ``default`` and the papers' ``paper`` settings.
+
+Each experiment's settings are a frozen dataclass whose field defaults are the CPU profile
+(what CI runs and what the stored notebook outputs show) and whose ``paper()`` classmethod
+returns the paper-scale settings. Readers switch every experiment at once with the
+environment variable ``REPLEARN_PROFILE=paper`` (``default`` when unset)::
+
+    @dataclass(frozen=True)
+    class StallSettings(Settings):
+        d: int = 30
+        @classmethod
+        def paper(cls):
+            return cls(d=100)
+
+    cfg = StallSettings.current()
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+PROFILES = ("default", "paper")
+
+
+def profile_name() -> str:
+    """The active profile from ``REPLEARN_PROFILE`` (``default`` when unset)."""
+    name = os.environ.get("REPLEARN_PROFILE", "default").strip().lower() or "default"
+    if name not in PROFILES:
+        raise ValueError(f"REPLEARN_PROFILE={name!r} is not a known profile; use one of {PROFILES}")
+    return name
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Base class of experiment settings: field defaults are the CPU profile."""
+
+    @classmethod
+    def default(cls):
+        return cls()
+
+    @classmethod
+    def paper(cls):
+        return cls()
+
+    @classmethod
+    def current(cls, **overrides):
+        """Settings of the active profile, with optional field overrides."""
+        base = cls.paper() if profile_name() == "paper" else cls.default()
+        return replace(base, **overrides)

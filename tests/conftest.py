@@ -1,0 +1,17 @@
+import pytest
+import torch
+
+from replearn import linalg, linear
+
+
+@pytest.fixture
+def problem():
+    """A small population problem: B_* (12 x 3), 8 diverse heads with a non-zero mean."""
+    d, k, n = 12, 3, 8
+    Bstar = linear.ground_truth_representation(d, k, seed=1)
+    W = linear.make_heads(n, k, mean_norm=0.5, cond=3.0, seed=2)
+    alpha = 0.2
+    B0 = linalg.basis_at_distance(Bstar, 0.6, seed=3) / alpha**0.5
+    w0 = 0.1 * torch.ones(k, dtype=torch.float64)
+    return dict(d=d, k=k, n=n, Bstar=Bstar, W=W, alpha=alpha, B0=B0, w0=w0,
+                tasks=linear.population_tasks(Bstar, W))

@@ -1,0 +1,126 @@
+import pytest
+import torch
+
+from replearn import federated, linear
+
+
+def reference_fedavg(B, w, tasks, alpha, tau, rounds, clients=None, weights=None):
+    """Per-client Python loop written straight from FedAvg's definition (the test oracle)."""
+    for t in range(rounds):
+        chosen = range(tasks.n) if clients is None else clients[t]
+        Bs, ws, ps = [], [], []
+        for i in chosen:
+            Bi, wi = B.clone(), w.clone()
+            for _ in range(tau):
+                idx = torch.tensor([i])
+                gB, gw = linear.grads(Bi, wi, tasks, idx)
+                Bi, wi = Bi - alpha * gB[0], wi - alpha * gw[0]
+            Bs.append(Bi)
+            ws.append(wi)
+            ps.append(1.0 if weights is None else float(weights[i]))
+        p = torch.tensor(ps, dtype=torch.float64) / sum(ps)
+        B = sum(pi * Bi for pi, Bi in zip(p, Bs))
+        w = sum(pi * wi for pi, wi in zip(p, ws))
+    return B, w
+
+
+@pytest.mark.parametrize("tau", [1, 2, 5])
+def test_population_fedavg_matches_per_client_loop(problem, tau):
+    traj = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=problem["alpha"],
+                            tau=tau, rounds=4)
+    B, w = reference_fedavg(problem["B0"], problem["w0"], problem["tasks"], problem["alpha"], tau, 4)
+    assert torch.allclose(traj.B[-1], B, atol=1e-10) and torch.allclose(traj.w[-1], w, atol=1e-10)
+    assert traj.B.shape == (5, problem["d"], problem["k"]) and traj.rounds == 4
+
+
+def test_sampled_fedavg_matches_per_client_loop(problem):
+    tasks = linear.sample_tasks(problem["Bstar"], problem["W"], 6, noise_std=0.1, seed=2)
+    traj = federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=3, rounds=3)
+    B, w = reference_fedavg(problem["B0"], problem["w0"], tasks, 0.05, 3, 3)
+    assert torch.allclose(traj.B[-1], B, atol=1e-10) and torch.allclose(traj.w[-1], w, atol=1e-10)
+
+
+def test_coordinates_reproduce_explicit_local_iterates(problem):
+    w = problem["w0"] + 0.2
+    A, w_loc = federated.local_coordinates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=4)
+    B_loc, w_ref = federated.local_updates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=4)
+    k = problem["k"]
+    rebuilt = problem["B0"] @ A[:, :k] + problem["tasks"].theta[:, :, None] * A[:, k][:, None, :]
+    assert torch.allclose(rebuilt, B_loc, atol=1e-10) and torch.allclose(w_loc, w_ref, atol=1e-10)
+    # the prior weight of each client is the ordered product prod_s (I - alpha w_s w_s^T)
+    heads = [w.expand(problem["n"], k)]
+    for _ in range(3):
+        _, nxt = federated.local_updates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=len(heads))
+        heads.append(nxt)
+    eye = torch.eye(k, dtype=torch.float64)
+    for i in range(problem["n"]):
+        prod = eye
+        for ws in heads:
+            prod = prod @ (eye - 0.1 * torch.outer(ws[i], ws[i]))
+        assert torch.allclose(A[i, :k], prod, atol=1e-10)
+
+
+def test_tau_one_is_distributed_gd_on_the_average_loss(problem):
+    B, w, alpha = problem["B0"], problem["w0"], problem["alpha"]
+    traj = federated.dgd(B, w, problem["tasks"], alpha=alpha, rounds=5)
+    same = federated.fedavg(B, w, problem["tasks"], alpha=alpha, tau=1, rounds=5)
+    assert torch.equal(traj.B, same.B)
+    for t in range(5):
+        gB, gw = linear.average_grads(B, w, problem["tasks"])
+        B, w = B - alpha * gB, w - alpha * gw
+        assert torch.allclose(traj.B[t + 1], B, atol=1e-10) and torch.allclose(traj.w[t + 1], w, atol=1e-10)
+    # with tau = 2 the round is NOT a gradient step on the average loss
+    two = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=alpha, tau=2, rounds=1)
+    gB, _ = linear.average_grads(problem["B0"], problem["w0"], problem["tasks"])
+    assert not torch.allclose(two.B[1], problem["B0"] - 2 * alpha * gB, atol=1e-6)
+
+
+def test_partial_participation_and_weights(problem):
+    weights = torch.arange(1, problem["n"] + 1, dtype=torch.float64)
+    kwargs = dict(alpha=problem["alpha"], tau=2, rounds=3, clients_per_round=3, weights=weights)
+    a = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], seed=7, **kwargs)
+    b = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], seed=7, **kwargs)
+    c = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], seed=8, **kwargs)
+    assert torch.equal(a.B, b.B) and not torch.equal(a.B, c.B)
+    gen = torch.Generator().manual_seed(7)
+    clients = [torch.randperm(problem["n"], generator=gen)[:3].sort().values.tolist() for _ in range(3)]
+    B, w = reference_fedavg(problem["B0"], problem["w0"], problem["tasks"], problem["alpha"], 2, 3,
+                            clients=clients, weights=weights)
+    assert torch.allclose(a.B[-1], B, atol=1e-10) and torch.allclose(a.w[-1], w, atol=1e-10)
+    sampled = linear.sample_tasks(problem["Bstar"], problem["W"], 4, seed=1)
+    s = federated.fedavg(problem["B0"], problem["w0"], sampled, seed=7, **kwargs)
+    B, w = reference_fedavg(problem["B0"], problem["w0"], sampled, problem["alpha"], 2, 3,
+                            clients=clients, weights=weights)
+    assert torch.allclose(s.B[-1], B, atol=1e-10)
+
+
+def test_fedavg_learns_the_representation_and_dgd_does_not(problem):
+    Bstar = problem["Bstar"]
+    fed = federated.fedavg(problem["B0"], torch.zeros(problem["k"], dtype=torch.float64), problem["tasks"],
+                           alpha=problem["alpha"], tau=5, rounds=400)
+    dgd = federated.dgd(problem["B0"], torch.zeros(problem["k"], dtype=torch.float64), problem["tasks"],
+                        alpha=problem["alpha"], rounds=400)
+    assert float(fed.dist(Bstar)[-1]) < 1e-3
+    assert float(dgd.dist(Bstar)[-1]) > 0.5
+
+
+def test_bad_inputs_raise_clear_errors(problem):
+    B0, w0, tasks = problem["B0"], problem["w0"], problem["tasks"]
+    with pytest.raises(ValueError, match="tau"):
+        federated.fedavg(B0, w0, tasks, alpha=0.1, tau=0, rounds=2)
+    with pytest.raises(ValueError, match="alpha"):
+        federated.fedavg(B0, w0, tasks, alpha=-0.1, tau=2, rounds=2)
+    with pytest.raises(ValueError, match="w0 must have shape"):
+        federated.fedavg(B0, w0[:2], tasks, alpha=0.1, tau=2, rounds=2)
+    with pytest.raises(ValueError, match="dimension"):
+        federated.fedavg(B0[:5], w0, tasks, alpha=0.1, tau=2, rounds=2)
+    with pytest.raises(ValueError, match="k <= d"):
+        federated.fedavg(torch.zeros(2, 3, dtype=torch.float64), w0, tasks, alpha=0.1, tau=2, rounds=2)
+    with pytest.raises(ValueError, match="NaN"):
+        federated.fedavg(B0 * float("nan"), w0, tasks, alpha=0.1, tau=2, rounds=2)
+    with pytest.raises(ValueError, match="clients_per_round"):
+        federated.fedavg(B0, w0, tasks, alpha=0.1, tau=2, rounds=2, clients_per_round=0)
+    with pytest.raises(ValueError, match="weights"):
+        federated.fedavg(B0, w0, tasks, alpha=0.1, tau=2, rounds=2, weights=-torch.ones(tasks.n))
+    with pytest.raises(ValueError, match="diverged by round .*too large"):
+        federated.fedavg(B0, w0, tasks, alpha=3.0, tau=2, rounds=40)

@@ -1,0 +1,30 @@
+import pytest
+import torch
+
+from replearn import federated, linear, meta
+
+
+def test_arm_is_gd_on_the_average_risk(problem):
+    traj = meta.arm(problem["B0"], problem["w0"], problem["tasks"], beta=0.1, iterations=3)
+    ref = federated.dgd(problem["B0"], problem["w0"], problem["tasks"], alpha=0.1, rounds=3)
+    assert torch.equal(traj.B, ref.B) and torch.equal(traj.w, ref.w)
+
+
+def test_decomposition_matches_the_code_step_along_a_trajectory(problem):
+    beta, Bstar, W = 0.1, problem["Bstar"], problem["W"]
+    traj = meta.arm(problem["B0"], problem["w0"], problem["tasks"], beta=beta, iterations=20)
+    for t in range(20):
+        prior, signal = meta.arm_decomposition(traj.w[t], W, beta)
+        assert torch.allclose(traj.B[t] @ prior + Bstar @ signal, traj.B[t + 1], atol=1e-11)
+    # the structure the text relies on: identity off w_t, rank-one signal
+    prior, signal = meta.arm_decomposition(traj.w[5], W, beta)
+    assert int(torch.linalg.matrix_rank(signal)) == 1
+    assert int(torch.linalg.matrix_rank(prior - torch.eye(problem["k"], dtype=torch.float64), rtol=1e-8)) == 1
+    # a wrong formula (using the heads' second moment instead of their mean) must not match
+    wrong = beta * (W.T @ W / W.shape[0]) @ torch.outer(traj.w[5], traj.w[5])
+    assert not torch.allclose(traj.B[5] @ prior + Bstar @ wrong, traj.B[6], atol=1e-6)
+
+
+def test_decomposition_rejects_bad_shapes(problem):
+    with pytest.raises(ValueError, match="heads W"):
+        meta.arm_decomposition(problem["w0"], problem["W"][:, :2], 0.1)

@@ -124,3 +124,56 @@ def test_bad_inputs_raise_clear_errors(problem):
         federated.fedavg(B0, w0, tasks, alpha=0.1, tau=2, rounds=2, weights=-torch.ones(tasks.n))
     with pytest.raises(ValueError, match="diverged by round .*too large"):
         federated.fedavg(B0, w0, tasks, alpha=3.0, tau=2, rounds=40)
+
+
+@pytest.mark.parametrize("tau", [1, 2, 4])
+def test_global_update_is_prior_plus_signal_weight(problem, tau):
+    B, w = problem["B0"], problem["w0"] + 0.2
+    weights = torch.arange(1, problem["n"] + 1, dtype=torch.float64)
+    index = torch.tensor([0, 2, 3, 6])
+    prior, signal = federated.global_update_weights(B, w, problem["Bstar"], problem["W"], alpha=0.1, tau=tau,
+                                                    index=index, weights=weights)
+    B_loc, _ = federated.local_updates(B, w, problem["tasks"], index, alpha=0.1, tau=tau)
+    p = weights[index] / weights[index].sum()
+    averaged = torch.einsum("s,sdk->dk", p, B_loc)
+    assert torch.allclose(B @ prior + problem["Bstar"] @ signal, averaged, atol=1e-10)
+    if tau == 1:  # D-GD: the ARM decomposition, prior I - alpha w w^T and rank-one signal
+        eye = torch.eye(problem["k"], dtype=torch.float64)
+        assert torch.allclose(prior, eye - 0.1 * torch.outer(w, w), atol=1e-12)
+        assert torch.allclose(signal, 0.1 * torch.outer(p @ problem["W"][index], w), atol=1e-12)
+
+
+def test_minibatch_local_sgd_and_unequal_counts(problem):
+    counts = torch.tensor([3, 5, 8, 4, 6, 7, 5, 9])
+    tasks = linear.sample_tasks(problem["Bstar"], problem["W"], counts, noise_std=0.1, seed=3)
+    assert tasks.X.shape[1] == 9 and float(tasks.X[0, 3:].abs().max()) == 0.0
+    # the loss of a padded task uses its own n_i
+    theta = torch.zeros(problem["d"], dtype=torch.float64)
+    direct = 0.5 * tasks.Y[0, :3].pow(2).mean()
+    assert float(tasks.loss_theta(theta.expand(problem["n"], -1))[0]) == pytest.approx(float(direct))
+    # b = min n_i on a task with exactly b samples is the full gradient
+    batch = tasks.minibatch(torch.tensor([0]), 3, torch.Generator().manual_seed(0))
+    full = tasks.grad_theta(theta.expand(1, -1), torch.tensor([0]))
+    assert torch.allclose(batch.grad_theta(theta.expand(1, -1)), full, atol=1e-12)
+    run = lambda seed: federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=2, rounds=3,
+                                        batch_size=2, weights=counts.double(), seed=seed)
+    assert torch.equal(run(1).B, run(1).B) and not torch.equal(run(1).B, run(2).B)
+    with pytest.raises(ValueError, match="batch size"):
+        federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=2, rounds=1, batch_size=4)
+    with pytest.raises(ValueError, match="population"):
+        federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=0.05, tau=2, rounds=1, batch_size=2)
+
+
+def test_global_gradient_norm_vanishes_for_dgd_but_not_fedavg(problem):
+    zeros = torch.zeros(problem["k"], dtype=torch.float64)
+    dgd = federated.dgd(problem["B0"], zeros, problem["tasks"], alpha=problem["alpha"], rounds=2500)
+    fed = federated.fedavg(problem["B0"], zeros, problem["tasks"], alpha=problem["alpha"], tau=5, rounds=2500)
+    g_dgd = federated.global_gradient_norm(*dgd.final, problem["tasks"])
+    g_fed = federated.global_gradient_norm(*fed.final, problem["tasks"])
+    assert float(g_dgd) < 1e-8 < 1e-3 < float(g_fed)
+    # matches autograd on the average loss
+    B, w = problem["B0"].clone().requires_grad_(), (problem["w0"] + 0.3).requires_grad_()
+    linear.losses(B, w, problem["tasks"]).mean().backward()
+    expected = torch.sqrt(B.grad.pow(2).sum() + w.grad.pow(2).sum())
+    got = federated.global_gradient_norm(problem["B0"], problem["w0"] + 0.3, problem["tasks"])
+    assert float(got) == pytest.approx(float(expected), rel=1e-10)

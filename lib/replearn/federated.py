@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from .backend import SeedLike, check_finite, make_generator
-from .linear import PopulationTasks, Tasks
+from .linear import PopulationTasks, SampledTasks, Tasks, grads, population_tasks
 from .trajectory import Trajectory
 
 _BLOW_UP = 1e8
@@ -47,18 +47,27 @@ def _check_run_inputs(B0, w0, tasks: Tasks, step: float, tau: int, rounds: int, 
 
 
 def local_updates(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: torch.Tensor | None, *,
-                  alpha: float, tau: int) -> tuple[torch.Tensor, torch.Tensor]:
+                  alpha: float, tau: int, batch_size: int | None = None,
+                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``tau`` local GD steps of every client in ``index`` (all when None) from the global (B, w).
 
     Step s of client i (simultaneous in B and w, g = grad_theta f_i at theta = B w):
-    ``B <- B - alpha g w^T``, ``w <- w - alpha B^T g``. Returns the local iterates
-    (s, d, k) and (s, k). Each step is four batched kernels whatever the number of clients.
+    ``B <- B - alpha g w^T``, ``w <- w - alpha B^T g``. With ``batch_size`` b (sampled tasks
+    only) each step uses b fresh samples of the client's data drawn from ``generator``
+    (local SGD). Returns the local iterates (s, d, k) and (s, k).
     """
+    if batch_size is not None and not isinstance(tasks, SampledTasks):
+        raise ValueError("batch_size needs finite-sample tasks (SampledTasks); population losses have no samples")
     s = tasks.n if index is None else index.shape[0]
     B_loc = B.expand(s, *B.shape)
     w_loc = w.expand(s, *w.shape).unsqueeze(-1)  # (s, k, 1)
     for _ in range(tau):
-        g = tasks.grad_theta(torch.bmm(B_loc, w_loc).squeeze(-1), index).unsqueeze(-1)  # (s, d, 1)
+        theta = torch.bmm(B_loc, w_loc).squeeze(-1)
+        if batch_size is None:
+            g = tasks.grad_theta(theta, index)
+        else:
+            g = tasks.minibatch(index, batch_size, generator).grad_theta(theta)
+        g = g.unsqueeze(-1)  # (s, d, 1)
         w_next = torch.baddbmm(w_loc, B_loc.mT, g, alpha=-alpha)
         B_loc = torch.baddbmm(B_loc, g, w_loc.mT, alpha=-alpha)
         w_loc = w_next
@@ -120,7 +129,7 @@ def _check_blow_up(Bs: list, ws: list, limit: float, alpha: float) -> None:
                      "on 1/2||Bw - theta||^2 needs roughly alpha < 1 / (||B||^2 + ||w||^2)")
 
 
-def _round(B, w, tasks: Tasks, index, p, alpha: float, tau: int):
+def _round(B, w, tasks: Tasks, index, p, alpha: float, tau: int, batch_size, gen):
     """One FedAvg round: local updates of the selected clients, then the (weighted) average."""
     if isinstance(tasks, PopulationTasks):
         A, w_loc = local_coordinates(B, w, tasks, index, alpha=alpha, tau=tau)
@@ -131,7 +140,8 @@ def _round(B, w, tasks: Tasks, index, p, alpha: float, tau: int):
         p = p / p.sum()
         prior = torch.einsum("s,sjk->jk", p, A[:, :k])
         return torch.addmm(B @ prior, theta.mT, p[:, None] * A[:, k]), p @ w_loc
-    B_loc, w_loc = local_updates(B, w, tasks, index, alpha=alpha, tau=tau)
+    B_loc, w_loc = local_updates(B, w, tasks, index, alpha=alpha, tau=tau, batch_size=batch_size,
+                                 generator=gen)
     if p is None:
         return B_loc.mean(0), w_loc.mean(0)
     p = p / p.sum()
@@ -140,13 +150,15 @@ def _round(B, w, tasks: Tasks, index, p, alpha: float, tau: int):
 
 def fedavg(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, tau: int, rounds: int,
            clients_per_round: int | None = None, weights: torch.Tensor | None = None,
-           seed: SeedLike = 0) -> Trajectory:
+           batch_size: int | None = None, seed: SeedLike = 0) -> Trajectory:
     """Run ``rounds`` rounds of FedAvg with ``tau`` local steps; returns every global iterate.
 
     ``clients_per_round`` (m <= M) enables partial participation, sampled without
     replacement each round from ``seed``; ``weights`` (M,) are positive client weights
-    (e.g. local sample counts n_i) used to average the selected clients. Raises
-    ``ValueError`` on malformed inputs and when the iterates blow up (step size too large).
+    (e.g. local sample counts n_i) used to average the selected clients; ``batch_size`` b
+    makes every local step use b fresh samples (local SGD; with tau = 1 this is D-SGD).
+    Raises ``ValueError`` on malformed inputs and when the iterates blow up (step size
+    too large).
     """
     _check_run_inputs(B0, w0, tasks, alpha, tau, rounds, "alpha")
     n = tasks.n
@@ -159,7 +171,9 @@ def fedavg(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, ta
         weights = torch.as_tensor(weights, dtype=B0.dtype, device=B0.device)
         if weights.shape != (n,) or not bool(torch.isfinite(weights).all()) or not bool((weights > 0).all()):
             raise ValueError(f"weights must be {n} positive finite numbers (one per client)")
-    gen = make_generator(seed) if clients_per_round not in (None, n) else None
+    if batch_size is not None and not isinstance(tasks, SampledTasks):
+        raise ValueError("batch_size needs finite-sample tasks (SampledTasks); population losses have no samples")
+    gen = make_generator(seed)
     uniform = bool((weights == weights[0]).all())
     limit = _BLOW_UP * (1.0 + float(B0.abs().max()) + float(w0.abs().max()))
     Bs, ws = [B0], [w0]
@@ -167,7 +181,7 @@ def fedavg(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, ta
     for t in range(rounds):
         index = _select_clients(n, clients_per_round, gen, B0.device)
         p = None if uniform else (weights if index is None else weights[index])
-        B, w = _round(B, w, tasks, index, p, alpha, tau)
+        B, w = _round(B, w, tasks, index, p, alpha, tau, batch_size, gen)
         Bs.append(B)
         ws.append(w)
         if (t + 1) % _CHECK_EVERY == 0 or t + 1 == rounds:
@@ -177,7 +191,54 @@ def fedavg(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, ta
 
 def dgd(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, rounds: int,
         clients_per_round: int | None = None, weights: torch.Tensor | None = None,
-        seed: SeedLike = 0) -> Trajectory:
-    """Distributed GD: FedAvg with a single local step (tau = 1), i.e. GD on the average loss."""
-    return fedavg(B0, w0, tasks, alpha=alpha, tau=1, rounds=rounds,
-                  clients_per_round=clients_per_round, weights=weights, seed=seed)
+        batch_size: int | None = None, seed: SeedLike = 0) -> Trajectory:
+    """Distributed GD: FedAvg with a single local step (tau = 1), i.e. GD on the average loss.
+
+    With ``batch_size`` (or partial participation) this is distributed SGD (D-SGD).
+    """
+    return fedavg(B0, w0, tasks, alpha=alpha, tau=1, rounds=rounds, clients_per_round=clients_per_round,
+                  weights=weights, batch_size=batch_size, seed=seed)
+
+
+def global_gradient_norm(B: torch.Tensor, w: torch.Tensor, tasks: Tasks,
+                         weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Frobenius norm of the gradient of the global objective sum_i p_i f_i(B, w) w.r.t. (B, w).
+
+    The global objective is Collins et al. 2022, eq. (5) (weights p_i = n_i / N) or eq. (6)
+    (equal weights, the default). Zero exactly at stationary points, e.g. D-GD's limit.
+    """
+    gB, gw = grads(B, w, tasks)
+    if weights is None:
+        p = torch.full((tasks.n,), 1.0 / tasks.n, dtype=B.dtype, device=B.device)
+    else:
+        p = torch.as_tensor(weights, dtype=B.dtype, device=B.device)
+        p = p / p.sum()
+    GB = torch.einsum("s,sdk->dk", p, gB)
+    Gw = p @ gw
+    return torch.sqrt(GB.pow(2).sum() + Gw.pow(2).sum())
+
+
+def global_update_weights(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor, W: torch.Tensor, *,
+                          alpha: float, tau: int, index: torch.Tensor | None = None,
+                          weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prior and signal weights of one population FedAvg round (Collins et al. 2022, Sec. 4):
+
+        B_{t+1} = B_t [sum_i p_i prod_s (I_k - alpha w_{t,i,s} w_{t,i,s}^T)]
+                  + B_* [alpha sum_i p_i w_*_i sum_s w_{t,i,s}^T prod_{r>s} (I_k - alpha w_{t,i,r} w_{t,i,r}^T)],
+
+    the sums over the clients in ``index`` (all by default) with p_i proportional to
+    ``weights`` (equal by default). Returns ``(prior, signal)``, both k x k.
+    """
+    tasks = population_tasks(Bstar, W)
+    A, _ = local_coordinates(B, w, tasks, index, alpha=alpha, tau=tau)
+    heads = W if index is None else W[index]
+    if weights is None:
+        p = torch.full((heads.shape[0],), 1.0 / heads.shape[0], dtype=B.dtype, device=B.device)
+    else:
+        p = torch.as_tensor(weights, dtype=B.dtype, device=B.device)
+        p = p if index is None else p[index]
+        p = p / p.sum()
+    k = B.shape[1]
+    prior = torch.einsum("s,sjk->jk", p, A[:, :k])
+    signal = torch.einsum("s,sj,sk->jk", p, heads, A[:, k])
+    return prior, signal

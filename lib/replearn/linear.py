@@ -125,10 +125,15 @@ class PopulationTasks:
 
 @dataclass(frozen=True)
 class SampledTasks:
-    """n tasks with m samples each: ell_i(theta) = 1/(2m) ||X_i theta - y_i||^2."""
+    """n tasks with n_i samples each: ell_i(theta) = 1/(2 n_i) ||X_i theta - y_i||^2.
+
+    ``X`` is (n, m, d) and ``Y`` (n, m) with m = max_i n_i; when ``counts`` (n_i) is given,
+    the rows of task i beyond n_i must be zero padding (they then add nothing to a loss).
+    """
 
     X: torch.Tensor  # (n, m, d)
     Y: torch.Tensor  # (n, m)
+    counts: torch.Tensor | None = None  # (n,) samples per task; None means m for every task
 
     @property
     def n(self) -> int:
@@ -142,6 +147,14 @@ class SampledTasks:
     def m(self) -> int:
         return self.X.shape[1]
 
+    def sizes(self, index: Index = None) -> torch.Tensor:
+        """n_i of the selected tasks, as floats."""
+        if self.counts is None:
+            n = self.n if index is None else index.shape[0]
+            return torch.full((n,), float(self.m), dtype=self.X.dtype, device=self.X.device)
+        c = self.counts if index is None else self.counts[index]
+        return c.to(self.X.dtype)
+
     def _select(self, index: Index):
         return (self.X, self.Y) if index is None else (self.X[index], self.Y[index])
 
@@ -151,10 +164,23 @@ class SampledTasks:
 
     def grad_theta(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
         X, _ = self._select(index)
-        return torch.einsum("smd,sm->sd", X, self.residual(theta, index)) / X.shape[1]
+        g = torch.einsum("smd,sm->sd", X, self.residual(theta, index))
+        return g / self.sizes(index).unsqueeze(-1)
 
     def loss_theta(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
-        return 0.5 * self.residual(theta, index).pow(2).mean(-1)
+        return 0.5 * self.residual(theta, index).pow(2).sum(-1) / self.sizes(index)
+
+    def minibatch(self, index: Index, b: int, generator: torch.Generator) -> "SampledTasks":
+        """``b`` samples of each selected task, drawn uniformly without replacement."""
+        sizes = self.sizes(index)
+        if not isinstance(b, int) or b < 1 or b > int(sizes.min()):
+            raise ValueError(f"batch size b must be an integer in [1, min n_i = {int(sizes.min())}], got {b!r}")
+        X, Y = self._select(index)
+        keys = torch.rand(X.shape[0], X.shape[1], generator=generator, dtype=X.dtype).to(X.device)
+        keys = keys.masked_fill(torch.arange(X.shape[1], device=X.device) >= sizes.unsqueeze(-1), 2.0)
+        rows = keys.argsort(dim=1)[:, :b]
+        clients = torch.arange(X.shape[0], device=X.device).unsqueeze(-1)
+        return SampledTasks(X[clients, rows], Y[clients, rows])
 
 
 Tasks = PopulationTasks | SampledTasks
@@ -165,20 +191,37 @@ def population_tasks(Bstar: torch.Tensor, W: torch.Tensor) -> PopulationTasks:
     return PopulationTasks(targets(Bstar, W))
 
 
-def sample_tasks(Bstar: torch.Tensor, W: torch.Tensor, m: int, *, noise_std: float = 0.0,
+def sample_tasks(Bstar: torch.Tensor, W: torch.Tensor, m, *, noise_std: float = 0.0,
                  seed: SeedLike = 0) -> SampledTasks:
-    """m fresh samples per task: x ~ N(0, I_d), y = <B_* w_*_i, x> + N(0, noise_std^2)."""
-    if not isinstance(m, int) or m < 1:
-        raise ValueError(f"m (samples per task) must be a positive integer, got {m!r}")
-    if noise_std < 0:
-        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+    """Fresh samples per task: x ~ N(0, I_d), y = <B_* w_*_i, x> + N(0, noise_std^2).
+
+    ``m`` is the number of samples of every task, or a sequence of per-task counts n_i
+    (then the data are zero-padded to max n_i and ``counts`` records the n_i).
+    """
     theta = targets(Bstar, W)
     n, d = theta.shape
+    counts = None
+    if isinstance(m, int) and not isinstance(m, bool):
+        if m < 1:
+            raise ValueError(f"m (samples per task) must be a positive integer, got {m!r}")
+        size = m
+    else:
+        counts = torch.as_tensor(m)
+        if counts.shape != (n,) or counts.dtype.is_floating_point or bool((counts < 1).any()):
+            raise ValueError(f"m must be a positive integer or {n} positive integer counts, got {m!r}")
+        counts = counts.to(theta.device)
+        size = int(counts.max())
+    if noise_std < 0:
+        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
     gen = make_generator(seed)
-    X = randn(n, m, d, generator=gen, device=theta.device)
-    noise = noise_std * randn(n, m, generator=gen, device=theta.device)
+    X = randn(n, size, d, generator=gen, device=theta.device)
+    noise = noise_std * randn(n, size, generator=gen, device=theta.device)
     Y = torch.einsum("smd,sd->sm", X, theta) + noise
-    return SampledTasks(X, Y)
+    if counts is not None:
+        pad = torch.arange(size, device=theta.device) >= counts.unsqueeze(-1)
+        X = X.masked_fill(pad.unsqueeze(-1), 0.0)
+        Y = Y.masked_fill(pad, 0.0)
+    return SampledTasks(X, Y, counts)
 
 
 # --------------------------------------------------------------------------- losses and gradients

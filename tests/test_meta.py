@@ -28,3 +28,27 @@ def test_decomposition_matches_the_code_step_along_a_trajectory(problem):
 def test_decomposition_rejects_bad_shapes(problem):
     with pytest.raises(ValueError, match="heads W"):
         meta.arm_decomposition(problem["w0"], problem["W"][:, :2], 0.1)
+
+
+def test_subspace_floor_bounds_every_arm_iterate(problem):
+    Bstar, W = problem["Bstar"], problem["W"]
+    floor = float(meta.arm_subspace_floor(problem["B0"], Bstar, W))
+    traj = meta.arm(problem["B0"], problem["w0"], problem["tasks"], beta=0.1, iterations=200)
+    dist = traj.dist(Bstar)
+    assert 0.0 < floor <= float(dist[0]) + 1e-12
+    assert bool((dist >= floor - 1e-12).all())
+    # the floor is not vacuous here: FedAvg with two local steps goes below it
+    fed = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=0.1, tau=2, rounds=200)
+    assert float(fed.dist(Bstar)[-1]) < floor
+
+
+def test_subspace_floor_is_zero_for_k_equal_one():
+    Bstar = linear.ground_truth_representation(6, 1, seed=0)
+    W = linear.make_heads(4, 1, mean_norm=1.0, exact=False, seed=1)
+    B0 = linear.ground_truth_representation(6, 1, seed=2)
+    assert float(meta.arm_subspace_floor(B0, Bstar, W)) < 1e-12
+
+
+def test_subspace_floor_rejects_bad_shapes(problem):
+    with pytest.raises(ValueError, match="must both be"):
+        meta.arm_subspace_floor(problem["B0"][:, :2], problem["Bstar"], problem["W"])

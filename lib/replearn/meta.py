@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .federated import dgd
+from .linalg import orthonormal_basis
 from .linear import Tasks
 from .trajectory import Trajectory
 
@@ -34,3 +35,24 @@ def arm_decomposition(w: torch.Tensor, W: torch.Tensor, beta: float) -> tuple[to
     prior = torch.eye(k, dtype=w.dtype, device=w.device) - beta * torch.outer(w, w)
     signal = beta * torch.outer(W.mean(0), w)
     return prior, signal
+
+
+def arm_subspace_floor(B0: torch.Tensor, Bstar: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """A lower bound on dist(B_t, B_*) valid for every ARM iterate (population losses).
+
+    ARM's step ``B_{t+1} = B_t - beta (B_t w_t - v) w_t^T`` with ``v = B_* wbar_*`` only adds
+    multiples of vectors in col(B_t) + span(v), so col(B_t) stays inside
+    ``S = col(B_0) + span(v)`` for all t, every beta and every w_0. Since P_{B_t} <= P_S,
+
+        dist(B_t, B_*) = ||(I - P_{B_t}) B_*||_2 >= ||(I - P_S) B_*||_2,
+
+    which is what this returns (B_* with orthonormal columns). It can be computed before
+    training and is close to dist(B_0, B_*) when d >> k: one new direction cannot fix k.
+    """
+    if B0.ndim != 2 or Bstar.ndim != 2 or B0.shape != Bstar.shape:
+        raise ValueError(f"B0 and B_* must both be (d, k); got {tuple(B0.shape)} and {tuple(Bstar.shape)}")
+    if W.ndim != 2 or W.shape[1] != Bstar.shape[1]:
+        raise ValueError(f"heads W must have shape (n, {Bstar.shape[1]}), got {tuple(W.shape)}")
+    v = Bstar @ W.mean(0)
+    S = orthonormal_basis(torch.cat([B0, v.unsqueeze(-1)], dim=1))
+    return torch.linalg.matrix_norm(Bstar - S @ (S.mT @ Bstar), ord=2)

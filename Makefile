@@ -1,0 +1,53 @@
+# Two commands do all set-up on a fresh machine:
+#   make book   create .venv if missing, install, build the HTML book from the stored outputs
+#   make test   create .venv if missing, install, run the unit tests and strict nbval on every notebook
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -not -path '*/_build/*' | sort)
+
+export PYTHONHASHSEED := 0
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+export REPLEARN_PROFILE ?= default
+
+.PHONY: book test unit nbval execute bench lab constraints clean
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . --all -W -n --keep-going
+	@echo "Book built: file://$(CURDIR)/_build/html/index.html"
+
+test: unit nbval
+
+unit: $(STAMP)
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q
+
+nbval: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
+		--nbval-sanitize-with nbval_sanitize.cfg $(NOTEBOOKS)
+
+execute: $(STAMP)
+	$(BIN)/python scripts/execute_notebooks.py $(NOTEBOOKS)
+
+bench: $(STAMP)
+	@for f in bench/*.py; do echo "== $$f"; MPLBACKEND=Agg $(BIN)/python $$f || exit 1; done
+
+lab: $(STAMP)
+	$(BIN)/python -m pip install --disable-pip-version-check -q jupyterlab
+	$(BIN)/jupyter lab book
+
+constraints:
+	rm -rf /tmp/replearn-constraints && $(PYTHON) -m venv /tmp/replearn-constraints
+	/tmp/replearn-constraints/bin/pip install -q $$(grep -v '^-c' requirements.txt | grep -v '^#')
+	{ head -2 constraints.txt; /tmp/replearn-constraints/bin/pip freeze | sed 's/+cpu$$//'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+clean:
+	rm -rf _build

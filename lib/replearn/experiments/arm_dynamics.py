@@ -1,0 +1,102 @@
+"""ARM's population dynamics stall; local updates do not (book 1.2).
+
+One instance of the multi-task linear representation model, population losses, the same
+initialisation for every method: a Haar-random orthonormal B_0 scaled by 1/sqrt(beta)
+(so that beta B_0^T B_0 = I, the normalisation of Collins et al. 2022) and w_0 = 0.
+:func:`run` trains ARM (gradient descent on the average risk, step beta) and, as a preview
+of chapter 4, FedAvg with ``tau`` local steps of the same size, and records along both
+trajectories the distance dist(B_t, B_*) and the average-risk gap; it also returns ARM's
+subspace floor :func:`replearn.meta.arm_subspace_floor` and, for every ARM iterate, how far
+col(B_t) sticks out of col(B_0) + span(v).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import federated, linalg, linear, meta
+from ..backend import DTYPE, default_device
+from ..profiles import Settings
+
+
+@dataclass(frozen=True)
+class ArmDynamicsSettings(Settings):
+    """Dimension d, representation size k, n tasks with Gaussian heads (``make_heads`` with
+    ``exact=False``: i.i.d. N(mean, diag) draws, i.i.d. N(0, I_k) by default as in Collins et
+    al. 2022, Sec. 5.1); ARM/FedAvg step ``beta``, ``iterations`` (rounds), FedAvg's ``tau``
+    local steps, and the seed."""
+
+    d: int = 50
+    k: int = 5
+    n: int = 20
+    mean_norm: float = 0.0
+    cond: float = 1.0
+    beta: float = 0.2
+    iterations: int = 400
+    tau: int = 2
+    seed: int = 0
+
+    @classmethod
+    def paper(cls):
+        """The size of Collins et al. (2022), Fig. 1: d = 100, k = 5, 40 tasks/clients."""
+        return cls(d=100, k=5, n=40, iterations=1000)
+
+
+@dataclass(frozen=True)
+class ArmDynamicsResult:
+    """Ground truth ``Bstar``, heads ``W``, the ARM and FedAvg trajectories, their distances
+    ``dist[method]`` (T + 1,), average-risk gaps ``gap[method]`` (T + 1,) above the minimum
+    ``risk_min``, ARM's subspace ``floor`` and ``escape`` (T + 1,): the largest entry of
+    (I - P_S) B_t with S = col(B_0) + span(v), which the theory says is zero."""
+
+    Bstar: torch.Tensor
+    W: torch.Tensor
+    trajectories: dict
+    dist: dict
+    gap: dict
+    risk_min: float
+    floor: float
+    escape: torch.Tensor
+
+
+def average_risk_minimum(W: torch.Tensor) -> float:
+    """min over (B, w) of (1/n) sum_i f_i(B, w) = (1/(2n)) sum_i ||w_*_i - wbar_*||^2 (book 1.2).
+
+    With B_* orthonormal, (1/n) sum_i 1/2 ||Bw - B_* w_*_i||^2 = 1/2 ||Bw - B_* wbar_*||^2 plus
+    this constant, and the first term vanishes at any (B, w) with B w = B_* wbar_*.
+    """
+    return 0.5 * float((W - W.mean(0)).pow(2).sum(-1).mean())
+
+
+def average_risk(B: torch.Tensor, w: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """(1/n) sum_i 1/2 ||B w - theta_*_i||^2 for a stack of models B (T, d, k), w (T, k); shape (T,)."""
+    return 0.5 * (linear.predict(B, w).unsqueeze(-2) - theta).pow(2).sum(-1).mean(-1)
+
+
+def run(cfg: ArmDynamicsSettings, device=None) -> ArmDynamicsResult:
+    """Train ARM and FedAvg(tau) from the same (B_0, w_0 = 0) and record the quantities above."""
+    if not (isinstance(cfg.k, int) and isinstance(cfg.d, int) and 1 <= cfg.k < cfg.d):
+        raise ValueError(f"need integers 1 <= k < d, got d={cfg.d}, k={cfg.k}")
+    device = default_device() if device is None else torch.device(device)
+    Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
+    W = linear.make_heads(cfg.n, cfg.k, mean_norm=cfg.mean_norm, cond=cfg.cond, exact=False,
+                          seed=cfg.seed + 1, device=device)
+    B0 = linalg.random_orthonormal(cfg.d, cfg.k, seed=cfg.seed + 2, device=device) / cfg.beta**0.5
+    w0 = torch.zeros(cfg.k, dtype=DTYPE, device=device)
+    tasks = linear.population_tasks(Bstar, W)
+    trajectories = {
+        "ARM": meta.arm(B0, w0, tasks, beta=cfg.beta, iterations=cfg.iterations),
+        "FedAvg": federated.fedavg(B0, w0, tasks, alpha=cfg.beta, tau=cfg.tau, rounds=cfg.iterations),
+    }
+    risk_min = average_risk_minimum(W)
+    gap = {name: average_risk(tr.B, tr.w, tasks.theta) - risk_min for name, tr in trajectories.items()}
+    S = linalg.orthonormal_basis(torch.cat([B0, (Bstar @ W.mean(0)).unsqueeze(-1)], dim=1))
+    B_arm = trajectories["ARM"].B
+    escape = (B_arm - S @ (S.mT @ B_arm)).abs().amax(dim=(1, 2)) / B_arm.abs().amax(dim=(1, 2))
+    return ArmDynamicsResult(
+        Bstar=Bstar, W=W, trajectories=trajectories,
+        dist={name: tr.dist(Bstar).cpu() for name, tr in trajectories.items()},
+        gap={name: g.cpu() for name, g in gap.items()}, risk_min=risk_min,
+        floor=float(meta.arm_subspace_floor(B0, Bstar, W)), escape=escape.cpu())

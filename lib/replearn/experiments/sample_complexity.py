@@ -1,0 +1,220 @@
+"""Sample complexity of a new task with and without the shared representation (book 1.1).
+
+A new task of the multi-task linear representation model has ``x ~ N(0, I_d)`` and
+``y = <theta_*, x> + z`` with ``theta_* = B_* w_*``, ``z ~ N(0, sigma^2)``. We compare two
+estimators fitted on ``m`` samples:
+
+- **known representation**: least squares of ``y`` on the ``k`` features ``B_*^T x``,
+  ``theta_hat = B_* w_hat`` (a ``k``-dimensional regression);
+- **from scratch**: minimum-norm least squares of ``y`` on ``x`` in ``R^d``.
+
+Both are instances of minimum-norm least squares in dimension ``p`` with Gaussian design,
+whose expected parameter error has the closed form of :func:`expected_ls_error`
+(book 1.1, Proposition ``arm-model-prop-ls``):
+
+    E ||theta_hat - theta||^2 = sigma^2 p / (m - p - 1)                        (m >= p + 2)
+    E ||theta_hat - theta||^2 = (1 - m/p) ||theta||^2 + sigma^2 m / (p - m - 1)  (m <= p - 2)
+
+with ``p = k`` for the known representation and ``p = d`` from scratch. This is the
+"O(k) samples once col(B_*) is known versus Omega(d) without" remark of Collins et al.
+(2022) and Tripuraneni et al. (2021). :func:`run` estimates both errors by Monte Carlo,
+vectorised over trials: each chunk of trials is one batched QR solve
+(:func:`least_squares`, equal to :func:`replearn.linear.fit_linear` for full-rank designs,
+which Gaussian designs are with probability one, and several times faster than its SVD).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..backend import DTYPE, default_device, make_generator, randn
+from ..linear import ground_truth_representation
+from ..profiles import Settings
+
+METHODS = ("known representation", "from scratch")
+
+
+@dataclass(frozen=True)
+class SampleComplexitySettings(Settings):
+    """Monte-Carlo settings: dimension ``d``, representation size ``k``, noise level,
+    the grid of sample sizes ``ms``, the number of independent trials per sample size,
+    how many trials are solved in one batched call, and the seed."""
+
+    d: int = 50
+    k: int = 5
+    noise_std: float = 0.3
+    ms: tuple[int, ...] = (10, 15, 20, 30, 40, 44, 56, 60, 80, 100, 150, 200)
+    trials: int = 1000
+    batch: int = 500
+    seed: int = 0
+
+    @classmethod
+    def paper(cls):
+        """A larger instance (the papers state this comparison without an experiment)."""
+        return cls(d=200, k=10, ms=(20, 30, 40, 60, 80, 120, 160, 190, 210, 250, 300, 400, 600, 800),
+                   trials=4000, batch=1000)
+
+
+@dataclass(frozen=True)
+class SampleComplexityResult:
+    """Per-trial squared parameter errors ``errors[method]`` (M, trials) at the sample sizes
+    ``ms`` (M,), and the closed-form expectations ``theory[method]`` (M,)."""
+
+    ms: torch.Tensor
+    errors: dict
+    theory: dict
+
+    def mean(self, method: str) -> torch.Tensor:
+        """Monte-Carlo average of the error at every m, shape (M,)."""
+        return self.errors[method].mean(-1)
+
+    def sem(self, method: str) -> torch.Tensor:
+        """Standard error of :meth:`mean` (sample std / sqrt(trials)), shape (M,)."""
+        e = self.errors[method]
+        return e.std(-1) / math.sqrt(e.shape[-1])
+
+    def z_scores(self, method: str) -> torch.Tensor:
+        """(average - theory) / standard error; 0 where both the gap and the error are ~0."""
+        gap = self.mean(method) - self.theory[method]
+        sem = self.sem(method)
+        return torch.where(gap.abs() < 1e-12, torch.zeros_like(gap), gap / sem)
+
+
+def _check_int(value, name: str, low: int) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def expected_ls_error(m: int, p: int, noise_var: float, signal_sqnorm: float = 1.0) -> float:
+    """E ||theta_hat - theta||^2 of minimum-norm least squares in R^p (book 1.1, Prop. ls).
+
+    ``m`` samples with rows ``x ~ N(0, I_p)``, ``y = <theta, x> + N(0, noise_var)``,
+    ``||theta||^2 = signal_sqnorm``. Returns ``noise_var p / (m - p - 1)`` for
+    ``m >= p + 2``, ``(1 - m/p) signal_sqnorm + noise_var m / (p - m - 1)`` for
+    ``m <= p - 2``; for ``|m - p| <= 1`` the expectation is infinite when ``noise_var > 0``
+    (``inf`` is returned) and ``(1 - m/p)_+ signal_sqnorm`` when ``noise_var = 0``.
+    """
+    _check_int(m, "m (number of samples)", 1)
+    _check_int(p, "p (dimension)", 1)
+    if not noise_var >= 0 or not signal_sqnorm >= 0:
+        raise ValueError(f"noise_var and signal_sqnorm must be >= 0, got {noise_var}, {signal_sqnorm}")
+    bias = max(0.0, 1.0 - m / p) * signal_sqnorm
+    if noise_var == 0:
+        return bias
+    if m >= p + 2:
+        return noise_var * p / (m - p - 1)
+    if m <= p - 2:
+        return bias + noise_var * m / (p - m - 1)
+    return math.inf
+
+
+def least_squares(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Minimum-norm least-squares solution of ``A v = y``, batched over leading dimensions.
+
+    For a full-rank design ``A`` (..., m, p) this is ``pinv(A) y``, i.e.
+    :func:`replearn.linear.fit_linear` with ``ridge = 0``, computed from a QR factorisation
+    instead of an SVD: ``A = QR`` when m >= p (ordinary least squares) and ``A^T = QR`` with
+    ``v = Q R^{-T} y`` when m < p (the interpolant of smallest norm). Rank-deficient designs
+    are not supported (they have probability zero for Gaussian data).
+    """
+    if A.ndim < 2 or A.shape[:-1] != y.shape:
+        raise ValueError(f"design {tuple(A.shape)} and targets {tuple(y.shape)} do not match")
+    m, p = A.shape[-2:]
+    if m >= p:
+        Q, R = torch.linalg.qr(A)
+        v = torch.linalg.solve_triangular(R, Q.mT @ y.unsqueeze(-1), upper=True)
+    else:
+        Q, R = torch.linalg.qr(A.mT)
+        v = Q @ torch.linalg.solve_triangular(R.mT, y.unsqueeze(-1), upper=False)
+    return v.squeeze(-1)
+
+
+def new_task_errors(Bstar: torch.Tensor, w_star: torch.Tensor, m: int, *, noise_std: float,
+                    trials: int, seed=0, batch: int | None = None) -> dict:
+    """Squared parameter errors of both estimators over ``trials`` independent data sets.
+
+    Each trial draws ``X`` (m, d) with N(0, 1) entries and ``y = X B_* w_* + noise``;
+    ``known representation`` fits ``w_hat = least_squares(X B_*, y)`` and reports
+    ``||B_* w_hat - theta_*||^2``, ``from scratch`` fits ``theta_hat = least_squares(X, y)``
+    (minimum-norm when m < d) and reports ``||theta_hat - theta_*||^2``. Trials are solved
+    ``batch`` at a time in one batched call. Returns ``{method: (trials,) tensor}``.
+    """
+    if Bstar.ndim != 2:
+        raise ValueError(f"B_* must be a (d, k) matrix, got shape {tuple(Bstar.shape)}")
+    d, k = Bstar.shape
+    if k > d:
+        raise ValueError(f"k = {k} > d = {d}: the representation cannot have more columns than dimensions")
+    if w_star.shape != (k,):
+        raise ValueError(f"w_* must have shape ({k},), got {tuple(w_star.shape)}")
+    _check_int(m, "m (samples of the new task)", 1)
+    _check_int(trials, "trials", 1)
+    batch = trials if batch is None else batch
+    _check_int(batch, "batch", 1)
+    if not noise_std >= 0:
+        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+    gen = make_generator(seed)
+    theta = Bstar @ w_star
+    known, scratch = [], []
+    for start in range(0, trials, batch):
+        b = min(batch, trials - start)
+        X = randn(b, m, d, generator=gen, device=Bstar.device)
+        y = X @ theta + noise_std * randn(b, m, generator=gen, device=Bstar.device)
+        w_hat = least_squares(X @ Bstar, y)
+        known.append((w_hat @ Bstar.T - theta).pow(2).sum(-1))
+        scratch.append((least_squares(X, y) - theta).pow(2).sum(-1))
+    return {"known representation": torch.cat(known), "from scratch": torch.cat(scratch)}
+
+
+def _seed_for(seed: int, m: int) -> int:
+    """An independent seed for sample size ``m`` (so a grid point does not depend on the grid)."""
+    return int(np.random.SeedSequence([seed, m]).generate_state(1)[0])
+
+
+def run(cfg: SampleComplexitySettings, device=None) -> SampleComplexityResult:
+    """Monte-Carlo errors of both estimators at every m in ``cfg.ms``, with the closed forms.
+
+    The new task has a Haar-random ``B_*`` and a unit-norm head ``w_*`` drawn from
+    ``cfg.seed`` (so ``||theta_*|| = 1``); each sample size gets its own seed derived from
+    ``(cfg.seed, m)``. Implements the comparison of book 1.1, Proposition ``arm-model-prop-ls``.
+    """
+    _check_int(cfg.d, "d", 1)
+    _check_int(cfg.k, "k", 1)
+    if cfg.k > cfg.d:
+        raise ValueError(f"k = {cfg.k} > d = {cfg.d}: the representation cannot have more columns "
+                         "than dimensions")
+    if len(cfg.ms) == 0:
+        raise ValueError("ms (the sample sizes) must not be empty")
+    for m in cfg.ms:
+        _check_int(m, "every m in ms (samples of the new task)", 1)
+    _check_int(cfg.seed, "seed", 0)
+    device = default_device() if device is None else torch.device(device)
+    gen = make_generator(cfg.seed)
+    Bstar = ground_truth_representation(cfg.d, cfg.k, gen).to(device)
+    w_star = randn(cfg.k, generator=gen)
+    w_star = (w_star / w_star.norm()).to(device)
+    per_m = [new_task_errors(Bstar, w_star, m, noise_std=cfg.noise_std, trials=cfg.trials,
+                             seed=_seed_for(cfg.seed, m), batch=cfg.batch) for m in cfg.ms]
+    errors = {name: torch.stack([e[name] for e in per_m]).cpu() for name in METHODS}
+    var = cfg.noise_std**2
+    dims = {"known representation": cfg.k, "from scratch": cfg.d}
+    theory = {name: torch.tensor([expected_ls_error(m, dims[name], var) for m in cfg.ms], dtype=DTYPE)
+              for name in METHODS}
+    return SampleComplexityResult(torch.tensor(cfg.ms), errors, theory)
+
+
+def samples_to_reach(eps: float, p: int, noise_var: float, signal_sqnorm: float = 1.0) -> int:
+    """Smallest m whose expected error :func:`expected_ls_error` is at most ``eps``.
+
+    Above the threshold the error ``noise_var p / (m - p - 1)`` is at most ``eps`` from
+    ``m = p + 1 + noise_var p / eps`` on, so the search is over a finite range.
+    """
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    _check_int(p, "p (dimension)", 1)
+    upper = p if noise_var == 0 else max(p + 2, math.ceil(p + 1 + noise_var * p / eps))
+    return next(m for m in range(1, upper + 1)
+                if expected_ls_error(m, p, noise_var, signal_sqnorm) <= eps)

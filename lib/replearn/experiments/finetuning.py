@@ -1,0 +1,250 @@
+"""ARM + fine-tuning versus the true representation (book 1.4).
+
+Train a representation on ``n`` tasks of the multi-task linear model, then hand a new task
+``theta_* = B_* w_*`` with ``w_* ~ N(0, I_k)`` and ``m`` samples to **head-only
+fine-tuning**: least squares of ``y`` on the ``k`` features ``B^T x`` with ``B`` frozen. With
+``P_B`` the projector onto col(B), book 1.4, Proposition ``arm-ft-prop-floor``, gives
+
+    E ||B w_hat - theta_*||^2 = F + E_ls(m, k, sigma^2 + F, k - F),
+    F = ||(I - P_B) B_*||_F^2,
+
+where ``E_ls(m, p, noise_var, signal_sqnorm)`` is the minimum-norm least-squares error of
+book 1.1 (:func:`replearn.experiments.sample_complexity.expected_ls_error`). The *floor* F
+does not shrink with m; it is zero only when col(B) = col(B_*).
+
+:func:`run` trains ARM (Collins et al. 2022, Sec. 3) and FedAvg with ``tau`` local steps
+from the same random B_0 on the population losses and compares head-only fine-tuning on
+B_ARM, on B_FedAvg and on B_* with minimum-norm least squares from scratch in R^d. The
+ground truth is either Haar-random or, by default, the construction of
+:func:`replearn.lower_bound.adversarial_ground_truth` (book 1.3), on which ARM stays at
+distance ``delta`` from B_*. It also fine-tunes ARM's whole model (B, w) by gradient descent
+on the few-shot samples; Proposition ``arm-ft-prop-joint`` bounds that error below by
+``(1 - m/(d - k)) F`` for m <= d - k, whatever the number of steps. All Monte-Carlo trials
+of one sample size are solved in batched calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..backend import DTYPE, default_device, make_generator, randn
+from ..federated import fedavg, local_updates
+from ..linalg import orthonormal_basis, principal_angle_distance, random_orthonormal
+from ..linear import SampledTasks, ground_truth_representation, make_heads, population_tasks
+from ..lower_bound import adversarial_ground_truth
+from ..meta import arm
+from ..profiles import Settings
+from .sample_complexity import _check_int, expected_ls_error, least_squares
+
+LEARNED = ("ARM", "FedAvg", "true representation")
+METHODS = LEARNED + ("from scratch",)
+JOINT = "ARM + joint GD"
+
+
+@dataclass(frozen=True)
+class FinetuneSettings(Settings):
+    """Problem (``d``, ``k``, ``n`` training tasks whose heads have mean norm ``mean_norm``
+    and condition number ``cond``; ``delta``: distance of the adversarial B_* from B_0, or
+    None for a Haar-random B_*), training (ARM step ``beta`` and ``arm_iterations``; FedAvg
+    step ``alpha``, ``tau`` local steps, ``rounds``), the new task (``noise_std``, the sample
+    sizes ``ms``, ``trials`` new tasks and data sets per m solved ``batch`` at a time), joint
+    fine-tuning (``joint_steps`` GD steps with relative step size ``joint_lr``) and the seed."""
+
+    d: int = 50
+    k: int = 5
+    n: int = 20
+    mean_norm: float = 1.0
+    cond: float = 4.0
+    delta: float | None = 0.5
+    beta: float = 0.3
+    arm_iterations: int = 2000
+    alpha: float = 0.3
+    tau: int = 2
+    rounds: int = 3000
+    noise_std: float = 0.1
+    ms: tuple[int, ...] = (3, 10, 20, 40, 80, 160, 320)
+    trials: int = 1000
+    batch: int = 500
+    joint_steps: int = 300
+    joint_lr: float = 0.5
+    seed: int = 0
+
+    @classmethod
+    def paper(cls):
+        """A larger instance (the papers show the fine-tuning gap on images, not in this model)."""
+        return cls(d=100, k=10, n=50, rounds=6000, ms=(5, 20, 40, 80, 160, 320, 640),
+                   trials=4000, batch=500)
+
+
+@dataclass(frozen=True)
+class FinetuneResult:
+    """Per-trial new-task errors ``errors[method]`` (M, trials) at the sample sizes ``ms``,
+    their closed-form means ``theory[method]`` (M,; inf where infinite), the floors
+    ``floor[method]`` = ||(I - P_B) B_*||_F^2 and distances ``dist[method]`` = dist(B, B_*)
+    of the learned representations, and joint GD fine-tuning of ARM's model: errors
+    ``joint`` (J, trials) at the sizes ``joint_ms`` with the lower bound ``joint_bound`` (J,)."""
+
+    ms: torch.Tensor
+    errors: dict
+    theory: dict
+    floor: dict
+    dist: dict
+    joint_ms: torch.Tensor
+    joint: torch.Tensor
+    joint_bound: torch.Tensor
+
+    def mean(self, method: str) -> torch.Tensor:
+        """Monte-Carlo average error at every m (``JOINT`` for joint fine-tuning)."""
+        return self._errors(method).mean(-1)
+
+    def sem(self, method: str) -> torch.Tensor:
+        """Standard error of :meth:`mean` (sample std / sqrt(trials))."""
+        e = self._errors(method)
+        return e.std(-1) / math.sqrt(e.shape[-1])
+
+    def z_scores(self, method: str) -> torch.Tensor:
+        """(average - theory) / standard error at every m (nan where the theory is infinite)."""
+        gap = self.mean(method) - self.theory[method]
+        return torch.where(torch.isfinite(gap), gap / self.sem(method), torch.full_like(gap, math.nan))
+
+    def _errors(self, method: str) -> torch.Tensor:
+        return self.joint if method == JOINT else self.errors[method]
+
+
+def floor(B: torch.Tensor, Bstar: torch.Tensor) -> float:
+    """||(I - P_B) B_*||_F^2: the mean over w_* ~ N(0, I_k) of the part of theta_* = B_* w_*
+    outside col(B), i.e. the error floor of head-only fine-tuning (Prop. ``arm-ft-prop-floor``).
+    Equals sum_j sin^2 of the principal angles, so dist^2 <= floor <= k dist^2."""
+    Q = orthonormal_basis(B)
+    return float((Bstar - Q @ (Q.mT @ Bstar)).pow(2).sum())
+
+
+def expected_head_error(m: int, k: int, noise_var: float, floor_value: float) -> float:
+    """Mean head-only fine-tuning error over w_* ~ N(0, I_k) and the data (Prop.
+    ``arm-ft-prop-floor``): ``F + E_ls(m, k, noise_var + F, k - F)`` with F the floor."""
+    return floor_value + expected_ls_error(m, k, noise_var + floor_value, max(k - floor_value, 0.0))
+
+
+def head_errors(Bs: dict, Bstar: torch.Tensor, m: int, *, noise_std: float, trials: int,
+                batch: int, seed) -> dict:
+    """New-task errors ||theta_hat - theta_*||^2 of head-only fine-tuning on every
+    representation in ``Bs`` ({name: (d, k)}) and of min-norm least squares from scratch.
+
+    Each trial draws ``w_* ~ N(0, I_k)``, ``X`` (m, d) standard Gaussian and
+    ``y = X B_* w_* + noise``. Head-only fine-tuning on B is least squares on ``X Q`` with Q
+    an orthonormal basis of col(B) (the fitted regressor B w_hat depends on col(B) only).
+    Returns ``{name: (trials,) tensor}`` with the key ``"from scratch"`` added.
+    """
+    gen = make_generator(seed)
+    d, k = Bstar.shape
+    bases = {name: orthonormal_basis(B) for name, B in Bs.items()}
+    out = {name: [] for name in (*Bs, "from scratch")}
+    for start in range(0, trials, batch):
+        b = min(batch, trials - start)
+        theta = randn(b, k, generator=gen, device=Bstar.device) @ Bstar.T
+        X = randn(b, m, d, generator=gen, device=Bstar.device)
+        y = (X @ theta.unsqueeze(-1)).squeeze(-1) + noise_std * randn(b, m, generator=gen, device=Bstar.device)
+        for name, Q in bases.items():
+            fitted = least_squares(X @ Q, y) @ Q.T
+            out[name].append((fitted - theta).pow(2).sum(-1))
+        out["from scratch"].append((least_squares(X, y) - theta).pow(2).sum(-1))
+    return {name: torch.cat(e) for name, e in out.items()}
+
+
+def joint_errors(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor, m: int, *, noise_std: float,
+                 trials: int, steps: int, lr: float, seed) -> torch.Tensor:
+    """New-task errors ||B_s w_s - theta_*||^2 after ``steps`` full-batch GD steps on
+    1/(2m) ||X B w - y||^2 jointly in (B, w), started from (B, w), for ``trials`` new tasks.
+
+    The step size is ``lr * m / ((sqrt(d) + sqrt(m))^2 (||B||_2^2 + ||w||^2))``, a fraction
+    ``lr`` of the usual stability limit with ||X||_2^2 ~ (sqrt(d) + sqrt(m))^2. All trials are
+    one batch of clients of :func:`replearn.federated.local_updates`.
+    """
+    gen = make_generator(seed)
+    d, k = Bstar.shape
+    theta = randn(trials, k, generator=gen, device=Bstar.device) @ Bstar.T
+    X = randn(trials, m, d, generator=gen, device=Bstar.device)
+    y = (X @ theta.unsqueeze(-1)).squeeze(-1) + noise_std * randn(trials, m, generator=gen, device=Bstar.device)
+    scale = float(torch.linalg.matrix_norm(B, ord=2)) ** 2 + float(w.pow(2).sum())
+    step = lr * m / ((math.sqrt(d) + math.sqrt(m)) ** 2 * scale)
+    B_ft, w_ft = local_updates(B, w, SampledTasks(X, y), None, alpha=step, tau=steps)
+    fitted = (B_ft @ w_ft.unsqueeze(-1)).squeeze(-1)
+    return (fitted - theta).pow(2).sum(-1)
+
+
+def _seed_for(seed: int, m: int, stream: int) -> int:
+    """An independent seed for sample size ``m`` and experiment ``stream``."""
+    return int(np.random.SeedSequence([seed, m, stream]).generate_state(1)[0])
+
+
+def _validate(cfg: FinetuneSettings) -> None:
+    for name in ("d", "k", "n", "arm_iterations", "tau", "rounds", "trials", "batch", "joint_steps"):
+        _check_int(getattr(cfg, name), name, 1)
+    _check_int(cfg.seed, "seed", 0)
+    if not cfg.k < cfg.d:
+        raise ValueError(f"need k < d (a representation that can miss directions), got k={cfg.k}, d={cfg.d}")
+    if len(cfg.ms) == 0:
+        raise ValueError("ms (the sample sizes of the new task) must not be empty")
+    for m in cfg.ms:
+        _check_int(m, "every m in ms (samples of the new task)", 1)
+    if cfg.delta is not None and not 0 < cfg.delta < 1:
+        raise ValueError(f"delta must lie in (0, 1) (or be None for a random B_*), got {cfg.delta}")
+    for name in ("beta", "alpha", "joint_lr"):
+        if not 0 < getattr(cfg, name) < math.inf:
+            raise ValueError(f"the step size {name} must be positive and finite, got {getattr(cfg, name)}")
+    if not (cfg.noise_std >= 0 and cfg.mean_norm > 0):
+        raise ValueError(f"need noise_std >= 0 and mean_norm > 0 (ARM only sees the mean head), "
+                         f"got {cfg.noise_std}, {cfg.mean_norm}")
+
+
+def train(cfg: FinetuneSettings, device=None) -> tuple[torch.Tensor, dict]:
+    """B_* and the final ARM and FedAvg models ``{"ARM": (B, w), "FedAvg": (B, w)}``, trained
+    on the population losses of ``cfg.n`` tasks from the same random B_0 (orthonormal) and
+    w_0 = 0. With ``cfg.delta`` set, B_* is the adversarial ground truth at distance delta
+    from col(B_0)."""
+    _validate(cfg)
+    device = default_device() if device is None else torch.device(device)
+    gen = make_generator(cfg.seed)
+    W = make_heads(cfg.n, cfg.k, mean_norm=cfg.mean_norm, cond=cfg.cond, seed=gen)
+    B0 = random_orthonormal(cfg.d, cfg.k, gen)
+    if cfg.delta is None:
+        Bstar = ground_truth_representation(cfg.d, cfg.k, gen)
+    else:
+        Bstar = adversarial_ground_truth(B0, W, cfg.delta, seed=gen)
+    Bstar, W, B0 = Bstar.to(device), W.to(device), B0.to(device)
+    w0 = torch.zeros(cfg.k, dtype=DTYPE, device=device)
+    tasks = population_tasks(Bstar, W)
+    models = {"ARM": arm(B0, w0, tasks, beta=cfg.beta, iterations=cfg.arm_iterations).final,
+              "FedAvg": fedavg(B0, w0, tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds).final}
+    return Bstar, models
+
+
+def run(cfg: FinetuneSettings, device=None) -> FinetuneResult:
+    """Train ARM and FedAvg (:func:`train`), then Monte-Carlo new-task errors of head-only
+    fine-tuning on B_ARM, B_FedAvg and B_* and of least squares from scratch at every m in
+    ``cfg.ms``, with the closed forms of Prop. ``arm-ft-prop-floor``; plus joint GD
+    fine-tuning of ARM's model at the few-shot sizes m <= d - k with the bound of Prop.
+    ``arm-ft-prop-joint``. Every m has its own seeds derived from ``(cfg.seed, m)``."""
+    Bstar, models = train(cfg, device)
+    Bs = {"ARM": models["ARM"][0], "FedAvg": models["FedAvg"][0], "true representation": Bstar}
+    floors = {name: floor(B, Bstar) for name, B in Bs.items()}
+    dists = {name: float(principal_angle_distance(B, Bstar)) for name, B in Bs.items()}
+    per_m = [head_errors(Bs, Bstar, m, noise_std=cfg.noise_std, trials=cfg.trials, batch=cfg.batch,
+                         seed=_seed_for(cfg.seed, m, 0)) for m in cfg.ms]
+    errors = {name: torch.stack([e[name] for e in per_m]).cpu() for name in METHODS}
+    var = cfg.noise_std**2
+    theory = {name: torch.tensor([expected_head_error(m, cfg.k, var, floors[name]) for m in cfg.ms], dtype=DTYPE)
+              for name in LEARNED}
+    theory["from scratch"] = torch.tensor([expected_ls_error(m, cfg.d, var, cfg.k) for m in cfg.ms], dtype=DTYPE)
+    joint_ms = [m for m in cfg.ms if m <= cfg.d - cfg.k]
+    B_arm, w_arm = models["ARM"]
+    joint = [joint_errors(B_arm, w_arm, Bstar, m, noise_std=cfg.noise_std, trials=cfg.trials,
+                          steps=cfg.joint_steps, lr=cfg.joint_lr, seed=_seed_for(cfg.seed, m, 1)).cpu()
+             for m in joint_ms]
+    bound = torch.tensor([(1 - m / (cfg.d - cfg.k)) * floors["ARM"] for m in joint_ms], dtype=DTYPE)
+    return FinetuneResult(torch.tensor(cfg.ms), errors, theory, floors, dists, torch.tensor(joint_ms),
+                          torch.stack(joint) if joint else torch.empty(0, cfg.trials, dtype=DTYPE), bound)

@@ -84,3 +84,13 @@ def test_bad_inputs_raise_clear_errors():
         linalg.basis_at_distance(rand(3, 3), 0.2)
     with pytest.raises(ValueError, match="delta"):
         linalg.basis_at_distance(rand(6, 2), 1.5)
+
+
+def test_principal_angles_are_accurate_for_tiny_angles():
+    e = torch.eye(4, dtype=torch.float64)
+    eps = 1e-9
+    B1 = e[:, :2]
+    B2 = torch.stack([e[:, 0], torch.cos(torch.tensor(eps, dtype=torch.float64)) * e[:, 1]
+                      + torch.sin(torch.tensor(eps, dtype=torch.float64)) * e[:, 2]], dim=1)
+    angles = linalg.principal_angles(B1, B2)
+    assert abs(float(angles[1]) - eps) < 1e-15 and abs(float(angles[0])) < 1e-15

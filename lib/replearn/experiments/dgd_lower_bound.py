@@ -1,0 +1,144 @@
+"""The D-GD lower bound in federated form (book 4.6; Collins et al. 2022, FedAvg paper, Prop. 1).
+
+On population losses, D-GD on the weighted global objective ``sum_i p_i f_i`` is ARM with the
+weighted mean head ``sum_i p_i w_*_i``, so the construction of book 1.3
+(:func:`replearn.lower_bound.adversarial_ground_truth`, applied to the heads rescaled by
+``M p_i`` so that their plain mean is the weighted one) gives a B_* at distance delta from
+col(B_0) that D-GD never approaches, for any client weights. :func:`run_sweep` checks this
+on random weighted federated instances and runs FedAvg with ``tau`` local steps on the same
+instances; :func:`participation_curves` follows both methods when only part of the clients
+take part in each round, a case the proposition does not cover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import federated
+from ..backend import DTYPE, make_generator
+from ..lower_bound import adversarial_ground_truth
+from ..profiles import Settings
+from .lower_bound import Instance, make_instance
+
+
+@dataclass(frozen=True)
+class DgdLowerBoundSettings(Settings):
+    """Random weighted instances: how many, the ranges of d and k, M clients with sample
+    counts uniform in ``sizes``, heads with a mean of norm up to ``mean_norm_max`` and a
+    condition number log-uniform on [1, ``cond_max``], ``rounds`` of D-GD and of FedAvg with
+    ``tau`` local steps, both with step size ``alpha``, and the seed."""
+
+    instances: int = 40
+    d_range: tuple[int, int] = (10, 30)
+    k_range: tuple[int, int] = (2, 5)
+    clients: int = 20
+    sizes: tuple[int, int] = (10, 200)
+    rounds: int = 400
+    tau: int = 2
+    mean_norm_max: float = 1.0
+    cond_max: float = 10.0
+    alpha: float = 0.3
+    seed: int = 0
+
+    @classmethod
+    def paper(cls):
+        """The paper's dimensions (d = 100, k = 5, M = 40) on more instances and rounds."""
+        return cls(instances=100, d_range=(100, 100), k_range=(5, 5), clients=40, rounds=2000)
+
+    def validate(self) -> None:
+        (d_lo, d_hi), (k_lo, k_hi), (s_lo, s_hi) = self.d_range, self.k_range, self.sizes
+        if not (2 <= k_lo <= k_hi and k_hi < d_lo <= d_hi):
+            raise ValueError(f"need 2 <= k_min <= k_max < d_min <= d_max, got k_range={self.k_range}, "
+                             f"d_range={self.d_range}")
+        if not self.clients > k_hi:
+            raise ValueError(f"need more clients than k_max = {k_hi} (diverse heads), got {self.clients}")
+        if not 1 <= s_lo <= s_hi:
+            raise ValueError(f"sizes must satisfy 1 <= low <= high, got {self.sizes}")
+        for name in ("instances", "rounds", "tau"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not (self.alpha > 0 and self.cond_max >= 1 and self.mean_norm_max >= 0):
+            raise ValueError(f"need alpha > 0, cond_max >= 1 and mean_norm_max >= 0, got {self.alpha}, "
+                             f"{self.cond_max}, {self.mean_norm_max}")
+
+
+def weighted_adversarial_instance(d: int, k: int, M: int, delta: float, weights: torch.Tensor, *,
+                                  cond: float, mean_norm: float, seed: int = 0) -> Instance:
+    """An instance whose B_* defeats D-GD on the objective weighted by ``weights`` (M,).
+
+    Draws B_0, w_0 and heads as :func:`make_instance`, then builds B_* from the heads scaled
+    by ``M p_i`` (p = weights / sum): their mean is the weighted mean head, so the weighted
+    mean regressor lies in col(B_0).
+    """
+    inst = make_instance(d, k, M, delta, cond=cond, mean_norm=mean_norm, w0_scale=0.1, seed=seed)
+    p = torch.as_tensor(weights, dtype=DTYPE)
+    if p.shape != (M,) or not bool((p > 0).all()):
+        raise ValueError(f"weights must be {M} positive numbers, got shape {tuple(p.shape)}")
+    scaled = M * (p / p.sum())[:, None] * inst.W
+    Bstar = adversarial_ground_truth(inst.B0, scaled, delta, seed=seed + 1)
+    return Instance(inst.B0, inst.w0, Bstar, inst.W)
+
+
+@dataclass(frozen=True)
+class DgdLowerBoundResult:
+    """Per instance: ``d, k, delta``, D-GD's final and smallest distance, FedAvg's final one."""
+
+    d: torch.Tensor
+    k: torch.Tensor
+    delta: torch.Tensor
+    dgd_T: torch.Tensor
+    dgd_min: torch.Tensor
+    fedavg_T: torch.Tensor
+
+
+def _instance(cfg: DgdLowerBoundSettings, i: int) -> tuple[Instance, torch.Tensor, float]:
+    """Instance ``i`` of the sweep with its client sizes and delta."""
+    gen = make_generator(int(np.random.SeedSequence([cfg.seed, i]).generate_state(1)[0]))
+    d = int(torch.randint(cfg.d_range[0], cfg.d_range[1] + 1, (1,), generator=gen))
+    k = int(torch.randint(cfg.k_range[0], cfg.k_range[1] + 1, (1,), generator=gen))
+    sizes = torch.randint(cfg.sizes[0], cfg.sizes[1] + 1, (cfg.clients,), generator=gen).to(DTYPE)
+    u = torch.rand(3, generator=gen, dtype=DTYPE).tolist()
+    delta = 0.5 * (1.0 - u[0])
+    inst = weighted_adversarial_instance(d, k, cfg.clients, delta, sizes, cond=cfg.cond_max ** u[1],
+                                         mean_norm=cfg.mean_norm_max * u[2],
+                                         seed=int(torch.randint(2**31, (1,), generator=gen)))
+    return inst, sizes, delta
+
+
+def run_sweep(cfg: DgdLowerBoundSettings) -> DgdLowerBoundResult:
+    """D-GD and FedAvg(tau), both weighted by the client sizes, on ``cfg.instances`` instances."""
+    cfg.validate()
+    rows = []
+    for i in range(cfg.instances):
+        inst, sizes, delta = _instance(cfg, i)
+        alpha = cfg.alpha
+        tasks = inst.tasks
+        d_dgd = federated.dgd(inst.B0, inst.w0, tasks, alpha=alpha, rounds=cfg.rounds,
+                              weights=sizes).dist(inst.Bstar)
+        d_fed = federated.fedavg(inst.B0, inst.w0, tasks, alpha=alpha, tau=cfg.tau, rounds=cfg.rounds,
+                                 weights=sizes).dist(inst.Bstar)
+        rows.append((inst.B0.shape[0], inst.B0.shape[1], delta, float(d_dgd[-1]), float(d_dgd.min()),
+                     float(d_fed[-1])))
+    cols = list(zip(*rows))
+    return DgdLowerBoundResult(torch.tensor(cols[0]), torch.tensor(cols[1]),
+                               *(torch.tensor(c, dtype=DTYPE) for c in cols[2:]))
+
+
+def participation_curves(inst: Instance, *, alpha: float, rounds: int, tau: int,
+                         clients_per_round: tuple[int, ...], seed: int = 0) -> dict:
+    """dist(B_t, B_*) of D-GD and FedAvg(tau) when ``m`` clients are sampled per round.
+
+    Returns ``{("D-GD" | "FedAvg", m): (rounds + 1,) tensor}`` for every m in
+    ``clients_per_round`` (equal weights; m = M is full participation).
+    """
+    curves = {}
+    for m in clients_per_round:
+        for name, t in (("D-GD", 1), ("FedAvg", tau)):
+            run = federated.fedavg(inst.B0, inst.w0, inst.tasks, alpha=alpha, tau=t, rounds=rounds,
+                                   clients_per_round=m, seed=seed)
+            curves[name, m] = run.dist(inst.Bstar)
+    return curves
+

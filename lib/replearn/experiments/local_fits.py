@@ -1,0 +1,203 @@
+"""Local convergence is not enough: averaging locally fitted models (book 4.2).
+
+A two-client instance of the multi-task linear representation model with k = 2 in d >= 3
+dimensions (the k = n = 2 example of the FedAvg part of Mokhtari's talk on Collins et al.
+2022): client i has regressor theta_*_i = e_i, so B_* = [e_1, e_2] and the heads are
+w_*_1 = (1, 0), w_*_2 = (0, 1). Each client fits its own data exactly with
+
+    B_hat_1 = [e_1, e_3],  B_hat_2 = [e_2, e_3],  w_hat_1 = w_hat_2 = (1, 0),
+
+since B_hat_i w_hat_i = e_i. The server average is B_bar = [(e_1 + e_2) / 2, e_3] with
+w_bar = (1, 0): a full-rank representation whose column space contains e_3, which is
+orthogonal to col(B_*), so dist(B_bar, B_*) = 1. Optionally everything is rotated by a
+Haar-random orthogonal Q (distances and losses are rotation invariant).
+
+:func:`local_fit_instance` builds the instance and the local fits, :func:`average_local_fits`
+averages any set of local models and measures the result, and :func:`run` contrasts this
+with FedAvg (Collins et al. 2022, Alg. 1) on the same two clients for several numbers of
+local steps tau, from a generic start and from the averaged local fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import federated, linalg, linear
+from ..backend import DTYPE, check_finite, default_device, randn, make_generator
+from ..linear import PopulationTasks
+from ..profiles import Settings
+
+
+@dataclass(frozen=True)
+class LocalFitInstance:
+    """Ground truth ``Bstar`` (d, 2), heads ``W`` (2, 2), the population ``tasks`` and each
+    client's exact local fit ``B_local`` (2, d, 2), ``w_local`` (2, 2)."""
+
+    Bstar: torch.Tensor
+    W: torch.Tensor
+    tasks: PopulationTasks
+    B_local: torch.Tensor
+    w_local: torch.Tensor
+
+    @property
+    def d(self) -> int:
+        return self.Bstar.shape[0]
+
+    def local_losses(self) -> torch.Tensor:
+        """f_i(B_hat_i, w_hat_i) for both clients, shape (2,): zero for exact fits."""
+        return linear.losses(self.B_local, self.w_local, self.tasks)
+
+
+@dataclass(frozen=True)
+class AveragedModel:
+    """The server's weighted average ``B`` (d, k), ``w`` (k) of the local models, its
+    principal-angle distance ``dist`` to B_*, its per-client losses ``losses`` (M,) and the
+    norm ``grad_norm`` of the global objective's gradient there (equal weights)."""
+
+    B: torch.Tensor
+    w: torch.Tensor
+    dist: float
+    losses: torch.Tensor
+    grad_norm: float
+
+
+def local_fit_instance(d: int = 3, *, rotation_seed: int | None = None, device=None) -> LocalFitInstance:
+    """The two-client, k = 2 instance and its local fits (see the module docstring).
+
+    ``d`` >= 3 is the ambient dimension; with ``rotation_seed`` (an int) every vector is
+    rotated by the same Haar-random orthogonal matrix, otherwise the standard basis is used.
+    """
+    if not isinstance(d, int) or isinstance(d, bool) or d < 3:
+        raise ValueError(f"the construction needs an integer dimension d >= 3 (a third direction "
+                         f"outside col(B_*)), got d={d!r}")
+    E = torch.eye(d, dtype=DTYPE)
+    if rotation_seed is not None:
+        E = linalg.random_orthonormal(d, d, seed=rotation_seed)
+    e1, e2, e3 = E[:, 0], E[:, 1], E[:, 2]
+    Bstar = torch.stack([e1, e2], dim=1)
+    W = torch.eye(2, dtype=DTYPE)
+    B_local = torch.stack([torch.stack([e1, e3], dim=1), torch.stack([e2, e3], dim=1)])
+    w_local = torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=DTYPE)
+    if device is not None:
+        Bstar, W, B_local, w_local = (t.to(device) for t in (Bstar, W, B_local, w_local))
+    return LocalFitInstance(Bstar=Bstar, W=W, tasks=linear.population_tasks(Bstar, W),
+                            B_local=B_local, w_local=w_local)
+
+
+def average_local_fits(B_local: torch.Tensor, w_local: torch.Tensor, Bstar: torch.Tensor,
+                       weights: torch.Tensor | None = None, W: torch.Tensor | None = None) -> AveragedModel:
+    """Average local models as FedAvg's server does (Collins et al. 2022, eq. (3)).
+
+    ``B_local`` (M, d, k) and ``w_local`` (M, k) are the clients' models, ``weights`` (M,)
+    optional positive weights (e.g. n_i; equal by default). The distance is measured to
+    ``Bstar`` (d, k); with the heads ``W`` (M, k) the result also carries each client's
+    population loss and the global gradient norm (else those are NaN).
+    """
+    if B_local.ndim != 3 or w_local.ndim != 2 or w_local.shape != (B_local.shape[0], B_local.shape[2]):
+        raise ValueError(f"need B_local (M, d, k) and w_local (M, k); got {tuple(B_local.shape)} and "
+                         f"{tuple(w_local.shape)}")
+    M, d, k = B_local.shape
+    if Bstar.shape != (d, k):
+        raise ValueError(f"Bstar must have shape ({d}, {k}) like the local representations, got {tuple(Bstar.shape)}")
+    check_finite(B_local, "B_local")
+    check_finite(w_local, "w_local")
+    if weights is None:
+        p = torch.full((M,), 1.0 / M, dtype=B_local.dtype, device=B_local.device)
+    else:
+        p = torch.as_tensor(weights, dtype=B_local.dtype, device=B_local.device)
+        if p.shape != (M,) or not bool(torch.isfinite(p).all()) or not bool((p > 0).all()):
+            raise ValueError(f"weights must be {M} positive finite numbers (one per client)")
+        p = p / p.sum()
+    B = torch.einsum("s,sdk->dk", p, B_local)
+    w = p @ w_local
+    dist = float(linalg.principal_angle_distance(B, Bstar))
+    if W is None:
+        nan = float("nan")
+        return AveragedModel(B=B, w=w, dist=dist, losses=torch.full((M,), nan, dtype=B.dtype), grad_norm=nan)
+    if W.shape != (M, k):
+        raise ValueError(f"W must hold one head per client, shape ({M}, {k}), got {tuple(W.shape)}")
+    tasks = linear.population_tasks(Bstar, W)
+    return AveragedModel(B=B, w=w, dist=dist, losses=linear.losses(B, w, tasks),
+                         grad_norm=float(federated.global_gradient_norm(B, w, tasks, weights=p)))
+
+
+# --------------------------------------------------------------------------- FedAvg on the instance
+
+@dataclass(frozen=True)
+class LocalFitsSettings(Settings):
+    """Ambient dimension ``d`` of the two-client instance, FedAvg step ``alpha``, ``rounds``,
+    the numbers of local steps ``taus`` (tau = 1 is D-GD; the largest is close to local
+    convergence), the size ``perturbation`` of the random kick added to the averaged local
+    fits for the second start, and the seed of the random start and the kick."""
+
+    d: int = 10
+    alpha: float = 0.2
+    rounds: int = 300
+    taus: tuple = (1, 2, 10, 100)
+    perturbation: float = 0.01
+    seed: int = 0
+
+    @classmethod
+    def paper(cls):
+        """A larger ambient dimension (the paper has no such instance; d = 100 as in its Fig. 1)."""
+        return cls(d=100, rounds=1000)
+
+
+@dataclass(frozen=True)
+class LocalFitsResult:
+    """The instance, the averaged local fits ``averaged``, and per tau: distances to B_* from
+    the random start ``dist[tau]`` (T + 1,), from the averaged local fits ``dist_avg[tau]``
+    and from their perturbation ``dist_kick[tau]``, and the clients' mean local loss after
+    their tau local steps of every round ``local_loss[tau]`` (T + 1,), next to the loss at
+    the start of the round ``start_loss[tau]`` (T + 1,)."""
+
+    instance: LocalFitInstance
+    averaged: AveragedModel
+    dist: dict
+    dist_avg: dict
+    dist_kick: dict
+    local_loss: dict
+    start_loss: dict
+
+
+def _local_loss_after(traj, tasks: PopulationTasks, alpha: float, tau: int) -> torch.Tensor:
+    """Mean client loss after the tau local steps taken from every global iterate of traj."""
+    out = []
+    for B, w in zip(traj.B, traj.w):
+        B_loc, w_loc = federated.local_updates(B, w, tasks, None, alpha=alpha, tau=tau)
+        out.append(linear.losses(B_loc, w_loc, tasks).mean())
+    return torch.stack(out)
+
+
+def run(cfg: LocalFitsSettings, device=None) -> LocalFitsResult:
+    """FedAvg(tau) on the two-client instance for every tau in ``cfg.taus``, from (i) a
+    random B_0 with orthonormal columns scaled by 1/sqrt(alpha) and w_0 = 0 (the normalisation
+    of Collins et al. 2022), (ii) the averaged local fits and (iii) those plus a Gaussian kick
+    of size ``cfg.perturbation``."""
+    if not cfg.taus or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in cfg.taus):
+        raise ValueError(f"taus must be a non-empty tuple of integers >= 1, got {cfg.taus!r}")
+    if not cfg.perturbation >= 0:
+        raise ValueError(f"perturbation must be >= 0, got {cfg.perturbation}")
+    device = default_device() if device is None else torch.device(device)
+    inst = local_fit_instance(cfg.d, device=device)
+    avg = average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=inst.W)
+    gen = make_generator(cfg.seed)
+    B0 = linalg.random_orthonormal(cfg.d, 2, seed=gen, device=device) / cfg.alpha**0.5
+    w0 = torch.zeros(2, dtype=DTYPE, device=device)
+    B_kick = avg.B + cfg.perturbation * randn(cfg.d, 2, generator=gen, device=device)
+    w_kick = avg.w + cfg.perturbation * randn(2, generator=gen, device=device)
+    dist, dist_avg, dist_kick, local_loss, start_loss = {}, {}, {}, {}, {}
+    for tau in cfg.taus:
+        traj = federated.fedavg(B0, w0, inst.tasks, alpha=cfg.alpha, tau=tau, rounds=cfg.rounds)
+        dist[tau] = traj.dist(inst.Bstar).cpu()
+        local_loss[tau] = _local_loss_after(traj, inst.tasks, cfg.alpha, tau).cpu()
+        residual = linear.predict(traj.B, traj.w).unsqueeze(-2) - inst.tasks.theta
+        start_loss[tau] = (0.5 * residual.pow(2).sum(-1).mean(-1)).cpu()
+        run_avg = federated.fedavg(avg.B, avg.w, inst.tasks, alpha=cfg.alpha, tau=tau, rounds=cfg.rounds)
+        dist_avg[tau] = run_avg.dist(inst.Bstar).cpu()
+        run_kick = federated.fedavg(B_kick, w_kick, inst.tasks, alpha=cfg.alpha, tau=tau, rounds=cfg.rounds)
+        dist_kick[tau] = run_kick.dist(inst.Bstar).cpu()
+    return LocalFitsResult(instance=inst, averaged=avg, dist=dist, dist_avg=dist_avg, dist_kick=dist_kick,
+                           local_loss=local_loss, start_loss=start_loss)

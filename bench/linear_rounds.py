@@ -78,9 +78,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = parser.parse_args()
     device = torch.device(args.device)
-    torch.set_num_threads(torch.get_num_threads())
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     d, k, M, tau, alpha, m = 100, 5, 40, 2, 0.1, 50
     Bstar = linear.ground_truth_representation(d, k, seed=0, device=device)
     W = linear.make_heads(M, k, cond=4.0, seed=1).to(device)

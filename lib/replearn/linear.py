@@ -160,11 +160,12 @@ class SampledTasks:
 
     def residual(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
         X, Y = self._select(index)
-        return torch.einsum("smd,sd->sm", X, theta.expand(X.shape[0], -1)) - Y
+        theta = theta.expand(X.shape[0], -1).unsqueeze(-1)
+        return torch.baddbmm(Y.unsqueeze(-1), X, theta, beta=-1).squeeze(-1)  # X_i theta_i - y_i
 
     def grad_theta(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
         X, _ = self._select(index)
-        g = torch.einsum("smd,sm->sd", X, self.residual(theta, index))
+        g = torch.bmm(self.residual(theta, index).unsqueeze(1), X).squeeze(1)  # X_i^T r_i
         return g / self.sizes(index).unsqueeze(-1)
 
     def loss_theta(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:

@@ -1,0 +1,354 @@
+"""FedRep for the multi-task linear representation model (Collins, Hassani, Mokhtari, Shakkottai 2021).
+
+Client ``i`` has samples ``x ~ N(0, I_d)``, ``y = <B_* w_*_i, x> + noise`` and, for a shared
+representation B (d x k) and its own head w_i (k), the batch loss (eq. 7)
+
+    f_i(w_i, B) = 1/(2m) sum_j (y_ij - w_i^T B^T x_ij)^2.
+
+FedRep for linear regression (Algorithm 2) starts from the method-of-moments estimate
+B_0 (the top-k eigenvectors of (1/n) sum_i Z_i, Z_i = (1/m) sum_j y_ij^2 x_ij x_ij^T) and
+repeats: the server samples ``rn`` clients; each selected client draws a fresh batch of m
+samples, solves its head ``w_i = argmin_w f_i(w, B_t)`` and takes one gradient step
+``B_i = B_t - eta grad_B f_i(w_i, B_t)``; the server averages ``B_{t+1} = mean_i B_i``.
+GD-GD and 10GD-GD (Sec. 5.1) replace the exact head solve by K = 1 or 10 gradient steps
+on w from the client's previous head (Algorithm 1 with tau = K). Theorem 1 measures the
+progress by the principal-angle distance dist(B_t, B_*) (Definition 1).
+
+Baselines on the same data: local-only ridge regression, the single shared model that
+minimises the pooled objective (4) (the fixed point of FedAvg/D-GD on a single linear model),
+and a new client that fits only a k-dimensional head on a learned representation (Fig. 4).
+Everything is vectorised over clients (batched solves and einsums, no per-client loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .backend import SeedLike, check_finite, make_generator, randn
+from .linalg import principal_angle_distance
+from .linear import SampledTasks, fit_linear, predict, targets
+
+_BLOW_UP = 1e8
+_CHECK_EVERY = 16  # rounds between divergence checks (each check synchronises a GPU)
+
+
+# --------------------------------------------------------------------------- data
+
+def paper_heads(n: int, k: int, seed: SeedLike = 0, *, device=None) -> torch.Tensor:
+    """Heads of Sec. 5.1: Gaussian rows normalised to ||w_*_i|| = sqrt(k) (Assumption 3), (n, k)."""
+    if not isinstance(n, int) or not isinstance(k, int) or n < 1 or k < 1:
+        raise ValueError(f"n and k must be positive integers, got n={n!r}, k={k!r}")
+    W = randn(n, k, generator=make_generator(seed))
+    W = W * (k**0.5 / W.norm(dim=1, keepdim=True))
+    return W.to(device) if device is not None else W
+
+
+@dataclass(frozen=True)
+class FreshSamples:
+    """The ground truth as a sampler: every call draws new data (Algorithm 2's fresh batches).
+
+    Client i's samples are ``x ~ N(0, I_d)``, ``y = <B_* w_*_i, x> + N(0, noise_std^2)``.
+    """
+
+    Bstar: torch.Tensor  # (d, k_*)
+    W: torch.Tensor  # (n, k_*)
+    m: int
+    noise_std: float = 0.0
+
+    def __post_init__(self):
+        if self.Bstar.ndim != 2 or self.W.ndim != 2 or self.Bstar.shape[1] != self.W.shape[1]:
+            raise ValueError(f"need B_* (d, k) and W (n, k) with the same k; got {tuple(self.Bstar.shape)} "
+                             f"and {tuple(self.W.shape)}")
+        check_finite(self.Bstar, "Bstar")
+        check_finite(self.W, "W")
+        if not isinstance(self.m, int) or isinstance(self.m, bool) or self.m < 1:
+            raise ValueError(f"m (fresh samples per client per round) must be a positive integer, got {self.m!r}")
+        if not self.noise_std >= 0:
+            raise ValueError(f"noise_std must be >= 0, got {self.noise_std}")
+
+    @property
+    def n(self) -> int:
+        return self.W.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.Bstar.shape[0]
+
+    def draw(self, index: torch.Tensor | None, generator: torch.Generator) -> SampledTasks:
+        """A fresh batch of m samples for each client in ``index`` (all when None)."""
+        theta = targets(self.Bstar, self.W if index is None else self.W[index])
+        s, d = theta.shape
+        X = randn(s, self.m, d, generator=generator, device=theta.device)
+        noise = randn(s, self.m, generator=generator, device=theta.device)
+        return SampledTasks(X, torch.einsum("smd,sd->sm", X, theta) + self.noise_std * noise)
+
+
+Data = SampledTasks | FreshSamples
+
+
+def _batch(data: Data, index: torch.Tensor | None, generator: torch.Generator) -> SampledTasks:
+    if isinstance(data, FreshSamples):
+        return data.draw(index, generator)
+    if index is None:
+        return data
+    counts = None if data.counts is None else data.counts[index]
+    return SampledTasks(data.X[index], data.Y[index], counts)
+
+
+# --------------------------------------------------------------------------- initialisation
+
+def moment_matrix(data: SampledTasks) -> torch.Tensor:
+    """(1/n) sum_i Z_i with Z_i = (1/n_i) sum_j y_ij^2 x_ij x_ij^T (Algorithm 2, initialisation).
+
+    One einsum over all samples; the n separate d x d matrices are never formed. For
+    Gaussian x its expectation is (1/n) sum_i (||theta_*_i||^2 + noise^2) I + 2 theta_*_i theta_*_i^T,
+    whose top-k eigenvectors span col(B_*) when the heads span R^k.
+    """
+    if not isinstance(data, SampledTasks):
+        raise ValueError("the method of moments needs samples: pass a SampledTasks (e.g. from sample_tasks)")
+    weights = data.Y.square() / data.sizes().unsqueeze(-1)
+    return torch.einsum("nm,nmd,nme->de", weights, data.X, data.X) / data.n
+
+
+def method_of_moments_init(data: SampledTasks, k: int) -> torch.Tensor:
+    """B_0: orthonormal (d, k) top-k eigenvectors of :func:`moment_matrix` (rank-k SVD of a PSD matrix)."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    if not isinstance(data, SampledTasks):
+        raise ValueError("the method of moments needs samples: pass a SampledTasks (e.g. from sample_tasks)")
+    if k > data.d:
+        raise ValueError(f"k = {k} > d = {data.d}: the representation cannot have more columns than dimensions")
+    check_finite(data.X, "X")
+    check_finite(data.Y, "Y")
+    _, evecs = torch.linalg.eigh(moment_matrix(data))
+    return evecs[:, -k:].flip(-1).contiguous()
+
+
+# --------------------------------------------------------------------------- FedRep
+
+@dataclass(frozen=True)
+class FedRepResult:
+    """``B[t]`` (T + 1, d, k) for t = 0..T and every client's latest head ``heads`` (n, k);
+    ``selected[i]`` says whether client i took part in at least one round (else its head is
+    still the initial one)."""
+
+    B: torch.Tensor
+    heads: torch.Tensor
+    selected: torch.Tensor
+
+    @property
+    def rounds(self) -> int:
+        return self.B.shape[0] - 1
+
+    def dist(self, Bstar: torch.Tensor) -> torch.Tensor:
+        """dist(B_t, B_*) for every t (Definition 1), shape (T + 1,)."""
+        return principal_angle_distance(self.B, Bstar)
+
+    def global_error(self, Bstar: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        """Eq. (3) at the final representation and heads: (1/2n) sum_i ||B_T w_i - B_* w_*_i||^2."""
+        return global_error(predict(self.B[-1], self.heads), targets(Bstar, W))
+
+
+def _check_positive(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+def _check_fedrep_inputs(B0, data, eta, rounds, r, head_steps, head_lr, heads0):
+    if not isinstance(data, (SampledTasks, FreshSamples)):
+        raise ValueError("data must be a SampledTasks (fixed data per client) or FreshSamples (fresh batches)")
+    if isinstance(data, SampledTasks):
+        check_finite(data.X, "X")
+        check_finite(data.Y, "Y")
+    if B0.ndim != 2:
+        raise ValueError(f"B0 must be a (d, k) matrix, got shape {tuple(B0.shape)}")
+    d, k = B0.shape
+    if k > d:
+        raise ValueError(f"B0 has k = {k} > d = {d} columns; the representation needs k <= d")
+    if d != data.d:
+        raise ValueError(f"B0 has d = {d} rows but the clients' data live in dimension {data.d}")
+    check_finite(B0, "B0")
+    _check_positive(eta, "the representation step size eta")
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
+        raise ValueError(f"the number of rounds must be a non-negative integer, got {rounds!r}")
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
+        raise ValueError(f"the participation rate r must lie in (0, 1], got {r!r}")
+    if head_steps is None:
+        if head_lr is not None:
+            raise ValueError("head_lr is only used with head_steps = K (GD on the head); "
+                             "with head_steps=None the head is solved exactly")
+    else:
+        if not isinstance(head_steps, int) or isinstance(head_steps, bool) or head_steps < 1:
+            raise ValueError(f"head_steps must be None (exact head) or an integer K >= 1, got {head_steps!r}")
+        _check_positive(head_lr, "head_lr (needed with head_steps = K)")
+    if heads0 is not None:
+        if heads0.shape != (data.n, k):
+            raise ValueError(f"heads0 must have shape ({data.n}, {k}) (one head per client), "
+                             f"got {tuple(heads0.shape)}")
+        check_finite(heads0, "heads0")
+
+
+def clients_per_round(n: int, r: float) -> int:
+    """|I^t| = rn rounded to the nearest integer, at least one client."""
+    return max(1, min(n, round(r * n)))
+
+
+def head_solve(B: torch.Tensor, tasks: SampledTasks) -> torch.Tensor:
+    """Exact heads w_i = argmin_w f_i(w, B) (min-norm least squares of y_i on X_i B), (s, k)."""
+    return fit_linear(tasks.X @ B, tasks.Y)
+
+
+def head_gd(B: torch.Tensor, tasks: SampledTasks, w: torch.Tensor, *, lr: float, steps: int) -> torch.Tensor:
+    """``steps`` GD steps w <- w - lr (X_i B)^T (X_i B w - y_i) / n_i from the heads ``w`` (s, k)."""
+    A = tasks.X @ B
+    scale = lr / tasks.sizes()
+    for _ in range(steps):
+        residual = (A @ w.unsqueeze(-1)).squeeze(-1) - tasks.Y
+        w = w - scale.unsqueeze(-1) * (A.mT @ residual.unsqueeze(-1)).squeeze(-1)
+    return w
+
+
+def representation_gradients(B: torch.Tensor, w: torch.Tensor, tasks: SampledTasks) -> torch.Tensor:
+    """grad_B f_i(w_i, B) = X_i^T (X_i B w_i - y_i) w_i^T / n_i for every client, (s, d, k)."""
+    return tasks.grad_theta(predict(B, w)).unsqueeze(-1) * w.unsqueeze(-2)
+
+
+def orthonormalize_qr(B: torch.Tensor) -> torch.Tensor:
+    """Q factor of B = Q R with diag(R) > 0, via Cholesky QR (R^T R = B^T B; much faster than
+    ``torch.linalg.qr`` on the CPU for a thin d x k matrix, equal to it to rounding)."""
+    L, info = torch.linalg.cholesky_ex(B.mT @ B)
+    if int(info) != 0:
+        raise ValueError("B lost rank during FedRep (its columns became dependent), so it cannot be "
+                         "orthonormalised; use a smaller eta or a better initialisation")
+    return torch.linalg.solve_triangular(L, B.mT, upper=False).mT
+
+
+def _check_blow_up(Bs: list, heads: torch.Tensor, limit: float, eta: float, head_lr) -> None:
+    size = torch.maximum(Bs[-1].abs().max(), heads.abs().max()).nan_to_num(float("inf"))
+    if float(size) <= limit:
+        return
+    hint = f"eta = {eta}" + ("" if head_lr is None else f" or head_lr = {head_lr}")
+    raise ValueError(f"FedRep diverged within the last {_CHECK_EVERY} rounds (up to round {len(Bs) - 1}, "
+                     f"max entry {float(size):.3g}): the step size {hint} is too large; Theorem 1 "
+                     "asks for eta <= 1 / (4 sigma_max^2(W_*/sqrt(rn))), about 1/4 for isotropic heads of norm sqrt(k)")
+
+
+def fedrep(B0: torch.Tensor, data: Data, *, eta: float, rounds: int, r: float = 1.0,
+           head_steps: int | None = None, head_lr: float | None = None,
+           heads0: torch.Tensor | None = None, orthonormalize: bool = False,
+           seed: SeedLike = 0) -> FedRepResult:
+    """FedRep for linear regression (Algorithm 2), or GD-GD / KGD-GD with ``head_steps = K``.
+
+    Round t: the server picks ``clients_per_round(n, r)`` clients uniformly without
+    replacement; each draws its batch (``data`` a :class:`FreshSamples`: m fresh samples;
+    a :class:`SampledTasks`: its fixed data), updates its head (``head_steps=None``: the
+    exact minimiser of eq. 7; ``K``: K GD steps of size ``head_lr`` from its previous head,
+    Algorithm 1), takes one step ``B_i = B_t - eta grad_B f_i(w_i, B_t)``, and the server
+    averages ``B_{t+1} = mean_i B_i``. ``orthonormalize=True`` additionally replaces
+    B_{t+1} by the Q factor of its QR decomposition (the orthonormal B-hat in which Theorem 1
+    is stated; Algorithm 2 as printed has no QR step). Heads start at ``heads0`` (zeros
+    by default; only GD heads use them). Raises ``ValueError`` on malformed inputs and when
+    the iterates blow up (non-finite or 1e8 times their initial size). With exact heads and
+    no QR a too-large eta does not blow up: B grows, the heads shrink like 1/||B|| and the
+    effective step eta/||B||^2 falls, so the run stalls at a large distance instead; check
+    ``dist`` rather than relying on an error.
+    """
+    _check_fedrep_inputs(B0, data, eta, rounds, r, head_steps, head_lr, heads0)
+    n, k = data.n, B0.shape[1]
+    s = clients_per_round(n, r)
+    gen = make_generator(seed)
+    heads = B0.new_zeros(n, k) if heads0 is None else heads0.clone()
+    selected = torch.zeros(n, dtype=torch.bool, device=B0.device)
+    limit = _BLOW_UP * (1.0 + float(B0.abs().max()) + float(heads.abs().max()))
+    B, Bs = B0, [B0]
+    for t in range(rounds):
+        index = None if s == n else torch.randperm(n, generator=gen)[:s].sort().values.to(B0.device)
+        batch = _batch(data, index, gen)
+        if head_steps is None:
+            w = head_solve(B, batch)
+        else:
+            w = head_gd(B, batch, heads if index is None else heads[index], lr=head_lr, steps=head_steps)
+        B = B - eta * representation_gradients(B, w, batch).mean(0)
+        if orthonormalize:
+            B = orthonormalize_qr(B)
+        if index is None:
+            heads, selected = w, torch.ones_like(selected)
+        else:
+            heads, selected = heads.index_copy(0, index, w), selected.index_fill(0, index, True)
+        Bs.append(B)
+        if (t + 1) % _CHECK_EVERY == 0 or t + 1 == rounds:
+            _check_blow_up(Bs, heads, limit, eta, head_lr)
+    return FedRepResult(torch.stack(Bs), heads, selected)
+
+
+# --------------------------------------------------------------------------- baselines and errors
+
+def _check_tasks(data) -> None:
+    if not isinstance(data, SampledTasks):
+        raise ValueError("pass the clients' data as a SampledTasks (X (n, m, d), Y (n, m))")
+    check_finite(data.X, "X")
+    check_finite(data.Y, "Y")
+
+
+def local_only(data: SampledTasks, ridge: float = 0.0) -> torch.Tensor:
+    """Each client's own d-dimensional ridge regression, argmin 1/(2 n_i)||X_i theta - y_i||^2 + ridge/2 ||theta||^2.
+
+    Batched over clients; ``ridge = 0`` gives the min-norm least-squares fit (interpolation
+    when n_i < d). Returns the regressors as rows of an (n, d) matrix.
+    """
+    _check_tasks(data)
+    if data.counts is not None and ridge > 0:
+        raise ValueError("ridge > 0 with unequal sample counts is not supported: fit_linear scales by the "
+                         "padded m; pass equal counts or ridge = 0")
+    return fit_linear(data.X, data.Y, ridge)
+
+
+def single_model_least_squares(data: SampledTasks) -> torch.Tensor:
+    """The single shared regressor minimising the empirical objective (4),
+
+        theta = argmin (1/2n) sum_i 1/(n_i) ||X_i theta - y_i||^2,
+
+    i.e. the limit of FedAvg / distributed GD on one global linear model (min-norm
+    solution of the normal equations). It is one vector: col(theta) has rank 1, so it
+    cannot recover col(B_*) for k > 1 (Sec. 2.1). Returns theta, shape (d,).
+    """
+    _check_tasks(data)
+    inv = 1.0 / data.sizes()
+    gram = torch.einsum("n,nmd,nme->de", inv, data.X, data.X) / data.n
+    rhs = torch.einsum("n,nmd,nm->d", inv, data.X, data.Y) / data.n
+    return (torch.linalg.pinv(gram, hermitian=True) @ rhs.unsqueeze(-1)).squeeze(-1)
+
+
+def global_error(theta: torch.Tensor, theta_star: torch.Tensor) -> torch.Tensor:
+    """(1/2n) sum_i ||theta_i - theta_*_i||^2: eq. (3) for personalised models theta_i = B w_i,
+    eq. (4)'s global error for one shared theta (d,) broadcast to every client. With
+    x ~ N(0, I_d) twice this is the clients' average test MSE above the noise floor."""
+    if theta_star.ndim != 2 or theta.shape[-1] != theta_star.shape[-1] or theta.ndim not in (1, 2) \
+            or (theta.ndim == 2 and theta.shape != theta_star.shape):
+        raise ValueError(f"theta must be (n, d) or (d,) matching theta_star (n, d); got {tuple(theta.shape)} "
+                         f"and {tuple(theta_star.shape)}")
+    return 0.5 * (theta - theta_star).square().sum(-1).mean()
+
+
+def new_client_head(B: torch.Tensor, X: torch.Tensor, y: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
+    """Heads of new clients on a frozen representation (Sec. 5.1, Fig. 4): least squares of y on X B.
+
+    ``X`` (c, m_new, d) and ``y`` (c, m_new) for c new clients; returns heads (c, k).
+    """
+    if B.ndim != 2 or B.shape[1] > B.shape[0]:
+        raise ValueError(f"B must be a (d, k) representation with k <= d, got shape {tuple(B.shape)}")
+    if X.ndim != 3 or y.shape != X.shape[:2] or X.shape[2] != B.shape[0]:
+        raise ValueError(f"need X (c, m, d) with d = {B.shape[0]} and y (c, m); got {tuple(X.shape)} "
+                         f"and {tuple(y.shape)}")
+    check_finite(X, "X")
+    check_finite(y, "y")
+    return fit_linear(X @ B, y, ridge)
+
+
+def new_client_error(B: torch.Tensor, heads: torch.Tensor, theta_star: torch.Tensor) -> torch.Tensor:
+    """||B w_c - theta_*_c||^2 per new client: its test MSE minus the noise variance (x ~ N(0, I_d))."""
+    if theta_star.shape != (heads.shape[0], B.shape[0]):
+        raise ValueError(f"theta_star must be ({heads.shape[0]}, {B.shape[0]}), got {tuple(theta_star.shape)}")
+    return (predict(B, heads) - theta_star).square().sum(-1)

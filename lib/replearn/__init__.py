@@ -5,11 +5,16 @@ Modules (one idea each):
 - :mod:`replearn.linalg`: principal-angle distance, orthonormal bases, condition numbers
 - :mod:`replearn.linear`: the multi-task linear representation model (data, losses, heads)
 - :mod:`replearn.federated`: FedAvg and distributed GD (D-GD)
-- :mod:`replearn.meta`: average-risk minimisation (ARM) and its update decomposition
+- :mod:`replearn.meta`: average-risk minimisation (ARM), its update decomposition and subspace floor
+- :mod:`replearn.maml`: MAML, FO-MAML, ANIL, FO-ANIL (exact meta-gradients), the inductive-hypothesis tracker
+- :mod:`replearn.fedrep`: FedRep (shared representation, local heads), method-of-moments init, baselines
+- :mod:`replearn.aruba`: online learning, regret upper bounds, meta-learned initialisations and ARUBA step sizes
 - :mod:`replearn.lower_bound`: ground truths that ARM / D-GD cannot recover
 - :mod:`replearn.trajectory`: stacked iterates of a run
 - :mod:`replearn.profiles`: CPU-sized default vs paper-sized experiment settings
 - :mod:`replearn.plotting`: the book's figure style and plot helpers
+- :mod:`replearn.widgets`: the interactive explorers (pure curve functions + ipywidgets panels)
+- :mod:`replearn.experiments`: one driver per book section (settings with CPU and paper profiles)
 - :mod:`replearn.backend`: dtype, device and seeding helpers
 """
 

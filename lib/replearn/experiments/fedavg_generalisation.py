@@ -1,0 +1,259 @@
+"""Generalisation without convergence: Collins et al. (2022), Sec. 5.1 and Fig. 3 (book 4.5).
+
+One run draws an instance of the multi-task linear representation model as in the paper's
+Sec. 5.1: B_* Haar-random in O^{d x k} (orthogonalised Gaussian) and ``M`` client heads with
+i.i.d. N(0, 1) entries. FedAvg with ``tau`` local steps and D-GD (tau = 1) are trained on the
+clients' population losses with full participation, from the same B_0 (orthonormal columns
+scaled by 1/sqrt(alpha), so that alpha B_0^T B_0 = I) and w_0 = 0, with the same step size.
+
+**Left panel.** Along both trajectories :func:`gradient_norms` records the norm of the gradient
+of the global objective with equal weights (Collins et al. 2022, eq. (6), written with the
+book's 1/2: (1/M) sum_i 1/2 ||B w - B_* w_*_i||^2). By book 1.2, Prop. ``arm-dyn-prop-avg``
+this objective is 1/2 ||B w - v||^2 plus a constant, v = B_* wbar_* the mean regressor, so
+
+    grad_B = (B w - v) w^T,    grad_w = B^T (B w - v),
+
+and the norm costs O(dk) per round for a whole trajectory at once (it agrees with
+:func:`replearn.federated.global_gradient_norm`).
+
+**Right panel.** A new client M+1 has head w_*_{M+1} ~ N(0, I_k) (drawn like the training
+heads), ``n`` samples x ~ N(0, I_d) and y = <B_* w_*_{M+1}, x> + zeta, zeta ~ N(0, noise_std^2)
+(the paper: variance 0.01). Each method's final global model (B_T, w_T) is fine-tuned by
+``ft_steps`` full-batch GD steps jointly in (B, w) (:func:`finetune_joint`, the batched form of
+:func:`replearn.linear.finetune_gd` with ``update_representation=True``) and the error
+||B w - B_* w_*_{M+1}||^2 is recorded. The step size of a fine-tuning problem is
+:func:`stable_step`: a fraction ``ft_lr`` of n / (||X||_2^2 (||B_T||_2^2 + ||w_T||^2)), the
+inverse of a bound on the curvature of the fine-tuning loss at the start. For comparison the
+driver also fits the head alone by exact least squares on the frozen B_T
+(:func:`replearn.linear.finetune_head`) and on B_* (the oracle). All runs and new clients of
+one sample size are fine-tuned in one batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import federated, linalg, linear
+from ..backend import DTYPE, default_device, make_generator, randn
+from ..profiles import Settings
+from ..trajectory import Trajectory
+
+METHODS = ("FedAvg", "D-GD")
+HEAD_ONLY = {"FedAvg": "FedAvg, head only", "D-GD": "D-GD, head only"}
+ORACLE = "true representation"
+ERRORS = METHODS + tuple(HEAD_ONLY.values()) + (ORACLE,)
+
+
+@dataclass(frozen=True)
+class GeneralisationSettings(Settings):
+    """Problem (``d``, ``k``, ``M`` training clients), training (step ``alpha``, FedAvg's
+    ``tau`` local steps, ``rounds`` communication rounds for both methods), the new clients
+    (label ``noise_std``, the sample sizes ``ns``, ``runs`` independent training instances and
+    ``clients`` new clients per run and sample size), fine-tuning (``ft_steps`` GD steps with
+    step size a fraction ``ft_lr`` of :func:`stable_step`'s bound) and the seed."""
+
+    d: int = 50
+    k: int = 5
+    M: int = 20
+    alpha: float = 0.2
+    tau: int = 2
+    rounds: int = 5000
+    noise_std: float = 0.1
+    ns: tuple[int, ...] = (3, 10, 20, 40, 80)
+    runs: int = 5
+    clients: int = 20
+    ft_steps: int = 200
+    ft_lr: float = 0.25
+    seed: int = 0
+
+    @classmethod
+    def paper(cls):
+        """Collins et al. (2022), Sec. 5.1: d = 100, k = 5, M = 40, tau = 2, 10 runs,
+        tau' = 200 fine-tuning steps with batch size b = n. The source does not state the
+        grid of n of Fig. 3 (right) nor the step sizes; we take n from 3 to 2d."""
+        return cls(d=100, k=5, M=40, rounds=10000, ns=(3, 10, 20, 50, 100, 200), runs=10, clients=10)
+
+
+@dataclass(frozen=True)
+class GeneralisationResult:
+    """``rounds`` (T + 1,); per method: gradient norms ``grad_norm[method]`` (runs, T + 1) of
+    the global objective, final distances ``dist[method]`` (runs,) = dist(B_T, B_*) and
+    head-only floors ``floor[method]`` (runs,) = ||(I - P_{B_T}) B_*||_F^2 (book 1.4,
+    Prop. ``arm-ft-prop-floor``);
+    new-client errors ``errors[name]`` (N, runs, clients) at the sample sizes ``ns`` (N,) for
+    the names in :data:`ERRORS`, and the fine-tuning step sizes ``steps[method]`` (N, runs,
+    clients) used by joint GD."""
+
+    rounds: torch.Tensor
+    grad_norm: dict
+    dist: dict
+    floor: dict
+    ns: torch.Tensor
+    errors: dict
+    steps: dict
+
+    def mean(self, name: str) -> torch.Tensor:
+        """Error averaged over runs and new clients at every n, shape (N,)."""
+        return self.errors[name].mean(dim=(1, 2))
+
+    def run_means(self, name: str) -> torch.Tensor:
+        """Error averaged over the new clients of each run, shape (N, runs)."""
+        return self.errors[name].mean(dim=2)
+
+
+def _check_int(value, name: str, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def validate(cfg: GeneralisationSettings) -> None:
+    """Raise ``ValueError`` with a clear message on settings that cannot run."""
+    for name in ("d", "k", "M", "rounds", "runs", "clients", "ft_steps"):
+        _check_int(getattr(cfg, name), name, 1)
+    _check_int(cfg.tau, "tau (FedAvg's local steps; tau = 1 is D-GD itself)", 2)
+    _check_int(cfg.seed, "seed", 0)
+    if not cfg.k < cfg.d:
+        raise ValueError(f"need k < d (a representation that can miss directions), got k={cfg.k}, d={cfg.d}")
+    if len(cfg.ns) == 0:
+        raise ValueError("ns (the sample sizes of the new client) must not be empty")
+    for n in cfg.ns:
+        _check_int(n, "every n in ns (samples of the new client)", 1)
+    if not (isinstance(cfg.alpha, (int, float)) and 0 < cfg.alpha < math.inf):
+        raise ValueError(f"the step size alpha must be positive and finite, got {cfg.alpha!r}")
+    if not (isinstance(cfg.ft_lr, (int, float)) and 0 < cfg.ft_lr < 2):
+        raise ValueError(f"ft_lr is a fraction of the fine-tuning stability bound and must lie in (0, 2), "
+                         f"got {cfg.ft_lr!r}")
+    if not (isinstance(cfg.noise_std, (int, float)) and 0 <= cfg.noise_std < math.inf):
+        raise ValueError(f"noise_std must be >= 0 and finite, got {cfg.noise_std!r}")
+
+
+def gradient_norms(traj: Trajectory, v: torch.Tensor) -> torch.Tensor:
+    """||grad f(B_t, w_t)|| for every iterate of ``traj``, f = 1/2 ||B w - v||^2 + const the
+    equal-weight population objective with mean regressor ``v``; shape (T + 1,)."""
+    r = linear.predict(traj.B, traj.w) - v
+    grad_w = (traj.B.mT @ r.unsqueeze(-1)).squeeze(-1)
+    return torch.sqrt(r.pow(2).sum(-1) * traj.w.pow(2).sum(-1) + grad_w.pow(2).sum(-1))
+
+
+def stable_step(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Fine-tuning step sizes ``fraction / lambda``, batched over problems, where
+
+        lambda = lambda_max(X (||w||^2 I_d + B B^T) X^T) / n
+
+    is the largest eigenvalue of the Gauss-Newton matrix J^T J / n of 1/(2n) ||X B w - y||^2 at
+    (B, w): the residual moves by J(dB, dw) = X (dB w + B dw), and J J^T = X (||w||^2 I + B B^T) X^T.
+    GD on a quadratic with this curvature is stable for steps below 2 / lambda; ``fraction`` < 1
+    leaves room for the growth of (B, w) during fine-tuning.
+    B (s, d, k), w (s, k), X (s, n, d); returns (s,).
+    """
+    n = X.shape[-2]
+    XB = X @ B
+    gram = w.pow(2).sum(-1).reshape(-1, 1, 1) * (X @ X.mT) + XB @ XB.mT
+    return fraction * n / torch.linalg.eigvalsh(gram)[..., -1]
+
+
+def finetune_joint(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, y: torch.Tensor, *,
+                   lr: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``steps`` full-batch GD steps on 1/(2n) ||X B w - y||^2 jointly in (B, w), for a batch of
+    independent problems: B (s, d, k), w (s, k), X (s, n, d), y (s, n), step sizes lr (s,).
+
+    Problem j follows exactly :func:`replearn.linear.finetune_gd` with ``lr = lr[j]`` and
+    ``update_representation=True``. Raises ``ValueError`` if any problem diverges.
+    """
+    n = X.shape[-2]
+    eta = lr.reshape(-1, 1, 1)
+    w = w.unsqueeze(-1)
+    for _ in range(steps):
+        g = X.mT @ (X @ (B @ w) - y.unsqueeze(-1)) / n      # (s, d, 1): gradient in theta = B w
+        B, w = B - eta * (g @ w.mT), w - eta * (B.mT @ g)
+    if not bool(torch.isfinite(B).all() and torch.isfinite(w).all()):
+        raise ValueError("fine-tuning diverged: the step sizes are too large; lower ft_lr")
+    return B, w.squeeze(-1)
+
+
+def _seed_for(*keys: int) -> int:
+    """An independent integer seed for the stream named by ``keys``."""
+    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0])
+
+
+def train(cfg: GeneralisationSettings, run: int, device=None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """Instance ``run``: B_* (d, k), heads W (M, k) and the trajectories {method: Trajectory} of
+    FedAvg (tau local steps) and D-GD on the population losses from the same (B_0, w_0 = 0)."""
+    validate(cfg)
+    device = default_device() if device is None else torch.device(device)
+    gen = make_generator(_seed_for(cfg.seed, run, 0))
+    Bstar = linear.ground_truth_representation(cfg.d, cfg.k, gen).to(device)
+    W = randn(cfg.M, cfg.k, generator=gen, device=device)
+    B0 = linalg.random_orthonormal(cfg.d, cfg.k, gen).to(device) / cfg.alpha**0.5
+    w0 = torch.zeros(cfg.k, dtype=DTYPE, device=device)
+    tasks = linear.population_tasks(Bstar, W)
+    trajectories = {
+        "FedAvg": federated.fedavg(B0, w0, tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds),
+        "D-GD": federated.dgd(B0, w0, tasks, alpha=cfg.alpha, rounds=cfg.rounds),
+    }
+    return Bstar, W, trajectories
+
+
+def new_clients(Bstar: torch.Tensor, n: int, count: int, noise_std: float, seed: int):
+    """``count`` new clients: regressors theta (count, d) = B_* w with w ~ N(0, I_k), and n
+    samples each, X (count, n, d) standard Gaussian and y = X theta + N(0, noise_std^2)."""
+    gen = make_generator(seed)
+    d, k = Bstar.shape
+    theta = randn(count, k, generator=gen, device=Bstar.device) @ Bstar.mT
+    X = randn(count, n, d, generator=gen, device=Bstar.device)
+    y = (X @ theta.unsqueeze(-1)).squeeze(-1) + noise_std * randn(count, n, generator=gen, device=Bstar.device)
+    return theta, X, y
+
+
+def run(cfg: GeneralisationSettings, device=None) -> GeneralisationResult:
+    """Train FedAvg and D-GD on ``cfg.runs`` instances, record the gradient norms of the global
+    objective, then fine-tune both final models on ``cfg.clients`` new clients per run and per
+    n in ``cfg.ns`` (joint GD and head-only least squares) and on B_* (oracle)."""
+    validate(cfg)
+    device = default_device() if device is None else torch.device(device)
+    grad_norm = {m: [] for m in METHODS}
+    dist = {m: [] for m in METHODS}
+    floor = {m: [] for m in METHODS}
+    finals = {m: ([], []) for m in METHODS}
+    Bstars = []
+    for r in range(cfg.runs):
+        Bstar, W, trajectories = train(cfg, r, device)
+        v = Bstar @ W.mean(0)
+        Bstars.append(Bstar)
+        for m, tr in trajectories.items():
+            grad_norm[m].append(gradient_norms(tr, v))
+            dist[m].append(linalg.principal_angle_distance(tr.B[-1], Bstar))
+            Q = linalg.orthonormal_basis(tr.B[-1])
+            floor[m].append((Bstar - Q @ (Q.mT @ Bstar)).pow(2).sum())
+            finals[m][0].append(tr.B[-1])
+            finals[m][1].append(tr.w[-1])
+    c = cfg.clients
+    Bstar_b = torch.stack(Bstars).repeat_interleave(c, dim=0)                     # (runs * c, d, k)
+    models = {m: (torch.stack(Bs).repeat_interleave(c, dim=0), torch.stack(ws).repeat_interleave(c, dim=0))
+              for m, (Bs, ws) in finals.items()}
+    errors = {name: [] for name in ERRORS}
+    steps = {m: [] for m in METHODS}
+    for n in cfg.ns:
+        data = [new_clients(Bstars[r], n, c, cfg.noise_std, _seed_for(cfg.seed, r, 1, n)) for r in range(cfg.runs)]
+        theta, X, y = (torch.cat(parts) for parts in zip(*data))
+        for m, (B, w) in models.items():
+            lr = stable_step(B, w, X, cfg.ft_lr)
+            B_ft, w_ft = finetune_joint(B, w, X, y, lr=lr, steps=cfg.ft_steps)
+            errors[m].append(linear.excess_risk(B_ft, w_ft, theta))
+            w_head = linear.finetune_head(B, X, y)
+            errors[HEAD_ONLY[m]].append(linear.excess_risk(B, w_head, theta))
+            steps[m].append(lr)
+        errors[ORACLE].append(linear.excess_risk(Bstar_b, linear.finetune_head(Bstar_b, X, y), theta))
+    shape = (len(cfg.ns), cfg.runs, c)
+    return GeneralisationResult(
+        rounds=torch.arange(cfg.rounds + 1),
+        grad_norm={m: torch.stack(g).cpu() for m, g in grad_norm.items()},
+        dist={m: torch.stack(x).cpu() for m, x in dist.items()},
+        floor={m: torch.stack(x).cpu() for m, x in floor.items()},
+        ns=torch.tensor(cfg.ns),
+        errors={name: torch.stack(e).reshape(shape).cpu() for name, e in errors.items()},
+        steps={m: torch.stack(s).reshape(shape).cpu() for m, s in steps.items()})

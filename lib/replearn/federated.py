@@ -16,6 +16,8 @@ All selected clients are updated at once as a batch (no Python loop over clients
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .backend import SeedLike, check_finite, make_generator
@@ -74,6 +76,15 @@ def local_updates(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: torch.T
     return B_loc, w_loc.squeeze(-1)
 
 
+@functools.lru_cache(maxsize=16)
+def _start_coordinates(n: int, k: int, dtype: torch.dtype, device: torch.device):
+    """Constants of :func:`local_coordinates`: A = [I_k; 0] (k + 1, k), -e_{k+1} (n, k + 1, 1), [-1]."""
+    A0 = torch.eye(k + 1, k, dtype=dtype, device=device)
+    minus_e = torch.zeros(k + 1, 1, dtype=dtype, device=device)
+    minus_e[k] = -1.0
+    return A0, minus_e.expand(n, k + 1, 1), minus_e[k]
+
+
 def local_coordinates(B: torch.Tensor, w: torch.Tensor, tasks: PopulationTasks, index: torch.Tensor | None,
                       *, alpha: float, tau: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Population local updates written in the coordinates of span(col(B), theta_*_i).
@@ -92,17 +103,18 @@ def local_coordinates(B: torch.Tensor, w: torch.Tensor, tasks: PopulationTasks, 
     Returns ``A`` (s, k + 1, k) stacking P_i over u_i^T, and the local heads (s, k).
     """
     theta = tasks.theta if index is None else tasks.theta[index]
+    sqnorm = tasks.sqnorm if index is None else tasks.sqnorm[index]
     n, k = theta.shape[0], B.shape[1]
-    gram = B.new_empty(n, k + 1, k + 1)
-    cross = theta @ B
-    gram[:, :k, :k] = B.mT @ B
-    gram[:, :k, k] = cross
-    gram[:, k, :k] = cross
-    gram[:, k, k] = tasks.sqnorm if index is None else tasks.sqnorm[index]
-    minus_e = -torch.eye(k + 1, dtype=B.dtype, device=B.device)[k:].mT.expand(n, k + 1, 1)
-    A = torch.eye(k + 1, k, dtype=B.dtype, device=B.device).expand(n, k + 1, k)
-    w_loc = w.expand(n, k).unsqueeze(-1)
-    for _ in range(tau):
+    cross = theta @ B                                                       # theta_*_i^T B_t
+    gram = torch.cat((torch.cat((B.mT.matmul(B).expand(n, k, k), cross.unsqueeze(-1)), dim=-1),
+                      torch.cat((cross, sqnorm.unsqueeze(-1)), dim=-1).unsqueeze(1)), dim=1)
+    A0, minus_e, minus_one = _start_coordinates(n, k, B.dtype, B.device)
+    # Step 1 starts from P = I, u = 0 and the global w for every client: r = [w; -1] are the
+    # coordinates of B_t w - theta_*_i, and the new A = A0 - alpha r w^T is shared.
+    r = torch.cat((w, minus_one))
+    w_loc = torch.sub(w, torch.matmul(gram[:, :k], r), alpha=alpha).unsqueeze(-1)
+    A = torch.addr(A0, r, w, alpha=-alpha).expand(n, k + 1, k)
+    for _ in range(tau - 1):
         r = torch.baddbmm(minus_e, A, w_loc)                 # coordinates of B_{i,s} w_{i,s} - theta_*_i
         grad_w = torch.bmm(A.mT, torch.bmm(gram, r))         # B_{i,s}^T (B_{i,s} w_{i,s} - theta_*_i)
         A = torch.baddbmm(A, r, w_loc.mT, alpha=-alpha)

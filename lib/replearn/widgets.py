@@ -203,3 +203,271 @@ def fedavg_explorer(**defaults):
         return fig
 
     return _panel(controls, figure)
+
+
+# --------------------------------------------------------------------------- FedRep (book 5.6)
+
+_FEDREP_EXPLORER_DEFAULTS = {"n": 100, "m": 5, "r": 0.1, "head_steps": 0}
+
+
+def fedrep_explorer_curves(n: int, m: int, r: float, head_steps: int | None, *, d: int = 10, k: int = 2,
+                           rounds: int = 200, seed: int = 0, eta: float = 0.2, head_lr: float = 0.1,
+                           noise_std: float = 0.0) -> dict:
+    """dist(B_t, B_*) of FedRep (Algorithm 2, fresh samples) on one instance, t = 0..rounds.
+
+    ``n`` clients with heads of norm sqrt(k) (:func:`replearn.fedrep.paper_heads`), Haar-random
+    B_* (d, k), ``m`` fresh samples per selected client per round, a fraction ``r`` of the
+    clients per round, the method-of-moments start and representation step ``eta``.
+    ``head_steps`` chooses the head update: ``0`` or ``None`` is FedRep's exact least-squares
+    head; ``K >= 1`` is K gradient steps of size ``head_lr`` from the client's previous head
+    (GD-GD for K = 1, 10GD-GD for K = 10). Returns numpy arrays ``{"round", "dist", "exact"}``,
+    each (rounds + 1,): the chosen variant and, as a reference, the exact-head FedRep on the
+    same instance, start and client samples (the two are equal when the head is exact).
+    Raises ValueError on bad input and when the iterates diverge (step size too large).
+    """
+    from .experiments.fedrep_figures import dist_curves
+
+    if not (_is_int(n) and n >= 1):
+        raise ValueError(f"n (clients) must be an integer >= 1, got {n!r}")
+    if not (_is_int(m) and m >= 1):
+        raise ValueError(f"m (fresh samples per round) must be an integer >= 1, got {m!r}")
+    if not (isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r <= 1):
+        raise ValueError(f"r (fraction of clients per round) must lie in (0, 1], got {r!r}")
+    if not (head_steps is None or (_is_int(head_steps) and head_steps >= 0)):
+        raise ValueError(f"head_steps must be 0 or None (exact head) or an integer K >= 1, got {head_steps!r}")
+    if not (_is_int(rounds) and rounds >= 1):
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if not (_is_int(d) and _is_int(k) and 1 <= k < d):
+        raise ValueError(f"need integers 1 <= k < d, got d={d!r}, k={k!r}")
+    for value, name in ((eta, "eta"), (head_lr, "head_lr")):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf):
+            raise ValueError(f"{name} must be a positive finite step size, got {value!r}")
+    if not (isinstance(noise_std, (int, float)) and 0 <= noise_std < math.inf):
+        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
+    if not (_is_int(seed) and seed >= 0):
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    K = None if not head_steps else head_steps
+    variants = {"exact": None} if K is None else {"exact": None, "dist": K}
+    curves = dist_curves(n, m, float(r), variants, d=d, k=k, rounds=rounds, eta=float(eta),
+                         head_lr=float(head_lr), noise_std=float(noise_std), seed=seed)
+    out = {"round": np.arange(rounds + 1), "exact": to_numpy(curves["exact"])}
+    out["dist"] = out["exact"].copy() if K is None else to_numpy(curves["dist"])
+    return out
+
+
+def draw_fedrep_explorer(ax, curves: dict, head_steps: int | None, title: str = "") -> None:
+    """Plot the curves of :func:`fedrep_explorer_curves` on a log axis."""
+    floor = 1e-12  # the exact-head runs reach machine precision; keep the log axis finite
+    if head_steps:
+        shown = {"FedRep": curves["exact"], ("GD-GD" if head_steps == 1 else f"{head_steps}GD-GD"): curves["dist"]}
+    else:
+        shown = {"FedRep": curves["exact"]}
+    shown = {name: np.maximum(y, floor) for name, y in shown.items()}
+    plot_curves(ax, curves["round"], shown, logy=True, xlabel="round t", ylabel=r"dist$(B_t, B_*)$",
+                title=title)
+    ax.set_ylim(max(floor, 0.5 * float(min(y.min() for y in shown.values()))), 1.5)
+
+
+def fedrep_explorer(**defaults):
+    """An ipywidgets panel: sliders for the number of clients n, the fresh samples m per round,
+    the participation r and the head steps K (0 = exact head), and a plot of
+    :func:`fedrep_explorer_curves` (keyword ``defaults`` set the initial slider values)."""
+    import ipywidgets as widgets
+    from matplotlib.figure import Figure
+
+    start = _start_values(defaults, _FEDREP_EXPLORER_DEFAULTS)
+    common = {"continuous_update": False}
+    controls = {
+        "n": widgets.IntSlider(value=start["n"], min=10, max=1000, step=10, description="n", **common),
+        "m": widgets.IntSlider(value=start["m"], min=1, max=20, step=1, description="m", **common),
+        "r": widgets.FloatSlider(value=start["r"], min=0.05, max=1.0, step=0.05, description="r", **common),
+        "head_steps": widgets.IntSlider(value=start["head_steps"] or 0, min=0, max=20, step=1,
+                                        description="K (0: exact)", **common),
+    }
+
+    def figure(values):
+        curves = fedrep_explorer_curves(**values)
+        fig = Figure(figsize=(6.0, 3.4))
+        K = values["head_steps"]
+        title = (f"n = {values['n']}, m = {values['m']}, r = {values['r']:.2f}, "
+                 + ("exact head" if not K else f"K = {K}"))
+        draw_fedrep_explorer(fig.add_subplot(), curves, K, title)
+        fig.tight_layout()
+        return fig
+
+    return _panel(controls, figure)
+
+
+# --------------------------------------------------------------------------- MAML / ANIL (book 2.4)
+
+_MAML_EXPLORER_DEFAULTS = {"algorithm": "ANIL", "alpha": 0.25, "beta": 0.25, "cond": 2.0, "mean_norm": 2.0,
+                           "init": "random"}
+
+
+def maml_explorer_curves(algorithm: str, alpha: float, beta: float, cond: float, mean_norm: float, init: str, *,
+                         d: int = 20, k: int = 3, n: int = 20, T: int = 300, seed: int = 0) -> dict:
+    """dist(B_t, B_*) of one meta-learner and of ARM on population tasks, t = 0..T.
+
+    The instance is :func:`replearn.experiments.maml_experiments.make_tightness_problem`:
+    Haar-random B_* (d, k), n heads with mean norm ``mean_norm`` and centred condition number
+    ``cond``, and the ``init`` start ("structured": distance 0.5 with alpha B_0^T B_0 = I;
+    "random": N(0, 1/(alpha d)) entries), w_0 = 0. ``algorithm`` (MAML, FO-MAML, ANIL, FO-ANIL)
+    uses inner step ``alpha`` and outer step ``beta``; ARM uses step ``beta``. Returns numpy
+    arrays ``{"iteration": (T + 1,), algorithm: (T + 1,), "ARM": (T + 1,)}``. Raises ValueError
+    on bad input and the library's ValueError when the iterates diverge.
+    """
+    from .experiments.maml_experiments import make_tightness_problem
+    from .maml import ALGORITHMS, meta_train
+
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {ALGORITHMS}")
+    if init not in ("structured", "random"):
+        raise ValueError(f"init must be 'structured' or 'random', got {init!r}")
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf):
+            raise ValueError(f"{name} must be a positive finite step size, got {value!r}")
+    if not (isinstance(cond, (int, float)) and 1 <= cond < math.inf):
+        raise ValueError(f"cond is a condition number and must be a finite value >= 1, got {cond!r}")
+    if not (isinstance(mean_norm, (int, float)) and 0 <= mean_norm < math.inf):
+        raise ValueError(f"mean_norm must be a finite value >= 0, got {mean_norm!r}")
+    if not (_is_int(T) and T >= 1):
+        raise ValueError(f"T (iterations) must be an integer >= 1, got {T!r}")
+    if not (_is_int(d) and _is_int(k) and _is_int(n) and 1 <= k < d and n >= k + 1):
+        raise ValueError(f"need integers 1 <= k < d and n >= k + 1, got d={d!r}, k={k!r}, n={n!r}")
+    if not (_is_int(seed) and seed >= 0):
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    pb = make_tightness_problem(d, k, n, cond=float(cond), mean_norm=float(mean_norm), alpha=float(alpha),
+                                seed=seed)
+    B0, w0 = pb.starts[init]
+    traj = meta_train(B0, w0, pb.tasks, algorithm=algorithm, alpha=float(alpha), beta=float(beta), iterations=T)
+    base = arm(B0, w0, pb.tasks, beta=float(beta), iterations=T)
+    return {"iteration": np.arange(T + 1), algorithm: to_numpy(traj.dist(pb.Bstar)),
+            "ARM": to_numpy(base.dist(pb.Bstar))}
+
+
+def draw_maml_explorer(ax, curves: dict, title: str = "") -> None:
+    """Plot the curves of :func:`maml_explorer_curves` on a log axis."""
+    floor = 1e-12  # the meta-learners can reach machine precision; keep the log axis finite
+    shown = {name: np.maximum(values, floor) for name, values in curves.items() if name != "iteration"}
+    plot_curves(ax, curves["iteration"], shown, logy=True, xlabel="iteration t", ylabel=r"dist$(B_t, B_*)$",
+                title=title)
+    ax.set_ylim(max(floor, 0.5 * float(min(v.min() for v in shown.values()))), 1.5)
+
+
+def maml_explorer(**defaults):
+    """An ipywidgets panel: a menu for the algorithm, sliders for alpha, beta, the head
+    condition number and the norm of the head mean, a menu for the start, and a plot of
+    :func:`maml_explorer_curves` (keyword ``defaults`` set the initial values)."""
+    import ipywidgets as widgets
+    from matplotlib.figure import Figure
+
+    from .maml import ALGORITHMS
+
+    start = _start_values(defaults, _MAML_EXPLORER_DEFAULTS)
+    common = {"continuous_update": False}
+    controls = {
+        "algorithm": widgets.Dropdown(options=list(ALGORITHMS), value=start["algorithm"], description="algorithm"),
+        "init": widgets.Dropdown(options=["structured", "random"], value=start["init"], description="start"),
+        "alpha": widgets.FloatSlider(value=start["alpha"], min=0.05, max=0.5, step=0.05, description="α", **common),
+        "beta": widgets.FloatSlider(value=start["beta"], min=0.05, max=1.0, step=0.05, description="β", **common),
+        "cond": widgets.FloatLogSlider(value=start["cond"], base=10, min=0, max=1.5, step=0.1,
+                                       description="cond", **common),
+        "mean_norm": widgets.FloatSlider(value=start["mean_norm"], min=0.0, max=3.0, step=0.25,
+                                         description="‖mean‖", **common),
+    }
+
+    def figure(values):
+        curves = maml_explorer_curves(**values)
+        fig = Figure(figsize=(6.0, 3.4))
+        title = (f"{values['algorithm']}, {values['init']} start, α = {values['alpha']:.2f}, "
+                 f"β = {values['beta']:.2f}, cond = {values['cond']:.1f}, ‖mean‖ = {values['mean_norm']:.2f}")
+        draw_maml_explorer(fig.add_subplot(), curves, title)
+        fig.tight_layout()
+        return fig
+
+    return _panel(controls, figure)
+
+
+# --------------------------------------------------------------------------- ARUBA (book 3.4)
+
+_ARUBA_EXPLORER_DEFAULTS = {"V": 1.4, "anisotropy": 100.0, "m": 20, "T": 200, "method": "ARUBA"}
+_ARUBA_EXPLORER_METHODS = ("ARUBA", "learned scalar rate", "oracle scalar rate", "AdaGrad")
+
+
+def aruba_explorer_curves(V: float, anisotropy: float, m: int, T: int, method: str, *, d: int = 10,
+                          seed: int = 0) -> dict:
+    """Task-averaged regret R-bar_t of one meta-learner and of single-task OGD, t = 1..T.
+
+    The family (:class:`replearn.aruba.TaskFamily`, squared loss) has its task optima spread
+    ``anisotropy`` times more along its first max(1, d // 5) coordinates than along the
+    others, with total similarity ||spread|| = ``V``. ``method``: "ARUBA" (per-coordinate rate),
+    "learned scalar rate", "oracle scalar rate" (V / (G sqrt m)) or "AdaGrad" (base rate 0.3),
+    all with the learned initialisation; ARUBA's smoothing constant is 0.01 as in book 3.4.
+    Returns numpy arrays ``{"task": (T,), method: (T,), "single-task OGD": (T,)}``.
+    Raises ValueError on bad input.
+    """
+    from .aruba import TaskFamily, meta_learn, sample_tasks, single_task_ogd
+
+    if method not in _ARUBA_EXPLORER_METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {_ARUBA_EXPLORER_METHODS}")
+    if not (isinstance(V, (int, float)) and not isinstance(V, bool) and 0 < V <= 5):
+        raise ValueError(f"V (task similarity) must lie in (0, 5], got {V!r}")
+    if not (isinstance(anisotropy, (int, float)) and not isinstance(anisotropy, bool) and 1 <= anisotropy < math.inf):
+        raise ValueError(f"anisotropy is a ratio of spreads and must be a finite value >= 1, got {anisotropy!r}")
+    if not (_is_int(m) and m >= 1 and _is_int(T) and T >= 1):
+        raise ValueError(f"m (rounds) and T (tasks) must be integers >= 1, got m={m!r}, T={T!r}")
+    if not (_is_int(d) and d >= 2):
+        raise ValueError(f"d must be an integer >= 2, got {d!r}")
+    if not (_is_int(seed) and seed >= 0):
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    varying = max(1, d // 5)
+    shape = np.array([float(anisotropy)] * varying + [1.0] * (d - varying))
+    spread = tuple((float(V) * shape / np.linalg.norm(shape)).tolist())
+    fam = TaskFamily(d=d, m=m, spread=spread)
+    tasks = sample_tasks(fam, T, seed=seed)
+    if method == "ARUBA":
+        res = meta_learn(tasks, rate="aruba", smoothing=0.01)
+    elif method == "learned scalar rate":
+        res = meta_learn(tasks, rate="aruba_scalar", smoothing=0.01)
+    elif method == "oracle scalar rate":
+        res = meta_learn(tasks, rate=fam.oracle_rate())
+    else:
+        res = meta_learn(tasks, rate="adagrad", eta0=0.3)
+    return {"task": np.arange(1, T + 1), method: to_numpy(res.task_averaged()[0]),
+            "single-task OGD": to_numpy(single_task_ogd(tasks).task_averaged()[0])}
+
+
+def draw_aruba_explorer(ax, curves: dict, title: str = "") -> None:
+    """Plot the curves of :func:`aruba_explorer_curves` on a log axis."""
+    shown = {name: values for name, values in curves.items() if name != "task"}
+    plot_curves(ax, curves["task"], shown, logy=True, xlabel="task t", ylabel=r"$\bar R_t$", title=title)
+
+
+def aruba_explorer(**defaults):
+    """An ipywidgets panel: sliders for V, the anisotropy, m and T, a menu for the method, and
+    a plot of :func:`aruba_explorer_curves` (keyword ``defaults`` set the initial values)."""
+    import ipywidgets as widgets
+    from matplotlib.figure import Figure
+
+    start = _start_values(defaults, _ARUBA_EXPLORER_DEFAULTS)
+    common = {"continuous_update": False}
+    controls = {
+        "V": widgets.FloatSlider(value=start["V"], min=0.1, max=5.0, step=0.1, description="V", **common),
+        "anisotropy": widgets.FloatLogSlider(value=start["anisotropy"], base=10, min=0, max=2, step=0.25,
+                                             description="anisotropy", **common),
+        "m": widgets.IntSlider(value=start["m"], min=5, max=100, step=5, description="m", **common),
+        "T": widgets.IntSlider(value=start["T"], min=20, max=500, step=20, description="T", **common),
+        "method": widgets.Dropdown(options=list(_ARUBA_EXPLORER_METHODS), value=start["method"],
+                                   description="method"),
+    }
+
+    def figure(values):
+        curves = aruba_explorer_curves(**values)
+        fig = Figure(figsize=(6.0, 3.4))
+        title = (f"{values['method']}, V = {values['V']:.1f}, anisotropy = {values['anisotropy']:.0f}, "
+                 f"m = {values['m']}, T = {values['T']}")
+        draw_aruba_explorer(fig.add_subplot(), curves, title)
+        fig.tight_layout()
+        return fig
+
+    return _panel(controls, figure)

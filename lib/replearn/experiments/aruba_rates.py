@@ -1,0 +1,174 @@
+"""ARUBA's per-coordinate learning rate on an anisotropic task family (book 3.4).
+
+Blog (Khodak, Balcan and Talwalkar 2019), section "Using ARUBA to adapt to the inter-task
+geometry": preconditioned OGD has the regret upper bound
+U_t(phi, eta) = sum_j (phi_j - theta*_j)^2 / (2 eta_j) + sum_j eta_j sum_i grad_{t,i,j}^2, and
+the meta-learned rate eta_{t,j} = sqrt((B_{t,j} + eps_t) / (G_{t,j} + zeta_t)) adapts to the
+coordinates along which the task optima vary. :func:`run` compares, on a family whose optima
+vary along ``varying`` of the d coordinates only (``TaskFamily.anisotropic``), all with the
+learned initialisation (running mean of the theta*_t):
+
+- ``ARUBA``: the per-coordinate rate (``meta_learn(rate="aruba")``);
+- ``learned scalar rate``: its scalar analogue (``rate="aruba_scalar"``);
+- ``oracle scalar rate``: the fixed rate V / (G sqrt m) that needs the task similarity V;
+- ``AdaGrad``: within-task AdaGrad, its base rate tuned in hindsight over ``adagrad_grid``
+  (the best grid value on the same tasks, which favours AdaGrad);
+- ``single-task OGD``: no meta-learning (init 0, rate D / (G sqrt m)), for scale.
+
+:func:`rate_profile` runs ARUBA on a family with graded spreads and returns the learned rates
+next to the spreads and to the per-coordinate minimiser of the summed bounds in hindsight.
+The smoothing constant of :func:`replearn.aruba.meta_learn` is a field here (``smoothing``);
+see the module docstring of :mod:`replearn.aruba` for its form.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import aruba
+from ..profiles import Settings
+
+METHODS = ("single-task OGD", "oracle scalar rate", "AdaGrad (tuned)", "learned scalar rate", "ARUBA")
+
+
+@dataclass(frozen=True)
+class ArubaRatesSettings(Settings):
+    """Dimension ``d`` with ``varying`` task-specific coordinates (spread ``high``, the others
+    ``low``), ``m`` rounds per task, ``T`` tasks, ``runs`` independent sequences, ARUBA's
+    smoothing constant and power, the AdaGrad base-rate grid, and the seed."""
+
+    d: int = 10
+    varying: int = 2
+    high: float = 1.0
+    low: float = 0.01
+    m: int = 20
+    T: int = 200
+    runs: int = 3
+    smoothing: float = 0.01
+    power: float = 0.4
+    adagrad_grid: tuple = (0.03, 0.1, 0.3, 1.0)
+    seed: int = 0
+
+    @classmethod
+    def paper(cls):
+        """A larger instance (d = 50 with 10 varying coordinates, m = 100, T = 1000, 5 runs)."""
+        return cls(d=50, varying=10, m=100, T=1000, runs=5)
+
+    def family(self) -> aruba.TaskFamily:
+        return aruba.TaskFamily.anisotropic(self.d, self.varying, high=self.high, low=self.low, m=self.m)
+
+
+@dataclass(frozen=True)
+class ArubaRatesResult:
+    """Per method: ``regret`` R_t (runs, T) and ``averaged`` task-averaged regret (runs, T);
+    ARUBA's ``rates`` at the last task (runs, d) and their history (runs, T, d); the learned
+    scalar rate history (runs, T); the AdaGrad late-half regret per base rate
+    ``adagrad_scores`` and the chosen ``adagrad_eta0``; the ``oracle_rate``; ``spreads`` (d,)."""
+
+    regret: dict
+    averaged: dict
+    rates: torch.Tensor
+    rate_history: torch.Tensor
+    scalar_history: torch.Tensor
+    adagrad_scores: dict
+    adagrad_eta0: float
+    oracle_rate: float
+    spreads: torch.Tensor
+
+    def late(self) -> dict:
+        """Mean regret over the second half of the tasks (all runs), per method."""
+        half = next(iter(self.regret.values())).shape[1] // 2
+        return {name: float(r[:, half:].mean()) for name, r in self.regret.items()}
+
+
+def _check(cfg: ArubaRatesSettings) -> None:
+    for name in ("d", "m", "T", "runs"):
+        value = getattr(cfg, name)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not (isinstance(cfg.varying, int) and 0 <= cfg.varying <= cfg.d):
+        raise ValueError(f"varying must be an integer in [0, d], got {cfg.varying!r}")
+    if not cfg.adagrad_grid or not all(isinstance(e, (int, float)) and e > 0 for e in cfg.adagrad_grid):
+        raise ValueError(f"adagrad_grid must be a non-empty tuple of positive base rates, got {cfg.adagrad_grid!r}")
+
+
+def run(cfg: ArubaRatesSettings) -> ArubaRatesResult:
+    """The comparison of the module docstring on ``cfg.runs`` sequences of ``cfg.T`` tasks."""
+    _check(cfg)
+    fam = cfg.family()
+    tasks = aruba.sample_tasks(fam, cfg.T, runs=cfg.runs, seed=cfg.seed)
+    smooth = {"smoothing": cfg.smoothing, "power": cfg.power}
+    half = cfg.T // 2
+    adagrad = {}
+    for eta0 in cfg.adagrad_grid:
+        try:
+            adagrad[float(eta0)] = aruba.meta_learn(tasks, rate="adagrad", eta0=float(eta0))
+        except ValueError:  # a base rate so large that OGD diverges counts as infinitely bad
+            continue
+    if not adagrad:
+        raise ValueError("AdaGrad diverged for every base rate of the grid")
+    scores = {e: float(r.regret[:, half:].mean()) for e, r in adagrad.items()}
+    best = min(scores, key=scores.get)
+    runs = {
+        "single-task OGD": aruba.single_task_ogd(tasks),
+        "oracle scalar rate": aruba.meta_learn(tasks, rate=fam.oracle_rate()),
+        "AdaGrad (tuned)": adagrad[best],
+        "learned scalar rate": aruba.meta_learn(tasks, rate="aruba_scalar", **smooth),
+        "ARUBA": aruba.meta_learn(tasks, rate="aruba", **smooth),
+    }
+    return ArubaRatesResult(
+        regret={k: r.regret for k, r in runs.items()},
+        averaged={k: r.task_averaged() for k, r in runs.items()},
+        rates=runs["ARUBA"].rate[:, -1], rate_history=runs["ARUBA"].rate,
+        scalar_history=runs["learned scalar rate"].rate[..., 0],
+        adagrad_scores=scores, adagrad_eta0=best, oracle_rate=fam.oracle_rate(), spreads=fam.spreads)
+
+
+def smoothing_sweep(cfg: ArubaRatesSettings, values=(0.1, 0.03, 0.01, 0.003)) -> dict:
+    """Late-half mean regret of ARUBA and of the learned scalar rate for several smoothing
+    constants (library default 0.1), on the tasks of :func:`run`: {s: (aruba, scalar)}."""
+    _check(cfg)
+    tasks = aruba.sample_tasks(cfg.family(), cfg.T, runs=cfg.runs, seed=cfg.seed)
+    half = cfg.T // 2
+    out = {}
+    for s in values:
+        pair = [float(aruba.meta_learn(tasks, rate=r, smoothing=s, power=cfg.power).regret[:, half:].mean())
+                for r in ("aruba", "aruba_scalar")]
+        out[float(s)] = tuple(pair)
+    return out
+
+
+@dataclass(frozen=True)
+class RateProfile:
+    """ARUBA on graded spreads: ``spreads`` (d,), learned ``rates`` at the last task (runs, d),
+    the hindsight minimiser ``optimal`` sqrt(B_j / G_j) of the summed bounds along ARUBA's own
+    trajectory (runs, d), and the single-task rate ``eta0``."""
+
+    spreads: torch.Tensor
+    rates: torch.Tensor
+    optimal: torch.Tensor
+    eta0: float
+
+
+def rate_profile(cfg: ArubaRatesSettings, low: float = 0.01, high: float = 1.0) -> RateProfile:
+    """ARUBA on a family whose d spreads are geometric from ``low`` to ``high``.
+
+    ``optimal`` is the fixed per-coordinate rate minimising sum_t U_t(phi_t, eta) for the
+    initialisations phi_t and the gradients of the run: by the proposition of book 3.4 it is
+    sqrt(B_j / G_j) with B_j = 1/2 sum_t (phi_{t,j} - theta*_{t,j})^2 and G_j = sum_t sum_i g_{t,i,j}^2
+    (the gradients recomputed by replaying OGD with ARUBA's rates, all tasks at once).
+    """
+    _check(cfg)
+    if not 0 < low <= high < math.inf:
+        raise ValueError(f"need 0 < low <= high, got low={low}, high={high}")
+    fam = aruba.TaskFamily(d=cfg.d, m=cfg.m, spread=tuple(np.geomspace(low, high, cfg.d).tolist()))
+    tasks = aruba.sample_tasks(fam, cfg.T, runs=cfg.runs, seed=cfg.seed + 1)
+    res = aruba.meta_learn(tasks, rate="aruba", smoothing=cfg.smoothing, power=cfg.power)
+    replay = aruba.ogd(tasks.X, tasks.y, res.init, res.rate, loss=fam.loss, radius=fam.radius)
+    B = 0.5 * (res.init - tasks.theta_star).pow(2).sum(1)
+    G = replay.grad_sq.sum(1)
+    return RateProfile(fam.spreads, res.rate[:, -1], (B / G).sqrt(), fam.single_task_rate())

@@ -11,6 +11,14 @@ NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 export REPLEARN_PROFILE ?= default
+# The CIFAR sections read the data directory from REPLEARN_DATA (see README, "Data"). When it is
+# unset and the offline CIFAR subsets sit in ../shared/data (our machines and CI), use them.
+SHARED_DATA := $(abspath $(CURDIR)/../shared/data)
+ifeq ($(origin REPLEARN_DATA), undefined)
+ifneq ($(wildcard $(SHARED_DATA)/cifar10_subset.npz),)
+export REPLEARN_DATA := $(SHARED_DATA)
+endif
+endif
 
 .PHONY: book test unit nbval execute bench lab constraints clean
 

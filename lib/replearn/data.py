@@ -1,0 +1,595 @@
+"""CIFAR-10/100: loading, client partitions, normalisation and batched augmentation.
+
+Data come from one of two places, looked up in this order under a data directory ``root``
+(the ``root`` argument, else the environment variable ``REPLEARN_DATA``, else
+``~/.cache/replearn``):
+
+1. the extracted official python-pickle archive (``cifar-10-batches-py/`` or
+   ``cifar-100-python/``), Krizhevsky (2009), <https://www.cs.toronto.edu/~kriz/cifar.html>:
+   the full dataset (``source == "full"``);
+2. the real CIFAR subsets ``cifar10_subset.npz`` / ``cifar100_subset.npz`` (official pixels and
+   labels, 2,000 / 500 images per CIFAR-10 class, 250 / 50 per CIFAR-100 class; see the README
+   that ships with them): ``source == "subset"``;
+3. with ``download=True``, the official archive is downloaded, md5-checked and extracted.
+
+Partitions follow the federated-learning papers' code: *shards* with ``C`` classes per client
+(McMahan et al. 2017; LG-FedAvg and FedRep code) and Dirichlet(alpha) label skew (Hsu et al.
+2019; alpha = 0.6 in the FedAvg fine-tuning paper). Every partition is a list of int64 index
+tensors, one per client, drawn from a numpy generator seeded by ``seed``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import pickle
+import tarfile
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+_SPECS = {
+    "cifar10": dict(
+        title="CIFAR-10", folder="cifar-10-batches-py", subset="cifar10_subset.npz",
+        archive="cifar-10-python.tar.gz", md5="c58f30108f718f92721af3b95e74349a",
+        url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+        train=tuple(f"data_batch_{i}" for i in range(1, 6)), test=("test_batch",),
+        meta="batches.meta", label_key=b"labels", names_key=b"label_names", n_classes=10),
+    "cifar100": dict(
+        title="CIFAR-100", folder="cifar-100-python", subset="cifar100_subset.npz",
+        archive="cifar-100-python.tar.gz", md5="eb9058c3a382ffc7106e4002c42a8d85",
+        url="https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+        train=("train",), test=("test",),
+        meta="meta", label_key=b"fine_labels", names_key=b"fine_label_names", n_classes=100),
+}
+
+#: Per-channel (R, G, B) mean and standard deviation of the pixel values scaled to [0, 1],
+#: over the full official training set of each dataset (the values used throughout the
+#: CIFAR literature; for CIFAR-10 the population std, not the often-copied 0.2023/0.1994/0.2010).
+CHANNEL_STATS = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+
+_SUBSET_KEYS = ("x_train", "y_train", "x_test", "y_test", "class_names")
+
+
+def _spec(name: str) -> dict:
+    if name not in _SPECS:
+        raise ValueError(f"unknown dataset {name!r}; use one of {tuple(_SPECS)}")
+    return _SPECS[name]
+
+
+# --------------------------------------------------------------------------- normalise, augment
+
+
+def normalise(x_uint8: torch.Tensor, name: str) -> torch.Tensor:
+    """``(x / 255 - mean) / std`` per channel for dataset ``name`` (see :data:`CHANNEL_STATS`).
+
+    ``x_uint8`` is a uint8 tensor ``(..., 3, H, W)``; the result is float32 on the same device.
+    """
+    if x_uint8.dtype != torch.uint8:
+        raise ValueError(f"normalise expects uint8 pixels, got {x_uint8.dtype}; pass the raw CIFAR images")
+    if x_uint8.dim() < 3 or x_uint8.shape[-3] != 3:
+        raise ValueError(f"normalise expects images shaped (..., 3, H, W), got {tuple(x_uint8.shape)}")
+    _spec(name)
+    mean, std = (torch.tensor(v, dtype=torch.float32, device=x_uint8.device).view(3, 1, 1)
+                 for v in CHANNEL_STATS[name])
+    return (x_uint8.float() / 255.0 - mean) / std
+
+
+def augment(x: torch.Tensor, generator: torch.Generator, *, pad: int = 4, flip: bool = True) -> torch.Tensor:
+    """Random crop after zero padding by ``pad`` plus horizontal flip with probability 1/2.
+
+    The batched equivalent of torchvision's ``RandomCrop(32, padding=4)`` followed by
+    ``RandomHorizontalFlip()`` used in the FedRep and LG-FedAvg code. For a batch ``(B, C, H, W)``
+    the random numbers are drawn on the CPU from ``generator`` in this order: the crop offsets
+    ``torch.randint(0, 2 * pad + 1, (B, 2))`` (row, column), then, if ``flip``, ``torch.rand(B)``
+    with image ``b`` flipped when its draw is below 1/2. The crops are gathered with one advanced
+    index on ``x``'s device (no loop over images).
+    """
+    if x.dim() != 4:
+        raise ValueError(f"augment expects a batch shaped (B, C, H, W), got {tuple(x.shape)}")
+    if pad < 0:
+        raise ValueError(f"pad must be non-negative, got {pad}")
+    b, _, h, w = x.shape
+    offsets = torch.randint(0, 2 * pad + 1, (b, 2), generator=generator).to(x.device)
+    cols = torch.arange(w, device=x.device).expand(b, w)
+    if flip:
+        flipped = (torch.rand(b, generator=generator) < 0.5).to(x.device)
+        cols = torch.where(flipped[:, None], w - 1 - cols, cols)
+    rows = offsets[:, :1] + torch.arange(h, device=x.device)
+    cols = offsets[:, 1:] + cols
+    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad)).permute(0, 2, 3, 1)
+    batch = torch.arange(b, device=x.device)[:, None, None]
+    return padded[batch, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2).contiguous()
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True)
+class CifarData:
+    """Images as uint8 ``(N, 3, 32, 32)`` tensors (CHW, RGB) and int64 labels.
+
+    ``y_*_coarse`` hold the CIFAR-100 superclass labels (``None`` for CIFAR-10); ``source`` is
+    ``"full"`` (official archive) or ``"subset"`` (the shipped npz subsets); ``root`` is the data
+    directory the images were read from.
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    class_names: tuple[str, ...]
+    source: str
+    root: Path
+    y_train_coarse: torch.Tensor | None = None
+    y_test_coarse: torch.Tensor | None = None
+    coarse_class_names: tuple[str, ...] | None = None
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+    def describe(self) -> str:
+        """One line saying which data were served, e.g. ``CIFAR-10 subset from /data: 20,000
+        train / 5,000 test images, 2,000 / 500 per class``."""
+        def per_class(y):
+            counts = torch.bincount(y, minlength=self.n_classes)
+            lo, hi = int(counts.min()), int(counts.max())
+            return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+        kind = "full dataset" if self.source == "full" else "subset"
+        return (f"{_spec(self.name)['title']} {kind} from {self.root}: {len(self.y_train):,} train / "
+                f"{len(self.y_test):,} test images, {per_class(self.y_train)} / {per_class(self.y_test)} "
+                f"per class")
+
+
+def data_root(root: str | os.PathLike | None = None) -> Path:
+    """The data directory: ``root``, else ``$REPLEARN_DATA``, else ``~/.cache/replearn``."""
+    if root is not None:
+        return Path(root).expanduser()
+    env = os.environ.get("REPLEARN_DATA", "").strip()
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "replearn"
+
+
+def load_cifar(name: str, *, root: str | os.PathLike | None = None, download: bool = False,
+               url: str | None = None, md5: str | None = None, retries: int = 3,
+               retry_delay: float = 1.0, timeout: float = 60.0) -> CifarData:
+    """Load CIFAR-10 (``"cifar10"``) or CIFAR-100 (``"cifar100"``, fine and coarse labels).
+
+    Looks in the data directory (:func:`data_root`) for the extracted official folder, then for
+    the npz subset; if neither is there and ``download`` is true, downloads the official archive
+    (``url`` and ``md5`` override the official ones, e.g. for a local mirror) with
+    :func:`download_archive`, extracts it and loads it. Otherwise raises ``FileNotFoundError``
+    naming the directory searched and the two fixes.
+    """
+    spec = _spec(name)
+    base = data_root(root)
+    if (base / spec["folder"]).is_dir():
+        return _load_official(name, base)
+    if (base / spec["subset"]).is_file():
+        return _load_subset(name, base)
+    if not download:
+        raise FileNotFoundError(
+            f"no {spec['title']} data in {base}: expected the folder {spec['folder']}/ (extracted "
+            f"official archive) or the subset file {spec['subset']}. Either set the environment "
+            f"variable REPLEARN_DATA to a folder holding {spec['subset']} (e.g. ../shared/data), "
+            f"or pass download=True when online to fetch {spec['archive']} into {base}.")
+    archive = download_archive(url or spec["url"], base / spec["archive"], md5 or spec["md5"],
+                               retries=retries, retry_delay=retry_delay, timeout=timeout)
+    extract_archive(archive, base, spec["folder"])
+    return _load_official(name, base)
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickler that only rebuilds numpy arrays (what the official CIFAR pickles hold)."""
+
+    _allowed = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("numpy.core.multiarray", "_reconstruct"): np.ndarray.__reduce__(np.zeros(1))[0],
+        ("numpy._core.multiarray", "_reconstruct"): np.ndarray.__reduce__(np.zeros(1))[0],
+        ("_codecs", "encode"): lambda s, enc="utf-8": s.encode(enc),
+    }
+
+    def find_class(self, module, name):
+        try:
+            return self._allowed[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(
+                f"refusing to load {module}.{name}: not part of the CIFAR format") from None
+
+
+def read_pickle(path: Path) -> dict:
+    """Read one official CIFAR pickle (``encoding='bytes'``: keys are byte strings).
+
+    Only numpy arrays, lists, numbers and strings may appear; anything else, or an unreadable
+    file, raises ``ValueError``.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the extracted CIFAR folder is incomplete; "
+                                f"delete {path.parent} and extract or download the archive again")
+    try:
+        with open(path, "rb") as f:
+            obj = _ArrayUnpickler(f, encoding="bytes").load()
+    except Exception as exc:  # any unpickling failure means a corrupt or foreign file
+        raise ValueError(f"{path} is not a readable CIFAR pickle ({exc}); delete it and extract or "
+                         f"download the archive again") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path} holds a {type(obj).__name__}, expected the CIFAR dict")
+    return obj
+
+
+def _field(obj: dict, key: bytes, path: Path):
+    if key not in obj:
+        raise ValueError(f"{path} lacks the key {key!r} (has {sorted(obj)}); the file is corrupt")
+    return obj[key]
+
+
+def _read_batches(paths: list[Path], label_keys: tuple[bytes, ...]):
+    images, labels = [], {k: [] for k in label_keys}
+    for path in paths:
+        obj = read_pickle(path)
+        data = np.asarray(_field(obj, b"data", path))
+        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+            raise ValueError(f"{path}: b'data' should be uint8 of shape (N, 3072), got "
+                             f"{data.dtype} {data.shape}; the file is corrupt")
+        images.append(data.reshape(-1, 3, 32, 32))
+        for k in label_keys:
+            y = np.asarray(_field(obj, k, path), dtype=np.int64)
+            if y.shape != (len(data),):
+                raise ValueError(f"{path}: {k!r} has shape {y.shape}, expected ({len(data)},)")
+            labels[k].append(y)
+    return (torch.from_numpy(np.concatenate(images)),
+            *(torch.from_numpy(np.concatenate(labels[k])) for k in label_keys))
+
+
+def _names(meta: dict, key: bytes, path: Path) -> tuple[str, ...]:
+    return tuple(n.decode() if isinstance(n, bytes) else str(n) for n in _field(meta, key, path))
+
+
+def _check_labels(y: torch.Tensor, n: int, what: str) -> None:
+    if len(y) and (int(y.min()) < 0 or int(y.max()) >= n):
+        raise ValueError(f"{what}: labels outside 0..{n - 1}; the data are corrupt")
+
+
+def _load_official(name: str, base: Path) -> CifarData:
+    spec = _spec(name)
+    folder = base / spec["folder"]
+    keys = (spec["label_key"],) + ((b"coarse_labels",) if name == "cifar100" else ())
+    train = _read_batches([folder / f for f in spec["train"]], keys)
+    test = _read_batches([folder / f for f in spec["test"]], keys)
+    meta = read_pickle(folder / spec["meta"])
+    names = _names(meta, spec["names_key"], folder / spec["meta"])
+    if len(names) != spec["n_classes"]:
+        raise ValueError(f"{folder / spec['meta']} lists {len(names)} classes, expected {spec['n_classes']}")
+    for y, what in ((train[1], "train"), (test[1], "test")):
+        _check_labels(y, spec["n_classes"], f"{folder} {what}")
+    coarse = {}
+    if name == "cifar100":
+        coarse = dict(y_train_coarse=train[2], y_test_coarse=test[2],
+                      coarse_class_names=_names(meta, b"coarse_label_names", folder / spec["meta"]))
+    return CifarData(name=name, x_train=train[0], y_train=train[1], x_test=test[0], y_test=test[1],
+                     class_names=names, source="full", root=base, **coarse)
+
+
+def _load_subset(name: str, base: Path) -> CifarData:
+    spec = _spec(name)
+    path = base / spec["subset"]
+    coarse_keys = ("y_train_coarse", "y_test_coarse", "coarse_class_names")
+    keys = _SUBSET_KEYS + (coarse_keys if name == "cifar100" else ())
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in keys if k not in npz.files]
+            if missing:
+                raise ValueError(f"missing keys {missing}")
+            arr = {k: npz[k] for k in keys}
+    except Exception as exc:  # zip, format or key errors all mean a damaged file
+        raise ValueError(f"{path} is not a valid {spec['title']} subset ({exc}); replace it with a "
+                         f"fresh copy (see the README next to the subsets)") from exc
+    for split in ("train", "test"):
+        x, y = arr[f"x_{split}"], arr[f"y_{split}"]
+        if x.dtype != np.uint8 or x.ndim != 4 or x.shape[1:] != (32, 32, 3) or y.shape != (len(x),):
+            raise ValueError(f"{path}: x_{split} {x.dtype} {x.shape} / y_{split} {y.shape} do not have "
+                             f"the expected uint8 (N, 32, 32, 3) / (N,) layout; the file is corrupt")
+    if len(arr["class_names"]) != spec["n_classes"]:
+        raise ValueError(f"{path} lists {len(arr['class_names'])} classes, expected {spec['n_classes']}")
+    t = {k: torch.from_numpy(np.ascontiguousarray(arr[k].transpose(0, 3, 1, 2)))  # HWC -> CHW
+         for k in ("x_train", "x_test")}
+    t.update({k: torch.from_numpy(arr[k].astype(np.int64)) for k in keys if k.startswith("y_")})
+    for k in ("y_train", "y_test"):
+        _check_labels(t[k], spec["n_classes"], f"{path} {k}")
+    extra = {}
+    if name == "cifar100":
+        extra = dict(y_train_coarse=t["y_train_coarse"], y_test_coarse=t["y_test_coarse"],
+                     coarse_class_names=tuple(str(s) for s in arr["coarse_class_names"]))
+    return CifarData(name=name, x_train=t["x_train"], y_train=t["y_train"], x_test=t["x_test"],
+                     y_test=t["y_test"], class_names=tuple(str(s) for s in arr["class_names"]),
+                     source="subset", root=base, **extra)
+
+
+# --------------------------------------------------------------------------- download, extract
+
+
+def file_md5(path: Path) -> str:
+    """Hex md5 digest of a file, read in 1 MiB chunks."""
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fetch_once(url: str, tmp, timeout: float) -> str:
+    """Stream ``url`` into the open file ``tmp``; return the md5; raise on a short body."""
+    digest, received = hashlib.md5(), 0
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        expected = response.headers.get("Content-Length")
+        for chunk in iter(lambda: response.read(1 << 16), b""):
+            tmp.write(chunk)
+            digest.update(chunk)
+            received += len(chunk)
+    if expected is not None and received != int(expected):
+        raise http.client.IncompleteRead(b"", int(expected) - received)
+    return digest.hexdigest()
+
+
+def download_archive(url: str, dest: str | os.PathLike, md5: str, *, retries: int = 3,
+                     retry_delay: float = 1.0, timeout: float = 60.0) -> Path:
+    """Download ``url`` to ``dest`` and check its md5; return ``dest``.
+
+    An existing ``dest`` with the right md5 is reused. The body is streamed into a temporary
+    file next to ``dest`` and renamed into place (atomically) only once complete and verified.
+    A dropped or short connection is retried up to ``retries`` times in all (waiting
+    ``retry_delay * attempt`` seconds between tries), then ``ConnectionError`` is raised; an md5
+    mismatch raises ``ValueError``. In every failure case no partial file is left behind.
+    """
+    dest = Path(dest)
+    if retries < 1:
+        raise ValueError(f"retries must be at least 1, got {retries}")
+    if dest.is_file() and file_md5(dest) == md5:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    last = None
+    for attempt in range(1, retries + 1):
+        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as tmp:
+                got = _fetch_once(url, tmp, timeout)
+            if got != md5:
+                raise ValueError(f"md5 of {url} is {got}, expected {md5}: the download is corrupt or "
+                                 f"not the official archive; nothing was kept, try again later")
+            os.replace(tmp_name, dest)
+            return dest
+        except (OSError, http.client.HTTPException) as exc:
+            last = exc
+        finally:
+            if os.path.exists(tmp_name):
+                os.unlink(tmp_name)
+        if attempt < retries:
+            time.sleep(retry_delay * attempt)
+    raise ConnectionError(f"downloading {url} failed {retries} times (last error: {last!r}); check the "
+                          f"connection or set REPLEARN_DATA to a folder holding the CIFAR subsets") from last
+
+
+def extract_archive(archive: str | os.PathLike, root: str | os.PathLike, folder: str) -> Path:
+    """Extract the tar.gz ``archive`` into ``root`` and return ``root / folder``.
+
+    Refuses (``ValueError``) members that are links, devices or would land outside ``root``, and
+    archives without ``folder``. Extraction goes to a temporary directory first, so an
+    interrupted or refused extraction leaves nothing in ``root``.
+    """
+    root = Path(root).resolve()
+    with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                members = tar.getmembers()
+                for m in members:
+                    target = (Path(tmp) / m.name).resolve()
+                    if not (m.isfile() or m.isdir()) or not target.is_relative_to(Path(tmp).resolve()):
+                        raise ValueError(f"{archive}: unsafe member {m.name!r} (link, device or path "
+                                         f"outside the target folder); refusing to extract")
+                tar.extractall(tmp, members=members)
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise ValueError(f"{archive} is not a readable tar.gz archive ({exc}); delete it and "
+                             f"download again") from exc
+        if not (Path(tmp) / folder).is_dir():
+            raise ValueError(f"{archive} does not contain the folder {folder}/; is it the right archive?")
+        os.replace(Path(tmp) / folder, root / folder)
+    return root / folder
+
+
+# --------------------------------------------------------------------------- partitions
+
+
+def _rng(seed: int) -> np.random.Generator:
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r} (partitions must be reproducible)")
+    return np.random.default_rng(int(seed))
+
+
+def _labels(labels, what: str = "labels") -> np.ndarray:
+    y = labels.cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or (len(y) and y.min() < 0):
+        raise ValueError(f"{what} must be a 1-D array of non-negative integer class labels, "
+                         f"got dtype {y.dtype} and shape {y.shape}")
+    return y.astype(np.int64)
+
+
+def _index_tensors(parts) -> list[torch.Tensor]:
+    return [torch.from_numpy(np.sort(np.asarray(p, dtype=np.int64))) for p in parts]
+
+
+def shard_partition(labels, n_clients: int, classes_per_client: int, *, seed: int) -> list[torch.Tensor]:
+    """``classes_per_client`` shards of single classes per client (pathological non-IID split).
+
+    As in the LG-FedAvg/FedRep code (``noniid`` in ``utils/sampling.py``): the samples of each of
+    the ``K`` classes are shuffled and cut into ``n_clients * classes_per_client / K`` shards of
+    (nearly) equal size, and each client receives ``classes_per_client`` shards. Unlike that
+    code, a client's shards always come from distinct classes, so every client sees exactly
+    ``classes_per_client`` classes. With balanced classes all clients get the same number of
+    samples. Every sample is used exactly once.
+    """
+    y = _labels(labels)
+    classes = np.unique(y)
+    k = len(classes)
+    if n_clients < 1 or not 1 <= classes_per_client <= k:
+        raise ValueError(f"need n_clients >= 1 and 1 <= classes_per_client <= {k} (the number of "
+                         f"classes), got {n_clients} and {classes_per_client}")
+    n_shards = n_clients * classes_per_client
+    if n_shards % k:
+        raise ValueError(f"n_clients * classes_per_client = {n_shards} must be a multiple of the "
+                         f"number of classes {k}, so that every class is cut into the same number of shards")
+    per_class = n_shards // k
+    smallest = int(np.bincount(y)[classes].min())
+    if smallest < per_class:
+        raise ValueError(f"a class has only {smallest} samples but must be cut into {per_class} shards; "
+                         f"use fewer clients or fewer classes per client")
+    rng = _rng(seed)
+    shards = {c: np.array_split(rng.permutation(np.flatnonzero(y == c)), per_class) for c in classes}
+    # Deal the shards round-robin: list them class by class (classes in random order) and give
+    # the p-th shard to client p mod n_clients. A class has per_class <= n_clients shards, which
+    # sit consecutively in the list, so they reach distinct clients; the clients are then shuffled.
+    dealt = np.repeat(rng.permutation(classes), per_class).reshape(classes_per_client, n_clients).T
+    assign = dealt[rng.permutation(n_clients)]
+    used = dict.fromkeys(classes, 0)
+    parts = []
+    for row in assign:
+        client = []
+        for c in row:
+            client.append(shards[c][used[c]])
+            used[c] += 1
+        parts.append(np.concatenate(client))
+    return _index_tensors(parts)
+
+
+def dirichlet_partition(labels, n_clients: int, alpha: float, *, seed: int, min_size: int = 10,
+                        equal_sizes: bool = False, max_attempts: int = 100) -> list[torch.Tensor]:
+    """Dirichlet(``alpha``) label skew; smaller ``alpha`` means more heterogeneous clients.
+
+    ``equal_sizes=False`` (Yurochkin et al. 2019; the FedAvg fine-tuning paper uses alpha = 0.6):
+    for each class, the proportions of its samples given to the clients are drawn from
+    Dir(alpha * 1) over clients; the whole draw is repeated until every client holds at least
+    ``min_size`` samples, at most ``max_attempts`` times (then ``ValueError``). Every sample is used.
+
+    ``equal_sizes=True`` (Hsu et al. 2019): each client gets ``len(labels) // n_clients`` samples
+    with class proportions drawn from Dir(alpha * 1) over classes; clients are filled in turn and
+    when a class runs out its share goes to the client's other classes still available (then to
+    any class left), so later clients can be less skewed than their draw.
+    """
+    y = _labels(labels)
+    if n_clients < 1 or not alpha > 0:
+        raise ValueError(f"need n_clients >= 1 and alpha > 0, got {n_clients} and {alpha}")
+    rng = _rng(seed)
+    classes = np.unique(y)
+    by_class = [np.flatnonzero(y == c) for c in classes]
+    if equal_sizes:
+        size = len(y) // n_clients
+        if size < max(min_size, 1):
+            raise ValueError(f"{len(y)} samples give {size} per client, fewer than min_size={min_size}")
+        remaining = np.array([len(ix) for ix in by_class])
+        counts = np.zeros((n_clients, len(classes)), dtype=np.int64)
+        for i in range(n_clients):
+            props = rng.dirichlet(np.full(len(classes), float(alpha)))
+            while (need := size - counts[i].sum()) > 0:
+                left = remaining - counts[i]
+                weights = props * (left > 0)
+                weights = weights if weights.sum() > 0 else (left > 0).astype(float)
+                counts[i] += np.minimum(rng.multinomial(need, weights / weights.sum()), left)
+            remaining -= counts[i]
+        perms = [rng.permutation(ix) for ix in by_class]
+        return _index_tensors(_take_consecutive(perms, counts))
+    for _ in range(max_attempts):
+        parts = [[] for _ in range(n_clients)]
+        for ix in by_class:
+            props = rng.dirichlet(np.full(n_clients, float(alpha)))
+            cuts = (np.cumsum(props)[:-1] * len(ix)).astype(np.int64)
+            for client, piece in zip(parts, np.split(rng.permutation(ix), cuts)):
+                client.append(piece)
+        parts = [np.concatenate(p) for p in parts]
+        if min(len(p) for p in parts) >= min_size:
+            return _index_tensors(parts)
+    raise ValueError(f"no Dirichlet({alpha}) draw in {max_attempts} attempts gave every one of the "
+                     f"{n_clients} clients at least min_size={min_size} samples; lower min_size, raise "
+                     f"alpha, use fewer clients or raise max_attempts")
+
+
+def _take_consecutive(perms: list[np.ndarray], counts: np.ndarray) -> list[np.ndarray]:
+    """Client ``i`` takes the next ``counts[i, c]`` entries of ``perms[c]`` for every class ``c``."""
+    ends = np.cumsum(counts, axis=0)
+    starts = ends - counts
+    return [np.concatenate([perms[c][starts[i, c]:ends[i, c]] for c in range(len(perms))])
+            for i in range(len(counts))]
+
+
+def client_test_split(partition: list[torch.Tensor], train_labels, test_labels, *, seed: int,
+                      n_per_client: int | None = None) -> list[torch.Tensor]:
+    """Disjoint per-client test sets with the label set and proportions of each client's training data.
+
+    Client ``i`` wants ``want[i, c]`` test images of class ``c``: by default its share of the
+    class's training samples times the number of test images of that class (so a partition of
+    the whole training set spreads the whole test set); with ``n_per_client``, that many images
+    in the proportions of the client's training labels. Wants are rounded, and at least 1 for
+    every class the client holds, 0 for the others. Images are drawn without replacement and no
+    test image goes to two clients. When a class's test images run out, every client's want of
+    that class above 1 is scaled down proportionally (largest remainders, so the class's test
+    images are all used); if fewer test images of a class exist than
+    clients holding it, ``ValueError``.
+    """
+    ytr, yte = _labels(train_labels, "train_labels"), _labels(test_labels, "test_labels")
+    k = int(max(ytr.max(initial=0), yte.max(initial=0))) + 1
+    counts = np.stack([np.bincount(ytr[torch.as_tensor(ix).cpu().numpy()], minlength=k) for ix in partition])
+    avail = np.bincount(yte, minlength=k)
+    if n_per_client is None:
+        quota = counts * (avail / np.maximum(counts.sum(0), 1))
+    else:
+        if n_per_client < 1:
+            raise ValueError(f"n_per_client must be positive, got {n_per_client}")
+        quota = n_per_client * counts / np.maximum(counts.sum(1, keepdims=True), 1)
+    want = np.where(counts > 0, np.maximum(1, np.rint(quota)), 0).astype(np.int64)
+    present = (counts > 0).sum(0)
+    short = np.flatnonzero(present > avail)
+    if len(short):
+        c = short[0]
+        raise ValueError(f"class {c} has {avail[c]} test images but {present[c]} clients hold it; "
+                         f"every client needs at least one test image of each of its classes")
+    for c in np.flatnonzero(want.sum(0) > avail):
+        has = counts[:, c] > 0
+        share = (want[:, c] - has) * (avail[c] - present[c]) / (want[:, c] - has).sum()
+        extra = np.floor(share).astype(np.int64)
+        leftover = avail[c] - present[c] - extra.sum()
+        extra[np.argsort(extra - share, kind="stable")[:leftover]] += 1  # largest remainders
+        want[:, c] = has + extra
+    rng = _rng(seed)
+    perms = [rng.permutation(np.flatnonzero(yte == c)) for c in range(k)]
+    return _index_tensors(_take_consecutive(perms, want))
+
+
+def class_split(n_classes: int, n_new: int, *, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Disjoint random ``(train_classes, new_classes)``, sorted int64 tensors, e.g. 80 / 20
+    CIFAR-100 classes for training clients and for new clients."""
+    if not 0 < n_new < n_classes:
+        raise ValueError(f"need 0 < n_new < n_classes, got n_new={n_new}, n_classes={n_classes}")
+    perm = _rng(seed).permutation(n_classes)
+    return tuple(torch.from_numpy(np.sort(p)) for p in (perm[n_new:], perm[:n_new]))
+
+
+def restrict_classes(labels, classes) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(index, new_labels)``: positions of the samples whose label is in ``classes`` and their
+    labels renumbered ``0..len(classes)-1`` in the order of ``classes``."""
+    y = _labels(labels)
+    cls = _labels(classes, "classes")
+    if len(np.unique(cls)) != len(cls) or not len(cls):
+        raise ValueError(f"classes must be a non-empty list of distinct labels, got {cls.tolist()}")
+    lookup = np.full(max(int(y.max(initial=0)), int(cls.max())) + 1, -1)
+    lookup[cls] = np.arange(len(cls))
+    index = np.flatnonzero(lookup[y] >= 0)
+    return torch.from_numpy(index), torch.from_numpy(lookup[y[index]])

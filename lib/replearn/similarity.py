@@ -1,0 +1,513 @@
+"""Representation similarity: HSIC, linear and RBF CKA, minibatch CKA, class cosine similarity.
+
+The FedAvg-FT paper (Collins et al. 2022, Fig. 2) measures how much each layer of a
+pre-trained CNN changes during fine-tuning by the CKA similarity (Kornblith et al. 2019) of
+that layer's features before and after fine-tuning, and (Fig. 4) the average cosine
+similarity between the features of images of two classes.
+
+Centred kernel alignment of two feature matrices ``X`` (n, p1) and ``Y`` (n, p2) for the
+same n examples, with Gram matrices ``K = k(X, X)`` and ``L = l(Y, Y)``, is
+
+    CKA(K, L) = HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L)),
+
+for HSIC the Hilbert-Schmidt independence criterion (:func:`hsic`, biased or unbiased).
+Every computation is done in float64 on the inputs' device; features of more than two
+dimensions, e.g. conv maps (n, C, H, W), are flattened to (n, C*H*W).
+
+Degenerate inputs raise ``ValueError`` rather than returning NaN: CKA is undefined when a
+representation has no variation across the examples (every feature constant, so
+HSIC(K, K) = 0), and the unbiased estimator of HSIC(K, K) can be zero or negative for tiny
+samples; both cases are reported with the name of the input at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .backend import check_finite
+
+# A representation is "constant" when its centred features are this small relative to the raw ones.
+_FEATURE_RTOL = 1e-10
+# A kernel is degenerate when HSIC(K, K) <= _KERNEL_RTOL * ||K||_F^2 / (n - 1)^2.
+_KERNEL_RTOL = 1e-10
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _features(X, name: str) -> torch.Tensor:
+    """``X`` as a finite float64 (n, p) tensor (trailing dimensions flattened)."""
+    X = torch.as_tensor(X)
+    if X.ndim < 2:
+        raise ValueError(f"{name} must have shape (n, p) or (n, ...), one row per example; got shape "
+                         f"{tuple(X.shape)} (reshape a single feature to (n, 1))")
+    X = X.reshape(X.shape[0], -1).to(torch.float64)
+    if X.shape[1] == 0:
+        raise ValueError(f"{name} has no features (shape {tuple(X.shape)})")
+    check_finite(X, name)
+    return X
+
+
+def _feature_pair(X, Y, *, min_n: int, why: str) -> tuple[torch.Tensor, torch.Tensor]:
+    X, Y = _features(X, "X"), _features(Y, "Y")
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X and Y must hold the same examples (rows): X has n = {X.shape[0]}, "
+                         f"Y has n = {Y.shape[0]}")
+    if X.shape[0] < min_n:
+        raise ValueError(f"{why} needs at least n = {min_n} examples; got n = {X.shape[0]}")
+    return X, Y.to(X.device)
+
+
+def _centre_features(X: torch.Tensor, name: str) -> torch.Tensor:
+    """Column-centred ``X``; ``ValueError`` when every feature is constant across the examples."""
+    Xc = X - X.mean(dim=0, keepdim=True)
+    if float(torch.linalg.norm(Xc)) <= _FEATURE_RTOL * float(torch.linalg.norm(X)):
+        raise ValueError(f"{name} is degenerate: every feature is constant across the {X.shape[0]} examples "
+                         f"(zero variance), so CKA is undefined; check the layer (e.g. dead ReLUs) or the inputs")
+    return Xc
+
+
+def _kernel(K, name: str) -> torch.Tensor:
+    K = torch.as_tensor(K).to(torch.float64)
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"{name} must be a square (n, n) Gram matrix; got shape {tuple(K.shape)}")
+    check_finite(K, name)
+    return K
+
+
+def _min_n(unbiased: bool) -> int:
+    return 4 if unbiased else 2
+
+
+def _estimator(unbiased: bool) -> str:
+    return "the unbiased HSIC estimator (divides by n(n-3))" if unbiased else "the biased HSIC (divides by n-1)"
+
+
+# ----------------------------------------------------------------------------- HSIC
+
+def _hsic_matrix(Ks: torch.Tensor, Ls: torch.Tensor, unbiased: bool) -> torch.Tensor:
+    """HSIC(K_a, L_b) for stacks of Gram matrices ``Ks`` (A, n, n) and ``Ls`` (B, n, n) -> (A, B).
+
+    Uses tr(A B) = sum(A * B^T), so each trace is one entry of a (A, n^2) @ (n^2, B) product.
+    """
+    n = Ks.shape[-1]
+    Lt_flat = Ls.transpose(-1, -2).reshape(Ls.shape[0], -1)
+    if not unbiased:
+        Kc = Ks - Ks.mean(dim=-1, keepdim=True) - Ks.mean(dim=-2, keepdim=True) + Ks.mean(dim=(-2, -1), keepdim=True)
+        return Kc.reshape(Ks.shape[0], -1) @ Lt_flat.T / (n - 1) ** 2
+    K0 = Ks.clone()
+    K0.diagonal(dim1=-2, dim2=-1).zero_()
+    L0 = Ls.clone()
+    L0.diagonal(dim1=-2, dim2=-1).zero_()
+    trace = K0.reshape(Ks.shape[0], -1) @ L0.transpose(-1, -2).reshape(Ls.shape[0], -1).T
+    sums = torch.outer(K0.sum(dim=(-2, -1)), L0.sum(dim=(-2, -1))) / ((n - 1) * (n - 2))
+    cross = K0.sum(dim=-2) @ L0.sum(dim=-1).T  # 1^T K~ L~ 1
+    return (trace + sums - 2.0 / (n - 2) * cross) / (n * (n - 3))
+
+
+def hsic(K, L, *, unbiased: bool = False) -> torch.Tensor:
+    """Hilbert-Schmidt independence criterion of two (n, n) Gram matrices, a float64 scalar.
+
+    Biased (Gretton et al. 2005), with the centring matrix H = I - (1/n) 1 1^T::
+
+        HSIC_0(K, L) = tr(K H L H) / (n - 1)^2.
+
+    Unbiased (Song et al. 2012), with K~, L~ equal to K, L with their diagonals set to zero::
+
+        HSIC_1(K, L) = [ tr(K~ L~) + (1^T K~ 1)(1^T L~ 1) / ((n - 1)(n - 2))
+                         - 2/(n - 2) 1^T K~ L~ 1 ] / (n (n - 3)).
+
+    HSIC_1 is an unbiased estimate of the population HSIC (it is a U-statistic), so it may be
+    negative; it needs n >= 4, HSIC_0 needs n >= 2.
+    """
+    K, L = _kernel(K, "K"), _kernel(L, "L")
+    if K.shape != L.shape:
+        raise ValueError(f"K and L must be Gram matrices of the same n examples; got shapes "
+                         f"{tuple(K.shape)} and {tuple(L.shape)}")
+    n = K.shape[0]
+    if n < _min_n(unbiased):
+        raise ValueError(f"{_estimator(unbiased)} needs at least n = {_min_n(unbiased)} examples; got n = {n}")
+    return _hsic_matrix(K[None], L[None].to(K.device), unbiased)[0, 0]
+
+
+def _kernel_scale(K: torch.Tensor) -> torch.Tensor:
+    """||K||_F^2 / (n-1)^2 for a stack (..., n, n): the size HSIC(K, K) is judged degenerate against."""
+    n = K.shape[-1]
+    return K.square().sum(dim=(-2, -1)) / (n - 1) ** 2
+
+
+def _degenerate_message(name: str, unbiased: bool) -> str:
+    extra = (" or, for the unbiased estimator, n is too small for a positive estimate; use more examples"
+             if unbiased else "")
+    return (f"HSIC({name}, {name}) is not positive: {name} has (numerically) no variation across the "
+            f"examples{extra}, so CKA is undefined")
+
+
+def _cka_from_grams(K: torch.Tensor, L: torch.Tensor, unbiased: bool, names: tuple[str, str]) -> torch.Tensor:
+    G = torch.stack([K, L])
+    M = _hsic_matrix(G, G, unbiased)
+    scale = _kernel_scale(G)
+    for i, name in enumerate(names):
+        if not bool(M[i, i] > _KERNEL_RTOL * scale[i]):
+            raise ValueError(_degenerate_message(name, unbiased))
+    return M[0, 1] / torch.sqrt(M[0, 0] * M[1, 1])
+
+
+def kernel_cka(K, L, *, unbiased: bool = False) -> torch.Tensor:
+    """CKA(K, L) = HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L)) of two (n, n) Gram matrices.
+
+    ``ValueError`` when HSIC(K, K) or HSIC(L, L) is not above 1e-10 ||K||_F^2/(n-1)^2 (a
+    constant representation; for a linear kernel of features with a huge common offset,
+    centre the features first).
+    """
+    K, L = _kernel(K, "K"), _kernel(L, "L")
+    if K.shape != L.shape:
+        raise ValueError(f"K and L must be Gram matrices of the same n examples; got shapes "
+                         f"{tuple(K.shape)} and {tuple(L.shape)}")
+    if K.shape[0] < _min_n(unbiased):
+        raise ValueError(f"{_estimator(unbiased)} needs at least n = {_min_n(unbiased)} examples; "
+                         f"got n = {K.shape[0]}")
+    return _cka_from_grams(K, L.to(K.device), unbiased, ("K", "L"))
+
+
+# ----------------------------------------------------------------------------- kernels
+
+def linear_kernel(X) -> torch.Tensor:
+    """Gram matrix K = X X^T (float64) of the rows of ``X`` (n, p)."""
+    X = _features(X, "X")
+    return X @ X.T
+
+
+def _squared_distances(X: torch.Tensor) -> torch.Tensor:
+    sq = X.square().sum(dim=1)
+    D = (sq[:, None] + sq[None, :] - 2.0 * (X @ X.T)).clamp_min(0.0)
+    D.fill_diagonal_(0.0)
+    return D
+
+
+def _median(values: torch.Tensor) -> torch.Tensor:
+    """Median with NumPy's convention (mean of the two middle values for an even count)."""
+    s = torch.sort(values.reshape(-1)).values
+    m = s.numel()
+    return 0.5 * (s[(m - 1) // 2] + s[m // 2])
+
+
+def rbf_kernel(X, *, sigma_frac: float = 0.8, name: str = "X") -> torch.Tensor:
+    """RBF Gram matrix K_ij = exp(-||x_i - x_j||^2 / (2 sigma^2)), sigma = sigma_frac x median distance.
+
+    The bandwidth follows the CKA authors' code (Kornblith et al. 2019): the median is
+    taken over all n^2 entries of the distance matrix (its zero diagonal included), so
+    sigma scales with the data and RBF CKA is invariant to isotropic scaling.
+    """
+    if not (isinstance(sigma_frac, (int, float)) and 0 < sigma_frac < float("inf")):
+        raise ValueError(f"sigma_frac must be a positive finite number (a fraction of the median distance); "
+                         f"got {sigma_frac!r}")
+    X = _features(X, name)
+    D = _squared_distances(X)
+    median_sq = _median(D)
+    if not bool(median_sq > 0):
+        raise ValueError(f"{name}: the median pairwise distance is 0 (more than half of the pairs of examples "
+                         f"coincide, e.g. constant features), so the RBF bandwidth is undefined")
+    sigma_sq = sigma_frac ** 2 * median_sq
+    return torch.exp(-D / (2.0 * sigma_sq))
+
+
+# ----------------------------------------------------------------------------- CKA of features
+
+def linear_cka(X, Y, *, unbiased: bool = False) -> torch.Tensor:
+    """Linear CKA of features ``X`` (n, p1) and ``Y`` (n, p2) of the same n examples, a float64 scalar.
+
+    Biased (Kornblith et al. 2019, Eq. 5), with column-centred X and Y, in the feature-space
+    form when p1, p2 are small relative to n and otherwise in the equal Gram form::
+
+        CKA = ||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F) = tr(K L) / (||K||_F ||L||_F),  K = X X^T, L = Y Y^T.
+
+    With ``unbiased=True`` each HSIC is the unbiased estimator of :func:`hsic` on the linear
+    Gram matrices (needs n >= 4). Invariant to orthogonal transforms and isotropic scaling of
+    either representation, not to general invertible linear maps. ``ValueError`` when either
+    input has every feature constant (CKA undefined).
+    """
+    X, Y = _feature_pair(X, Y, min_n=_min_n(unbiased), why=_estimator(unbiased))
+    Xc, Yc = _centre_features(X, "X"), _centre_features(Y, "Y")
+    if unbiased:
+        return _cka_from_grams(Xc @ Xc.T, Yc @ Yc.T, True, ("X", "Y"))
+    n, p1, p2 = X.shape[0], X.shape[1], Y.shape[1]
+    if p1 * p2 + p1 * p1 + p2 * p2 <= n * (p1 + p2):
+        numerator = torch.linalg.norm(Yc.T @ Xc).square()
+        return numerator / (torch.linalg.norm(Xc.T @ Xc) * torch.linalg.norm(Yc.T @ Yc))
+    K, L = Xc @ Xc.T, Yc @ Yc.T
+    return (K * L).sum() / (torch.linalg.norm(K) * torch.linalg.norm(L))
+
+
+def rbf_cka(X, Y, *, sigma_frac: float = 0.8, unbiased: bool = False) -> torch.Tensor:
+    """CKA with RBF kernels of bandwidth ``sigma_frac`` x median distance (:func:`rbf_kernel`).
+
+    Kornblith et al. (2019) use sigma_frac = 0.8 in most of their experiments. Invariant to
+    orthogonal transforms, translations and isotropic scaling of either representation.
+    """
+    X, Y = _feature_pair(X, Y, min_n=_min_n(unbiased), why=_estimator(unbiased))
+    Xc, Yc = _centre_features(X, "X"), _centre_features(Y, "Y")
+    K = rbf_kernel(Xc, sigma_frac=sigma_frac, name="X")
+    L = rbf_kernel(Yc, sigma_frac=sigma_frac, name="Y")
+    return _cka_from_grams(K, L, unbiased, ("X", "Y"))
+
+
+# ----------------------------------------------------------------------------- minibatch CKA
+
+@dataclass(frozen=True)
+class CKAResult:
+    """Minibatch CKA between every layer of one set (rows) and every layer of another (columns)."""
+
+    values: torch.Tensor  # (len(x_names), len(y_names)) float64
+    x_names: tuple[str, ...]
+    y_names: tuple[str, ...]
+    n_batches: int
+    n_examples: int
+
+    def __getitem__(self, pair: tuple[str, str]) -> float:
+        """CKA of the layer pair (x_name, y_name)."""
+        x_name, y_name = pair
+        return float(self.values[self.x_names.index(x_name), self.y_names.index(y_name)])
+
+    def diagonal(self) -> dict[str, float]:
+        """Layer -> CKA for equal names in both sets (e.g. each layer before vs after fine-tuning)."""
+        return {name: self[name, name] for name in self.x_names if name in self.y_names}
+
+
+def _named(features, which: str) -> tuple[tuple[str, ...], list]:
+    if isinstance(features, Mapping):
+        return tuple(str(k) for k in features), list(features.values())
+    if isinstance(features, torch.Tensor) or not isinstance(features, Sequence) or len(features) == 0:
+        raise ValueError(f"{which} must be a non-empty mapping name -> features or a sequence of feature "
+                         f"tensors (one per layer)")
+    return tuple(str(i) for i in range(len(features))), list(features)
+
+
+class CKAAccumulator:
+    """The minibatch CKA estimator of Nguyen, Raghu & Kornblith (2021), for many layer pairs at once.
+
+    For minibatches i = 1..k with Gram matrices K_i (a layer of the first set) and L_i (a
+    layer of the second set), the unbiased HSIC_1 of :func:`hsic` is averaged over batches
+    separately for the numerator and the two denominator terms, then combined::
+
+        CKA_minibatch = mean_i HSIC_1(K_i, L_i) / sqrt(mean_i HSIC_1(K_i, K_i) mean_i HSIC_1(L_i, L_i)).
+
+    Each average is an unbiased estimate of its population value whatever the batch size,
+    which an average of per-batch CKAs is not. Batches are weighted equally, as in the
+    authors' code. Call :meth:`update` once per minibatch with the features of every layer
+    of both sets for the same examples (dicts from :func:`capture_activations` work), then
+    :meth:`result`. ``kernel`` is ``"linear"`` or ``"rbf"`` (bandwidth from each batch's
+    median distance). Every batch needs n >= 4 examples.
+    """
+
+    def __init__(self, *, kernel: str = "linear", sigma_frac: float = 0.8):
+        if kernel not in ("linear", "rbf"):
+            raise ValueError(f"kernel must be 'linear' or 'rbf'; got {kernel!r}")
+        self.kernel = kernel
+        self.sigma_frac = sigma_frac
+        self.x_names: tuple[str, ...] | None = None
+        self.y_names: tuple[str, ...] | None = None
+        self._cross = self._self_x = self._self_y = self._scale_x = self._scale_y = None
+        self.n_batches = 0
+        self.n_examples = 0
+
+    def _grams(self, feats: list, names: tuple[str, ...], n: int | None) -> tuple[torch.Tensor, int]:
+        grams = []
+        for name, F in zip(names, feats):
+            F = _features(F, f"layer {name!r}")
+            if n is None:
+                n = F.shape[0]
+            if F.shape[0] != n:
+                raise ValueError(f"every layer of a batch must hold the same examples: layer {name!r} has "
+                                 f"{F.shape[0]} rows, expected {n}")
+            Fc = F - F.mean(dim=0, keepdim=True)
+            grams.append(Fc @ Fc.T if self.kernel == "linear"
+                         else rbf_kernel(Fc, sigma_frac=self.sigma_frac, name=f"layer {name!r}"))
+        return torch.stack(grams), n
+
+    def update(self, xs, ys) -> None:
+        """Add one minibatch: ``xs``/``ys`` map layer names to (n, ...) features of the same n examples."""
+        x_names, x_feats = _named(xs, "xs")
+        y_names, y_feats = _named(ys, "ys")
+        if self.x_names is not None and (x_names, y_names) != (self.x_names, self.y_names):
+            raise ValueError(f"layers changed between batches: expected {self.x_names} and {self.y_names}, "
+                             f"got {x_names} and {y_names}")
+        Kx, n = self._grams(x_feats, x_names, None)
+        Ky, _ = self._grams(y_feats, y_names, n)
+        if n < 4:
+            raise ValueError(f"the unbiased HSIC needs at least 4 examples per batch; got a batch of {n}")
+        Ky = Ky.to(Kx.device)
+        cross = _hsic_matrix(Kx, Ky, True)
+        self_x = torch.diagonal(_hsic_matrix(Kx, Kx, True))
+        self_y = torch.diagonal(_hsic_matrix(Ky, Ky, True))
+        if self.x_names is None:
+            self.x_names, self.y_names = x_names, y_names
+            self._cross, self._self_x, self._self_y = cross, self_x, self_y
+            self._scale_x, self._scale_y = _kernel_scale(Kx), _kernel_scale(Ky)
+        else:
+            self._cross = self._cross + cross
+            self._self_x = self._self_x + self_x
+            self._self_y = self._self_y + self_y
+            self._scale_x = self._scale_x + _kernel_scale(Kx)
+            self._scale_y = self._scale_y + _kernel_scale(Ky)
+        self.n_batches += 1
+        self.n_examples += n
+
+    def result(self) -> CKAResult:
+        """CKA of every (x layer, y layer) pair from the batch-averaged HSIC terms."""
+        if self.n_batches == 0:
+            raise ValueError("no batches added yet: call update() with at least one minibatch")
+        for names, terms, scale in ((self.x_names, self._self_x, self._scale_x),
+                                    (self.y_names, self._self_y, self._scale_y)):
+            bad = [name for name, t, s in zip(names, terms, scale) if not bool(t > _KERNEL_RTOL * s)]
+            if bad:
+                raise ValueError(f"the batch-averaged unbiased HSIC of layer(s) {bad} with itself is not "
+                                 f"positive: constant features in every batch, or too few examples")
+        values = self._cross / torch.sqrt(torch.outer(self._self_x, self._self_y))
+        return CKAResult(values=values, x_names=self.x_names, y_names=self.y_names,
+                         n_batches=self.n_batches, n_examples=self.n_examples)
+
+
+def minibatch_cka(X, Y, *, batch_size: int, kernel: str = "linear", sigma_frac: float = 0.8) -> torch.Tensor:
+    """Minibatch CKA (Nguyen et al. 2021) of ``X`` and ``Y`` split into consecutive batches of ``batch_size``.
+
+    See :class:`CKAAccumulator`. A last batch with fewer than 4 examples (too few for the
+    unbiased HSIC) is merged into the batch before it. Returns a float64 scalar.
+    """
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 4:
+        raise ValueError(f"batch_size must be an int >= 4 (the unbiased HSIC needs 4 examples); got {batch_size!r}")
+    X, Y = _feature_pair(X, Y, min_n=4, why="minibatch CKA (unbiased HSIC)")
+    n = X.shape[0]
+    starts = list(range(0, n, batch_size))
+    if len(starts) > 1 and n - starts[-1] < 4:
+        starts.pop()
+    acc = CKAAccumulator(kernel=kernel, sigma_frac=sigma_frac)
+    for i, start in enumerate(starts):
+        stop = starts[i + 1] if i + 1 < len(starts) else n
+        acc.update({"X": X[start:stop]}, {"Y": Y[start:stop]})
+    return acc.result().values[0, 0]
+
+
+# ----------------------------------------------------------------------------- cosine similarity
+
+def _labels(labels, n: int, n_classes: int, device: torch.device) -> torch.Tensor:
+    labels = torch.as_tensor(labels)
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"labels must be a 1-D tensor with one label per example (n = {n}); "
+                         f"got shape {tuple(labels.shape)}")
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise ValueError(f"labels must be integers; got dtype {labels.dtype}")
+    labels = labels.to(device=device, dtype=torch.int64)
+    if n and (int(labels.min()) < 0 or int(labels.max()) >= n_classes):
+        raise ValueError(f"labels must lie in [0, {n_classes}); got values in "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
+    return labels
+
+
+def class_cosine_similarity(features, labels, n_classes: int) -> torch.Tensor:
+    """(n_classes, n_classes) matrix of average cosine similarity between features of two classes.
+
+    Entry (a, b) is the mean of cos(f_i, f_j) over examples i of class a and j of class b,
+    excluding the self-pairs i = j on the diagonal: the matrices of the FedAvg-FT paper's
+    Fig. 4 (ideal: 1 on the diagonal, 0 off it). Vectorised through class sums s_a of the
+    normalised features u_i = f_i / ||f_i||::
+
+        M[a, b] = s_a . s_b / (n_a n_b),   M[a, a] = (||s_a||^2 - sum_{i in a} ||u_i||^2) / (n_a (n_a - 1)).
+
+    A zero feature vector has cosine similarity 0 with everything (the convention of
+    ``torch.nn.functional.cosine_similarity``). Every class needs at least 2 examples
+    (``ValueError`` naming the classes otherwise). Float64.
+    """
+    if not isinstance(n_classes, int) or isinstance(n_classes, bool) or n_classes < 1:
+        raise ValueError(f"n_classes must be a positive int; got {n_classes!r}")
+    F = _features(features, "features")
+    labels = _labels(labels, F.shape[0], n_classes, F.device)
+    norms = torch.linalg.norm(F, dim=1, keepdim=True)
+    U = torch.where(norms > 0, F / norms.clamp_min(torch.finfo(F.dtype).tiny), torch.zeros_like(F))
+    counts = torch.bincount(labels, minlength=n_classes).to(F.dtype)
+    small = [c for c in range(n_classes) if counts[c] < 2]
+    if small:
+        raise ValueError(f"class(es) {small} have fewer than 2 examples; the within-class average needs at "
+                         f"least two per class (relabel to the classes present or add examples)")
+    S = torch.zeros(n_classes, F.shape[1], dtype=F.dtype, device=F.device).index_add_(0, labels, U)
+    self_sq = torch.zeros(n_classes, dtype=F.dtype, device=F.device).index_add_(0, labels, U.square().sum(dim=1))
+    M = (S @ S.T) / torch.outer(counts, counts)
+    M.diagonal().copy_((S.square().sum(dim=1) - self_sq) / (counts * (counts - 1)))
+    return M
+
+
+def intra_inter_gap(matrix) -> torch.Tensor:
+    """Mean diagonal minus mean off-diagonal entry of a class-similarity matrix (high = separated classes)."""
+    M = torch.as_tensor(matrix).to(torch.float64)
+    if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 2:
+        raise ValueError(f"matrix must be square with at least 2 classes; got shape {tuple(M.shape)}")
+    check_finite(M, "matrix")
+    c = M.shape[0]
+    diag = torch.diagonal(M)
+    return diag.mean() - (M.sum() - diag.sum()) / (c * (c - 1))
+
+
+# ----------------------------------------------------------------------------- activation capture
+
+def capture_activations(model: nn.Module, x: torch.Tensor, layer_names, *,
+                        batch_size: int = 256) -> dict[str, torch.Tensor]:
+    """Outputs of the named submodules of ``model`` on ``x``, each flattened to (n, p).
+
+    Names are those of ``model.named_modules()`` (e.g. ``"body.conv1"``). Forward hooks are
+    registered on the modules, ``x`` (already on the model's device) is run through in
+    batches of ``batch_size`` in eval mode under ``torch.no_grad()``, and afterwards the
+    hooks are removed and every submodule's train/eval mode restored, even on error. The
+    activations stay on the device the model produced them on, in the model's float dtype.
+    A module that runs more than once per forward pass (a reused activation module) is
+    rejected, since its output would be ambiguous.
+    """
+    names = [layer_names] if isinstance(layer_names, str) else list(layer_names)
+    modules = dict(model.named_modules())
+    if not names:
+        raise ValueError("layer_names is empty: name at least one module of model.named_modules()")
+    unknown = [name for name in names if name not in modules]
+    if unknown:
+        available = [name for name in modules if name]
+        raise ValueError(f"unknown layer name(s) {unknown}; available modules: {available}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"layer_names has duplicates: {names}")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int; got {batch_size!r}")
+    if not isinstance(x, torch.Tensor) or x.ndim < 1 or x.shape[0] == 0:
+        raise ValueError("x must be a non-empty tensor with the examples along dimension 0")
+
+    chunks: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+
+    def make_hook(name: str):
+        def hook(_module, _inputs, output):
+            if not isinstance(output, torch.Tensor):
+                raise ValueError(f"layer {name!r} returned {type(output).__name__}, not a tensor; "
+                                 f"capture one of its tensor-valued submodules instead")
+            chunks[name].append(output.detach().reshape(output.shape[0], -1))
+        return hook
+
+    modes = [(m, m.training) for m in model.modules()]
+    handles = []
+    try:
+        handles = [modules[name].register_forward_hook(make_hook(name)) for name in names]
+        model.eval()
+        with torch.no_grad():
+            for b, start in enumerate(range(0, x.shape[0], batch_size)):
+                xb = x[start:start + batch_size]
+                model(xb)
+                for name in names:
+                    if len(chunks[name]) != b + 1:
+                        raise ValueError(f"layer {name!r} ran {len(chunks[name]) - b} times in one forward pass "
+                                         f"(a reused module?); capture a module that runs exactly once")
+                    if chunks[name][-1].shape[0] != xb.shape[0]:
+                        raise ValueError(f"layer {name!r} output has {chunks[name][-1].shape[0]} rows for a "
+                                         f"batch of {xb.shape[0]}; dimension 0 must index the examples")
+    finally:
+        for handle in handles:
+            handle.remove()
+        for module, mode in modes:
+            module.training = mode
+    return {name: torch.cat(chunks[name]) for name in names}

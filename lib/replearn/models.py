@@ -1,0 +1,147 @@
+"""The convolutional networks of the CIFAR experiments, each split into a body and a head.
+
+Two families:
+
+- :class:`FedAvgCNN`: the network of Collins et al. (2022), *FedAvg with fine tuning: local
+  updates lead to representation learning*, Section 5.2: three convolutional blocks, each two
+  3x3 convolutions (padding 1) with ReLU followed by 2x2 max-pooling, then a three-layer MLP.
+  The paper's text gives no widths; we use 32, 64 and 128 channels in the three blocks and an
+  MLP 2048 -> 256 -> 128 -> classes (constructor arguments change them).
+- :class:`FedRepCNN`: the LG-FedAvg/FedRep CIFAR network in the authors' FedRep code
+  (``CNNCifar``): conv 5x5 (3 -> 64) -> ReLU -> pool -> conv 5x5 (64 -> 64) -> ReLU -> pool ->
+  fc 1600 -> 120 -> fc 120 -> 64 -> fc 64 -> classes. For CIFAR-100 their code uses wider
+  layers (``CNNCifar100``): conv 64 and 128 channels, fc 3200 -> 256 -> 128 -> classes. Their
+  code also defines a dropout layer (p = 0.6); we leave dropout out so that training draws no
+  random numbers outside our seeded generators.
+
+Every model has ``body`` (everything up to the penultimate features, ReLU included) and
+``head`` (the last linear layer, as in FedRep, where the head is the last layer), with
+``forward(x) = head(body(x))`` and ``features(x) = body(x)``. Activation capture points are
+named modules listed by ``layer_names()`` (use ``model.get_submodule(name)`` to hook them).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+from .backend import default_device
+
+MODEL_NAMES = ("fedavg_cnn", "fedrep_cnn")
+
+
+class SplitModel(nn.Module):
+    """A ``body`` followed by a linear ``head``; ``_capture`` lists the activation modules."""
+
+    _capture: tuple[str, ...] = ()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The representation h^rep(x): the body's output (input of the head)."""
+        return self.body(x)
+
+    def layer_names(self) -> tuple[str, ...]:
+        """Names (for ``get_submodule``) of the modules whose outputs are the layers'
+        activations, from the input to the output: each convolution and hidden linear layer
+        after its ReLU, then ``head`` (the logits)."""
+        return self._capture + ("head",)
+
+    def head_parameter_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.named_parameters() if name.startswith("head."))
+
+    def body_parameter_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.named_parameters() if name.startswith("body."))
+
+
+def _check_widths(**widths) -> None:
+    for name, value in widths.items():
+        values = value if isinstance(value, tuple) else (value,)
+        if not all(isinstance(v, int) and v >= 1 for v in values):
+            raise ValueError(f"{name} must be positive ints, got {value!r}")
+
+
+class FedAvgCNN(SplitModel):
+    """FedAvg-FT CNN (Collins et al., 2022, Sec. 5.2) for 3x32x32 inputs."""
+
+    def __init__(self, n_classes: int = 10, *, channels: tuple[int, int, int] = (32, 64, 128),
+                 hidden: tuple[int, int] = (256, 128)):
+        super().__init__()
+        _check_widths(n_classes=n_classes, channels=tuple(channels), hidden=tuple(hidden))
+        if len(channels) != 3 or len(hidden) != 2:
+            raise ValueError(f"need 3 block widths and 2 hidden widths, got {channels!r}, {hidden!r}")
+        layers: list[tuple[str, nn.Module]] = []
+        capture = []
+        c_in = 3
+        for b, c in enumerate(channels, start=1):
+            for j in (1, 2):
+                layers += [(f"conv{b}_{j}", nn.Conv2d(c_in, c, 3, padding=1)), (f"relu{b}_{j}", nn.ReLU())]
+                capture.append(f"body.relu{b}_{j}")
+                c_in = c
+            layers.append((f"pool{b}", nn.MaxPool2d(2)))
+        layers.append(("flatten", nn.Flatten()))
+        width = c_in * 4 * 4
+        for j, h in enumerate(hidden, start=1):
+            layers += [(f"fc{j}", nn.Linear(width, h)), (f"relu_fc{j}", nn.ReLU())]
+            capture.append(f"body.relu_fc{j}")
+            width = h
+        self.body = nn.Sequential(OrderedDict(layers))
+        self.head = nn.Linear(width, n_classes)
+        self._capture = tuple(capture)
+        self.n_classes = n_classes
+        self.feature_dim = width
+
+
+FEDREP_WIDTHS = {"cifar10": (64, 64, 120, 64), "cifar100": (64, 128, 256, 128)}
+
+
+class FedRepCNN(SplitModel):
+    """LG-FedAvg/FedRep CIFAR CNN (authors' ``CNNCifar`` / ``CNNCifar100``, without dropout).
+
+    ``variant`` picks the widths (conv1, conv2, fc1, fc2): ``"cifar10"`` = (64, 64, 120, 64),
+    ``"cifar100"`` = (64, 128, 256, 128); by default ``"cifar100"`` when ``n_classes > 10``.
+    """
+
+    def __init__(self, n_classes: int = 10, *, variant: str | None = None):
+        super().__init__()
+        _check_widths(n_classes=n_classes)
+        variant = variant or ("cifar100" if n_classes > 10 else "cifar10")
+        if variant not in FEDREP_WIDTHS:
+            raise ValueError(f"variant must be one of {tuple(FEDREP_WIDTHS)}, got {variant!r}")
+        c1, c2, f1, f2 = FEDREP_WIDTHS[variant]
+        self.body = nn.Sequential(OrderedDict([
+            ("conv1", nn.Conv2d(3, c1, 5)), ("relu1", nn.ReLU()), ("pool1", nn.MaxPool2d(2)),
+            ("conv2", nn.Conv2d(c1, c2, 5)), ("relu2", nn.ReLU()), ("pool2", nn.MaxPool2d(2)),
+            ("flatten", nn.Flatten()),
+            ("fc1", nn.Linear(c2 * 5 * 5, f1)), ("relu_fc1", nn.ReLU()),
+            ("fc2", nn.Linear(f1, f2)), ("relu_fc2", nn.ReLU()),
+        ]))
+        self.head = nn.Linear(f2, n_classes)
+        self._capture = ("body.relu1", "body.relu2", "body.relu_fc1", "body.relu_fc2")
+        self.n_classes = n_classes
+        self.variant = variant
+        self.feature_dim = f2
+
+
+def make_model(name: str, n_classes: int, seed: int, *, device: torch.device | str | None = None,
+               **kwargs) -> SplitModel:
+    """Build ``name`` ("fedavg_cnn" or "fedrep_cnn") with PyTorch's default initialisation
+    drawn from ``seed`` (inside ``torch.random.fork_rng``, so the global RNG is untouched);
+    float32 on ``device`` (default: :func:`~replearn.backend.default_device`)."""
+    if name not in MODEL_NAMES:
+        raise ValueError(f"unknown model {name!r}; use one of {MODEL_NAMES}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    cls = FedAvgCNN if name == "fedavg_cnn" else FedRepCNN
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(n_classes, **kwargs)
+    return model.to(device=device if device is not None else default_device(), dtype=torch.float32)
+
+
+def head_parameter_names(model: nn.Module) -> tuple[str, ...]:
+    """Names of the head's parameters (``head.weight``, ``head.bias``)."""
+    return tuple(name for name, _ in model.named_parameters() if name.startswith("head."))

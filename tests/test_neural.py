@@ -1,0 +1,294 @@
+import copy
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from replearn import models, neural
+
+
+class Tiny(nn.Module):
+    """A small body/head network on 3x8x8 images."""
+
+    def __init__(self, n_classes=3):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                                  nn.Linear(4 * 16, 8), nn.ReLU())
+        self.head = nn.Linear(8, n_classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def tiny_model(seed=0):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Tiny()
+
+
+def tiny_clients(sizes=(12, 20, 8, 16), n_test=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    xs, ys, xt, yt = [], [], [], []
+    for i, n in enumerate(sizes):
+        shift = torch.randn(3, 1, 1, generator=g)
+        xs.append(torch.randn(n, 3, 8, 8, generator=g) + shift)
+        ys.append(torch.randint(0, 3, (n,), generator=g))
+        xt.append(torch.randn(n_test + i, 3, 8, 8, generator=g) + shift)
+        yt.append(torch.randint(0, 3, (n_test + i,), generator=g))
+    return neural.ClientData(tuple(xs), tuple(ys), tuple(xt), tuple(yt))
+
+
+CLIENTS = tiny_clients()
+BIG = 1000  # a batch size above every client's data size: full-batch steps
+
+
+def params_of(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def assert_close(a, b, atol=1e-5):
+    assert a.keys() == b.keys()
+    for n in a:
+        assert torch.allclose(a[n], b[n], atol=atol, rtol=0), (n, float((a[n] - b[n]).abs().max()))
+
+
+def reference(model, clients, cfg, participants, *, shared, local, phases):
+    """Direct per-client loop with deepcopy and torch.optim.SGD, full-batch steps;
+    ``phases``: list of (trainable names, number of steps)."""
+    glob = copy.deepcopy(model)
+    init = params_of(model)
+    locals_ = [{n: init[n].clone() for n in local} for _ in range(clients.n_clients)]
+    for sel in participants:
+        total = sum(clients.x_train[i].shape[0] for i in sel)
+        acc = {n: 0.0 for n in shared}
+        for i in sel:
+            m = copy.deepcopy(glob)
+            with torch.no_grad():
+                for n, p in m.named_parameters():
+                    if n in local:
+                        p.copy_(locals_[i][n])
+            for names, steps in phases:
+                ps = [p for n, p in m.named_parameters() if n in names]
+                opt = torch.optim.SGD(ps, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+                for _ in range(steps):
+                    opt.zero_grad()
+                    nn.functional.cross_entropy(m(clients.x_train[i]), clients.y_train[i]).backward()
+                    opt.step()
+            new = params_of(m)
+            for n in local:
+                locals_[i][n] = new[n]
+            for n in shared:
+                acc[n] = acc[n] + clients.x_train[i].shape[0] * new[n]
+        with torch.no_grad():
+            for n, p in glob.named_parameters():
+                if n in shared:
+                    p.copy_(acc[n] / total)
+    stacked = {n: torch.stack([loc[n] for loc in locals_]) for n in local}
+    return params_of(glob), stacked
+
+
+BODY = [n for n, _ in tiny_model().named_parameters() if n.startswith("body.")]
+HEAD = ["head.weight", "head.bias"]
+
+
+def test_fedavg_one_full_batch_step_is_centralised_gradient_descent():
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=4, lr=0.3, momentum=0.0, batch_size=BIG, local_steps=1)
+    result = neural.fedavg(model, CLIENTS, cfg)
+    x, y = torch.cat(CLIENTS.x_train), torch.cat(CLIENTS.y_train)
+    gd = tiny_model()
+    opt = torch.optim.SGD(gd.parameters(), lr=cfg.lr)
+    for _ in range(cfg.rounds):
+        opt.zero_grad()
+        nn.functional.cross_entropy(gd(x), y).backward()  # mean over all N = sum_i n_i/N f_i
+        opt.step()
+    assert_close(result.state, params_of(gd))
+    assert not torch.allclose(result.state["head.weight"], model.head.weight)
+    assert torch.all(result.train_loss[1:] < result.train_loss[:-1])
+
+
+@pytest.mark.parametrize("participation", [1.0, 0.5])
+def test_fedavg_averages_client_models_weighted_by_size(participation):
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=3, lr=0.1, momentum=0.9, weight_decay=1e-2, batch_size=BIG, local_steps=3,
+                             participation=participation, seed=3)
+    result = neural.fedavg(model, CLIENTS, cfg)
+    assert all(len(p) == round(4 * participation) for p in result.participants)
+    everything = BODY + HEAD
+    ref, _ = reference(model, CLIENTS, cfg, result.participants, shared=everything, local=[],
+                       phases=[(everything, 3)])
+    assert_close(result.state, ref)
+    assert result.local == {}
+
+
+@pytest.mark.parametrize("algorithm, shared, local, phases", [
+    ("fedrep", BODY, HEAD, [(HEAD, 2), (BODY, 1)]),
+    ("fedper", BODY, HEAD, [(BODY + HEAD, 1)]),
+    ("lg_fedavg", HEAD, BODY, [(BODY + HEAD, 1)]),
+    ("local_only", [], BODY + HEAD, [(BODY + HEAD, 1)]),
+])
+def test_personalised_algorithms_share_exactly_the_right_parts(algorithm, shared, local, phases):
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=3, lr=0.2, momentum=0.5, batch_size=BIG, local_epochs=1, head_epochs=2,
+                             participation=0.75, seed=1)
+    result = getattr(neural, algorithm)(model, CLIENTS, cfg)
+    ref_global, ref_local = reference(model, CLIENTS, cfg, result.participants, shared=shared, local=local,
+                                      phases=phases)
+    assert set(result.local) == set(local) and set(result.shared_names) == set(shared)
+    assert_close(result.state, ref_global)
+    assert_close(result.local, ref_local)
+    # local parts differ between clients that trained; shared parts equal the server's
+    trained = sorted(set(sum(result.participants, ())))
+    n = local[0]
+    assert not torch.allclose(result.local[n][trained[0]], result.local[n][trained[1]])
+    for name in shared:
+        assert torch.equal(result.client_state(trained[0])[name], result.state[name])
+
+
+def test_fedrep_heads_change_only_in_head_phase_and_body_only_in_body_phase():
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=1, lr=0.2, batch_size=BIG, head_epochs=3)
+    body_only = neural.run_rounds("x", model, CLIENTS, cfg, shared=BODY, local=HEAD, phases=[(BODY, None, 1)])
+    init = params_of(model)
+    for n in HEAD:  # heads frozen in the body phase
+        assert torch.equal(body_only.local[n], init[n].expand_as(body_only.local[n]))
+    head_only = neural.run_rounds("x", model, CLIENTS, cfg, shared=BODY, local=HEAD, phases=[(HEAD, None, 3)])
+    assert_close(head_only.state, init, atol=1e-6)  # bodies unchanged (up to the averaging rounding)
+
+
+def test_runs_are_bit_identical_for_a_seed_and_vmap_matches_sequential():
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=3, lr=0.1, momentum=0.5, weight_decay=1e-3, batch_size=4, local_steps=3,
+                             participation=0.75, augment=True, seed=7)
+    a, b = neural.fedrep(model, CLIENTS, cfg), neural.fedrep(model, CLIENTS, cfg)
+    assert_close(a.state, b.state, atol=0)
+    assert_close(a.local, b.local, atol=0)
+    assert torch.equal(a.train_loss, b.train_loss)
+    c = neural.fedrep(model, CLIENTS, replace(cfg, seed=8))
+    assert not torch.equal(a.state["head.weight"] if "head.weight" in a.state else a.local["head.weight"],
+                           c.local["head.weight"])
+    # clients with equal schedules (equal batch sizes per step) trained together with vmap
+    plain = replace(cfg, augment=False, participation=1.0)
+    seq = neural.fedavg(model, CLIENTS, plain)
+    vm = neural.fedavg(model, CLIENTS, replace(plain, vmap_clients=4))
+    assert_close(seq.state, vm.state, atol=1e-5)
+
+
+def test_evaluate_matches_a_direct_computation_and_weights_by_test_size():
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=2, lr=0.2, batch_size=5, head_epochs=1)
+    result = neural.fedrep(model, CLIENTS, cfg)
+    ev = neural.evaluate(model, CLIENTS, result.state, result.local, batch_size=4)
+    direct = []
+    for i in range(CLIENTS.n_clients):
+        m = result.load_into(tiny_model(1), i)
+        with torch.no_grad():
+            direct.append(float((m(CLIENTS.x_test[i]).argmax(1) == CLIENTS.y_test[i]).float().mean()))
+    assert torch.allclose(ev.accuracy, torch.tensor(direct))
+    sizes = torch.tensor([x.shape[0] for x in CLIENTS.x_test], dtype=torch.float32)
+    assert ev.average == pytest.approx(float((sizes * torch.tensor(direct)).sum() / sizes.sum()))
+    assert result.test_accuracy[-1] == pytest.approx(ev.average)
+    assert result.accuracy == pytest.approx(float(result.test_accuracy.mean()))
+
+
+def test_dsgd_is_fedavg_with_one_step_and_matched_config_equalises_updates():
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=2, lr=0.1, batch_size=5, local_steps=4, eval_every=1, last_rounds=2)
+    matched = neural.matched_dsgd_config(cfg)
+    assert (matched.rounds * 1, matched.eval_every, matched.last_rounds) == (8, 4, 8)
+    d = neural.dsgd(model, CLIENTS, matched)
+    f = neural.fedavg(model, CLIENTS, replace(matched, local_steps=1))
+    assert d.algorithm == "dsgd"
+    assert_close(d.state, f.state, atol=0)
+    assert int((~torch.isnan(d.test_accuracy)).sum()) == 2
+    with pytest.raises(ValueError, match="local_steps"):
+        neural.matched_dsgd_config(replace(cfg, local_steps=None))
+
+
+def test_finetune_head_changes_only_heads_all_changes_everything():
+    model = tiny_model()
+    init = params_of(model)
+    head = neural.finetune(model, CLIENTS, epochs=2, part="head", lr=0.1)
+    assert set(head.local) == set(HEAD)
+    assert_close(head.state, init, atol=0)
+    assert not torch.allclose(head.local["head.weight"][0], head.local["head.weight"][1])
+    full = neural.finetune(model, CLIENTS, state=init, epochs=2, part="all", lr=0.1)
+    assert set(full.local) == set(BODY + HEAD)
+    with pytest.raises(ValueError, match="part"):
+        neural.finetune(model, CLIENTS, part="body")
+
+
+def test_callback_reports_every_round():
+    seen = []
+    neural.fedavg(tiny_model(), CLIENTS, neural.TrainConfig(rounds=3, batch_size=5, eval_every=2),
+                  callback=lambda t, m: seen.append((t, sorted(m))))
+    both = ["test_accuracy", "train_loss"]
+    assert seen == [(0, ["train_loss"]), (1, both), (2, both)]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(local_steps=0), "tau"), (dict(participation=0.0), "participation"),
+    (dict(participation=1.5), "participation"), (dict(lr=0.0), "lr"), (dict(lr=-1.0), "lr"),
+    (dict(batch_size=0), "batch_size"), (dict(momentum=1.0), "momentum"), (dict(seed=-1), "seed"),
+])
+def test_bad_config_is_rejected(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        neural.TrainConfig(**kwargs)
+
+
+def test_bad_client_data_is_rejected():
+    x, y = CLIENTS.x_train, CLIENTS.y_train
+    empty = (torch.zeros(0, 3, 8, 8),) + x[1:]
+    with pytest.raises(ValueError, match="no training data"):
+        neural.ClientData(empty, (torch.zeros(0, dtype=torch.int64),) + y[1:], CLIENTS.x_test, CLIENTS.y_test)
+    with pytest.raises(ValueError, match="float32"):
+        neural.ClientData(tuple(t.double() for t in x), y, CLIENTS.x_test, CLIENTS.y_test)
+    with pytest.raises(ValueError, match="one entry per client"):
+        neural.ClientData(x[:2], y, CLIENTS.x_test, CLIENTS.y_test)
+    with pytest.raises(ValueError, match="dataset="):
+        neural.ClientData.from_partition(torch.zeros(4, 3, 8, 8, dtype=torch.uint8),
+                                         torch.zeros(4, dtype=torch.int64),
+                                         [torch.arange(2)], torch.zeros(2, 3, 8, 8, dtype=torch.uint8),
+                                         torch.zeros(2, dtype=torch.int64), [torch.arange(2)], device="cpu")
+
+
+def test_from_partition_and_take_train():
+    x = torch.randn(10, 3, 8, 8)
+    y = torch.arange(10) % 3
+    clients = neural.ClientData.from_partition(x, y, [torch.tensor([0, 2, 4]), torch.tensor([1, 3])], x, y,
+                                               [torch.tensor([5]), torch.tensor([6, 7])], device="cpu")
+    assert torch.equal(clients.x_train[0], x[[0, 2, 4]]) and torch.equal(clients.y_test[1], y[[6, 7]])
+    assert clients.train_sizes.tolist() == [3, 2] and clients.test_sizes.tolist() == [1, 2]
+    small = clients.take_train(2, seed=0)
+    assert small.train_sizes.tolist() == [2, 2]
+    assert clients.subset([1]).n_clients == 1
+
+
+def _cifar_or_skip():
+    data = pytest.importorskip("replearn.data")
+    root = os.environ.get("REPLEARN_DATA") or (Path(__file__).resolve().parents[2] / "shared" / "data")
+    try:
+        return data, data.load_cifar("cifar10", root=root)
+    except FileNotFoundError as err:
+        pytest.skip(f"CIFAR-10 subset not found (set REPLEARN_DATA to the folder holding it): {err}")
+
+
+def test_smoke_on_real_cifar10_loss_falls_and_accuracy_beats_chance():
+    data, cifar = _cifar_or_skip()
+    keep = torch.arange(2000)
+    parts = data.shard_partition(cifar.y_train[keep], 10, 5, seed=0)
+    test_parts = data.client_test_split(parts, cifar.y_train[keep], cifar.y_test, seed=0, n_per_client=100)
+    clients = neural.ClientData.from_partition(cifar.x_train[keep], cifar.y_train[keep], parts, cifar.x_test,
+                                               cifar.y_test, test_parts, dataset="cifar10", device="cpu")
+    assert clients.train_sizes.sum() == 2000
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu")
+    cfg = neural.TrainConfig(rounds=4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1, head_epochs=1,
+                             last_rounds=1)
+    avg = neural.fedavg(model, clients, cfg)
+    rep = neural.fedrep(model, clients, cfg)
+    for result, chance in ((avg, 0.1), (rep, 0.2)):  # FedRep's local heads see 5 classes per client
+        assert result.train_loss[-1] < result.train_loss[0], result.train_loss
+        assert result.accuracy > chance + 0.05, (result.algorithm, result.accuracy)

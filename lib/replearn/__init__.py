@@ -9,6 +9,10 @@ Modules (one idea each):
 - :mod:`replearn.maml`: MAML, FO-MAML, ANIL, FO-ANIL (exact meta-gradients), the inductive-hypothesis tracker
 - :mod:`replearn.fedrep`: FedRep (shared representation, local heads), method-of-moments init, baselines
 - :mod:`replearn.aruba`: online learning, regret upper bounds, meta-learned initialisations and ARUBA step sizes
+- :mod:`replearn.data`: CIFAR-10/100 (full archives or offline subsets), client partitions, augmentation
+- :mod:`replearn.models`: the papers' CIFAR CNNs with a body/head split
+- :mod:`replearn.neural`: federated training of neural networks (FedAvg, D-SGD, FedRep, FedPer, LG-FedAvg, ...)
+- :mod:`replearn.similarity`: HSIC, CKA, class cosine-similarity matrices, activation capture
 - :mod:`replearn.lower_bound`: ground truths that ARM / D-GD cannot recover
 - :mod:`replearn.trajectory`: stacked iterates of a run
 - :mod:`replearn.profiles`: CPU-sized default vs paper-sized experiment settings

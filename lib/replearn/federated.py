@@ -98,27 +98,41 @@ def local_coordinates(B: torch.Tensor, w: torch.Tensor, tasks: PopulationTasks, 
     so after tau steps P_i = prod_s (I_k - alpha w_{t,i,s} w_{t,i,s}^T) is the client's prior
     weight and, with theta_*_i = B_* w_*_i, ``w_*_i u_i^T`` its signal weight (Collins et al.
     2022, Sec. 4, global update of B_{t+1}). The head gradient needs only the Gram matrix of
-    [B_t, theta_*_i], so a step costs O(k^2) per client instead of O(dk).
+    [B_t, theta_*_i], so a step costs O(k^2) per client instead of O(dk); the first two steps,
+    where A is still shared by the clients, are written as plain matrix products.
 
     Returns ``A`` (s, k + 1, k) stacking P_i over u_i^T, and the local heads (s, k).
     """
     theta = tasks.theta if index is None else tasks.theta[index]
-    sqnorm = tasks.sqnorm if index is None else tasks.sqnorm[index]
     n, k = theta.shape[0], B.shape[1]
-    cross = theta @ B                                                       # theta_*_i^T B_t
-    gram = torch.cat((torch.cat((B.mT.matmul(B).expand(n, k, k), cross.unsqueeze(-1)), dim=-1),
-                      torch.cat((cross, sqnorm.unsqueeze(-1)), dim=-1).unsqueeze(1)), dim=1)
     A0, minus_e, minus_one = _start_coordinates(n, k, B.dtype, B.device)
+    cross = theta @ B                                                       # theta_*_i^T B_t
     # Step 1 starts from P = I, u = 0 and the global w for every client: r = [w; -1] are the
     # coordinates of B_t w - theta_*_i, and the new A = A0 - alpha r w^T is shared.
-    r = torch.cat((w, minus_one))
-    w_loc = torch.sub(w, torch.matmul(gram[:, :k], r), alpha=alpha).unsqueeze(-1)
-    A = torch.addr(A0, r, w, alpha=-alpha).expand(n, k + 1, k)
-    for _ in range(tau - 1):
-        r = torch.baddbmm(minus_e, A, w_loc)                 # coordinates of B_{i,s} w_{i,s} - theta_*_i
-        grad_w = torch.bmm(A.mT, torch.bmm(gram, r))         # B_{i,s}^T (B_{i,s} w_{i,s} - theta_*_i)
-        A = torch.baddbmm(A, r, w_loc.mT, alpha=-alpha)
-        w_loc = w_loc.add(grad_w, alpha=-alpha)
+    w_loc = torch.sub(w, B.mT @ (B @ w), alpha=alpha).add(cross, alpha=alpha)  # w - alpha B^T (B w - theta_*_i)
+    A = torch.addr(A0, torch.cat((w, minus_one)), w, alpha=-alpha)
+    if tau == 1:
+        return A.expand(n, k + 1, k), w_loc
+    # Step 2: A is still shared, so the clients' products are plain matrix products. With
+    # r_i = [a_i; b_i] the coordinates of the residual v_i = B_t a_i + theta_*_i b_i,
+    # B_t^T v_i = B_t^T B_t a_i + b_i B_t^T theta_*_i and theta_*_i^T v_i = a_i . B_t^T theta_*_i + b_i |theta_*_i|^2.
+    sqnorm = tasks.sqnorm if index is None else tasks.sqnorm[index]
+    r = w_loc @ A.mT
+    r[:, k] -= 1.0                                                          # coordinates of B_{i,1} w_{i,1} - theta_*_i
+    a, b = r[:, :k], r[:, k:]
+    gram_r = torch.cat((torch.addmm(b * cross, a, B.mT @ B),
+                        torch.addcmul((a * cross).sum(1, keepdim=True), b, sqnorm.unsqueeze(-1))), dim=1)
+    grad_w = gram_r @ A                                                     # B_{i,1}^T v_i
+    A = torch.addcmul(A, r.unsqueeze(-1), w_loc.unsqueeze(1), value=-alpha)
+    w_loc = w_loc.sub(grad_w, alpha=alpha).unsqueeze(-1)
+    if tau > 2:  # steps 3..tau: per-client A, batched over clients with the Gram matrix of [B_t, theta_*_i]
+        gram = torch.cat((torch.cat((B.mT.matmul(B).expand(n, k, k), cross.unsqueeze(-1)), dim=-1),
+                          torch.cat((cross, sqnorm.unsqueeze(-1)), dim=-1).unsqueeze(1)), dim=1)
+        for _ in range(tau - 2):
+            r = torch.baddbmm(minus_e, A, w_loc)             # coordinates of B_{i,s} w_{i,s} - theta_*_i
+            grad_w = torch.bmm(A.mT, torch.bmm(gram, r))     # B_{i,s}^T (B_{i,s} w_{i,s} - theta_*_i)
+            A = torch.baddbmm(A, r, w_loc.mT, alpha=-alpha)
+            w_loc = w_loc.add(grad_w, alpha=-alpha)
     return A, w_loc.squeeze(-1)
 
 
@@ -147,8 +161,10 @@ def _round(B, w, tasks: Tasks, index, p, alpha: float, tau: int, batch_size, gen
         A, w_loc = local_coordinates(B, w, tasks, index, alpha=alpha, tau=tau)
         theta = tasks.theta if index is None else tasks.theta[index]
         k = B.shape[1]
-        if p is None:
-            return torch.addmm(B @ A[:, :k].mean(0), theta.mT, A[:, k], alpha=1.0 / A.shape[0]), w_loc.mean(0)
+        if p is None:  # plain averages (sums scaled by 1/s: cheaper than mean for these tiny tensors)
+            scale = 1.0 / A.shape[0]
+            return (torch.addmm(B @ A.sum(0)[:k], theta.mT, A[:, k], beta=scale, alpha=scale),
+                    w_loc.sum(0).mul_(scale))
         p = p / p.sum()
         prior = torch.einsum("s,sjk->jk", p, A[:, :k])
         return torch.addmm(B @ prior, theta.mT, p[:, None] * A[:, k]), p @ w_loc

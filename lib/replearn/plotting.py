@@ -18,6 +18,9 @@ COLORS = {
     "FedRep": "#ff7f0e",
     "true representation": "#2ca02c",
     "local only": "#7f7f7f",
+    "Local only": "#7f7f7f",
+    "FedPer": "#17becf",
+    "LG-FedAvg": "#bcbd22",
 }
 
 

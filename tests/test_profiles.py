@@ -24,3 +24,21 @@ def test_profile_switch(monkeypatch):
     monkeypatch.setenv("REPLEARN_PROFILE", "huge")
     with pytest.raises(ValueError, match="REPLEARN_PROFILE='huge'"):
         Demo.current()
+
+
+def test_differences_lists_the_fields_the_paper_profile_changes():
+    from replearn.profiles import differences
+
+    assert differences(Demo) == [("d", 10, 100), ("T", 5, 500)]
+    with pytest.raises(ValueError, match="Settings subclass"):
+        differences(int)
+
+
+def test_every_experiment_has_a_distinct_paper_profile():
+    from replearn.experiments import settings_classes
+    from replearn.profiles import differences
+
+    classes = settings_classes()
+    assert "fedavg_convergence.FedAvgConvergenceSettings" in classes and len(classes) >= 30
+    for name, cls in classes.items():
+        assert differences(cls), f"{name}: paper() equals the CPU default"

@@ -18,7 +18,7 @@ environment variable ``REPLEARN_PROFILE=paper`` (``default`` when unset)::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 PROFILES = ("default", "paper")
 
@@ -48,3 +48,13 @@ class Settings:
         """Settings of the active profile, with optional field overrides."""
         base = cls.paper() if profile_name() == "paper" else cls.default()
         return replace(base, **overrides)
+
+
+def differences(cls: type[Settings]) -> list[tuple[str, object, object]]:
+    """``(field, default value, paper value)`` for every field of the settings class ``cls``
+    whose ``paper()`` value differs from its CPU default, in declaration order."""
+    if not (isinstance(cls, type) and issubclass(cls, Settings)):
+        raise ValueError(f"expected a Settings subclass, got {cls!r}")
+    default, paper = cls.default(), cls.paper()
+    return [(f.name, getattr(default, f.name), getattr(paper, f.name)) for f in fields(cls)
+            if getattr(default, f.name) != getattr(paper, f.name)]

@@ -276,7 +276,8 @@ def _cifar_or_skip():
         pytest.skip(f"CIFAR-10 subset not found (set REPLEARN_DATA to the folder holding it): {err}")
 
 
-def test_smoke_on_real_cifar10_loss_falls_and_accuracy_beats_chance():
+@pytest.fixture(scope="module")
+def cifar_clients():
     data, cifar = _cifar_or_skip()
     keep = torch.arange(2000)
     parts = data.shard_partition(cifar.y_train[keep], 10, 5, seed=0)
@@ -284,11 +285,29 @@ def test_smoke_on_real_cifar10_loss_falls_and_accuracy_beats_chance():
     clients = neural.ClientData.from_partition(cifar.x_train[keep], cifar.y_train[keep], parts, cifar.x_test,
                                                cifar.y_test, test_parts, dataset="cifar10", device="cpu")
     assert clients.train_sizes.sum() == 2000
+    return clients
+
+
+# chance level of the model each algorithm serves: 1/10 for one global model, 1/5 for models with a
+# personal part on clients holding 5 classes
+SMOKE = [(neural.fedavg, 0.1), (neural.fedrep, 0.2), (neural.fedper, 0.2), (neural.lg_fedavg, 0.2),
+         (neural.local_only, 0.2)]
+
+
+@pytest.mark.parametrize("algorithm, chance", SMOKE, ids=[a.__name__ for a, _ in SMOKE])
+def test_smoke_on_real_cifar10_loss_falls_and_accuracy_beats_chance(cifar_clients, algorithm, chance):
     model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu")
     cfg = neural.TrainConfig(rounds=4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1, head_epochs=1,
                              last_rounds=1)
-    avg = neural.fedavg(model, clients, cfg)
-    rep = neural.fedrep(model, clients, cfg)
-    for result, chance in ((avg, 0.1), (rep, 0.2)):  # FedRep's local heads see 5 classes per client
-        assert result.train_loss[-1] < result.train_loss[0], result.train_loss
-        assert result.accuracy > chance + 0.05, (result.algorithm, result.accuracy)
+    result = algorithm(model, cifar_clients, cfg)
+    assert result.train_loss[-1] < result.train_loss[0], result.train_loss
+    assert result.accuracy > chance + 0.05, (result.algorithm, result.accuracy)
+
+
+def test_smoke_dsgd_and_finetuning_on_real_cifar10(cifar_clients):
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu")
+    cfg = neural.TrainConfig(rounds=5, lr=0.05, momentum=0.5, batch_size=10, local_steps=10, last_rounds=1)
+    dsgd = neural.dsgd(model, cifar_clients, neural.matched_dsgd_config(cfg))
+    assert dsgd.train_loss[-1] < dsgd.train_loss[0] and dsgd.accuracy > 0.15, (dsgd.train_loss, dsgd.accuracy)
+    tuned = neural.finetune(model, cifar_clients, state=dsgd.state, epochs=2, part="head", lr=0.05)
+    assert tuned.final.average > dsgd.accuracy + 0.05   # a personal head on 5-class clients beats the global one

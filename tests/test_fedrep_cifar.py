@@ -144,3 +144,12 @@ def test_paper_reference():
     assert fc.paper_reference(("cifar100", 20, 20))[1]["FedRep"] == 56.10
     with pytest.raises(ValueError, match="no column"):
         fc.paper_reference(("cifar10", 10, 3))
+
+
+def test_cpu_defaults_of_the_sweeps_leave_the_table_alone():
+    # 5.8 and 5.9 run at a larger CPU scale than Table 1 (5.7); their defaults must be valid
+    e, n, t = fc.EpochSettings(), fc.NewClientSettings(), fc.TableSettings()
+    assert (t.train_per_client, t.rounds) == (30, 6)
+    assert e.train_per_client * e.clients % 10 == 0 and len(set(e.epochs)) == len(e.epochs)
+    assert n.train_per_client * n.clients % (10 - n.n_new) == 0 and n.new_train * n.new_clients % n.n_new == 0
+    e._check_common(), n._check_common()

@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+FLOWER_STAMP := $(VENV)/.installed-flower
 NOTEBOOKS := $(shell find book -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' -not -path '*/_build/*' | sort)
 
 export PYTHONHASHSEED := 0
@@ -28,13 +29,18 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
+# Optional extra for replearn.flower (Flower + its Ray simulation engine); the unit tests use it.
+$(FLOWER_STAMP): $(STAMP) requirements-flower.txt
+	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements-flower.txt
+	@touch $(FLOWER_STAMP)
+
 book: $(STAMP)
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 	@echo "Book built: file://$(CURDIR)/_build/html/index.html"
 
 test: unit nbval
 
-unit: $(STAMP)
+unit: $(FLOWER_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q
 
 nbval: $(STAMP)

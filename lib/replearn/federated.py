@@ -204,16 +204,20 @@ def fedavg(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, ta
     gen = make_generator(seed)
     uniform = bool((weights == weights[0]).all())
     limit = _BLOW_UP * (1.0 + float(B0.abs().max()) + float(w0.abs().max()))
-    Bs, ws = [B0], [w0]
-    B, w = B0, w0
-    for t in range(rounds):
-        index = _select_clients(n, clients_per_round, gen, B0.device)
-        p = None if uniform else (weights if index is None else weights[index])
-        B, w = _round(B, w, tasks, index, p, alpha, tau, batch_size, gen)
-        Bs.append(B)
-        ws.append(w)
-        if (t + 1) % _CHECK_EVERY == 0 or t + 1 == rounds:
-            _check_blow_up(Bs, ws, limit, alpha)
+    Bs, ws = [B0.detach()], [w0.detach()]
+    B, w = Bs[0], ws[0]
+    # The rounds are not differentiated through; inference mode drops autograd's per-op
+    # bookkeeping (a sizeable share of a round's cost for these small tensors). The iterates
+    # are stacked outside it, so callers get ordinary tensors.
+    with torch.inference_mode():
+        for t in range(rounds):
+            index = _select_clients(n, clients_per_round, gen, B0.device)
+            p = None if uniform else (weights if index is None else weights[index])
+            B, w = _round(B, w, tasks, index, p, alpha, tau, batch_size, gen)
+            Bs.append(B)
+            ws.append(w)
+            if (t + 1) % _CHECK_EVERY == 0 or t + 1 == rounds:
+                _check_blow_up(Bs, ws, limit, alpha)
     return Trajectory(torch.stack(Bs), torch.stack(ws))
 
 

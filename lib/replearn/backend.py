@@ -7,6 +7,7 @@ then moved to the working device, so a seed gives the same numbers on a laptop a
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 DTYPE = torch.float64
@@ -30,6 +31,12 @@ def make_generator(seed: SeedLike = 0) -> torch.Generator:
     gen = torch.Generator(device="cpu")
     gen.manual_seed(seed)
     return gen
+
+
+def derive_seed(*keys: int) -> int:
+    """An independent seed in [0, 2^31) for a tuple of integer keys (``numpy.random.SeedSequence``),
+    e.g. ``derive_seed(seed, trial, client)`` for one trial of one client of a seeded experiment."""
+    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0] % (2**31))
 
 
 def randn(*shape: int, generator: torch.Generator, device: torch.device | str | None = None,

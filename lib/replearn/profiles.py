@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
+
 PROFILES = ("default", "paper")
 
 
@@ -48,6 +50,13 @@ class Settings:
         """Settings of the active profile, with optional field overrides."""
         base = cls.paper() if profile_name() == "paper" else cls.default()
         return replace(base, **overrides)
+
+
+def check_int(value, name: str, low: int = 1) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer (not a bool) of at least ``low``:
+    the check every settings field that counts something gets."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def differences(cls: type[Settings]) -> list[tuple[str, object, object]]:

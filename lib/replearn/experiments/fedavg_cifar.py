@@ -30,25 +30,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import torch
 
 from .. import data as D
 from .. import neural, similarity
+from ..backend import derive_seed
 from ..models import make_model
-from ..profiles import Settings
+from ..profiles import Settings, check_int
 
 DSGD = 1  # tau of D-SGD
 
 
-def _seed(*keys: int) -> int:
-    """An independent seed for a tuple of integer keys."""
-    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0] % (2**31))
-
-
-def _check_int(value, name: str, low: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def method_name(tau: int) -> str:
@@ -88,16 +80,16 @@ class _Common(Settings):
         return dict(variant=self.variant)
 
     def _check_common(self, taus) -> None:
-        _check_int(self.clients, "clients", 1)
-        _check_int(self.total_steps, "total_steps", 1)
-        _check_int(self.batch_size, "batch_size", 1)
-        _check_int(self.seed, "seed", 0)
+        check_int(self.clients, "clients", 1)
+        check_int(self.total_steps, "total_steps", 1)
+        check_int(self.batch_size, "batch_size", 1)
+        check_int(self.seed, "seed", 0)
         if not 0 < self.participation <= 1:
             raise ValueError(f"participation must be in (0, 1], got {self.participation!r}")
         if not (self.lr > 0 and 0 <= self.momentum < 1):
             raise ValueError(f"need lr > 0 and momentum in [0, 1), got {self.lr!r}, {self.momentum!r}")
         for tau in taus:
-            _check_int(tau, "tau", 1)
+            check_int(tau, "tau", 1)
             if self.total_steps % tau:
                 raise ValueError(f"total_steps = {self.total_steps} must be a multiple of every tau "
                                  f"(equal local updates for all methods); tau = {tau} does not divide it")
@@ -193,12 +185,12 @@ def run_similarity(s: SimilaritySettings, *, cifar: D.CifarData | None = None) -
         raise ValueError(f"taus must be distinct and non-empty, got {s.taus!r}")
     if not s.alpha > 0:
         raise ValueError(f"alpha must be positive, got {s.alpha!r}")
-    _check_int(s.probe_per_class, "probe_per_class", 2)
-    _check_int(s.test_per_client, "test_per_client", 1)
+    check_int(s.probe_per_class, "probe_per_class", 2)
+    check_int(s.test_per_client, "test_per_client", 1)
     cifar = cifar if cifar is not None else D.load_cifar("cifar10")
     k = cifar.n_classes
-    train = D.dirichlet_partition(cifar.y_train, s.clients, s.alpha, seed=_seed(s.seed, 1))
-    test = D.client_test_split(train, cifar.y_train, cifar.y_test, seed=_seed(s.seed, 2),
+    train = D.dirichlet_partition(cifar.y_train, s.clients, s.alpha, seed=derive_seed(s.seed, 1))
+    test = D.client_test_split(train, cifar.y_train, cifar.y_test, seed=derive_seed(s.seed, 2),
                                n_per_client=s.test_per_client)
     clients = neural.ClientData.from_partition(cifar.x_train, cifar.y_train, train, cifar.x_test, cifar.y_test,
                                                test, dataset=cifar.name)
@@ -207,7 +199,7 @@ def run_similarity(s: SimilaritySettings, *, cifar: D.CifarData | None = None) -
     py = py.to(clients.device)
 
     def model_fn():
-        return make_model(s.model, k, _seed(s.seed, 3), device=clients.device, **s.model_kwargs())
+        return make_model(s.model, k, derive_seed(s.seed, 3), device=clients.device, **s.model_kwargs())
 
     results = train_matched(model_fn, clients, sorted(s.taus), s)
     matrices, gap, pacc, cacc = {}, {}, {}, {}
@@ -250,9 +242,9 @@ class PretrainSettings(_Common):
 
     def _check_pretrain(self) -> None:
         self._check_common((self.tau,))
-        _check_int(self.n_new, "n_new", 1)
-        _check_int(self.classes_per_client, "classes_per_client", 1)
-        _check_int(self.ft_epochs, "ft_epochs", 1)
+        check_int(self.n_new, "n_new", 1)
+        check_int(self.classes_per_client, "classes_per_client", 1)
+        check_int(self.ft_epochs, "ft_epochs", 1)
         if self.tau < 2:
             raise ValueError(f"FedAvg's tau must be >= 2 (tau = 1 is D-SGD), got {self.tau}")
         if not self.ft_lr > 0:
@@ -279,17 +271,17 @@ class Pretrained:
 def pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
     """Train FedAvg (tau = ``s.tau``) and D-SGD on the CIFAR-100 training classes."""
     s._check_pretrain()
-    train_cls, new_cls = D.class_split(cifar100.n_classes, s.n_new, seed=_seed(s.seed, 10))
+    train_cls, new_cls = D.class_split(cifar100.n_classes, s.n_new, seed=derive_seed(s.seed, 10))
     tr_idx, tr_y = D.restrict_classes(cifar100.y_train, train_cls)
     te_idx, te_y = D.restrict_classes(cifar100.y_test, train_cls)
-    parts = D.shard_partition(tr_y, s.clients, s.classes_per_client, seed=_seed(s.seed, 11))
-    tests = D.client_test_split(parts, tr_y, te_y, seed=_seed(s.seed, 12), n_per_client=50)
+    parts = D.shard_partition(tr_y, s.clients, s.classes_per_client, seed=derive_seed(s.seed, 11))
+    tests = D.client_test_split(parts, tr_y, te_y, seed=derive_seed(s.seed, 12), n_per_client=50)
     clients = neural.ClientData.from_partition(cifar100.x_train[tr_idx], tr_y, parts, cifar100.x_test[te_idx],
                                                te_y, tests, dataset=cifar100.name)
     n_out = len(train_cls)
 
     def model_fn():
-        return make_model(s.model, n_out, _seed(s.seed, 13), device=clients.device, **s.model_kwargs())
+        return make_model(s.model, n_out, derive_seed(s.seed, 13), device=clients.device, **s.model_kwargs())
 
     results = train_matched(model_fn, clients, (DSGD, s.tau), s)
     return Pretrained({t: r.state for t, r in results.items()}, train_cls, new_cls,
@@ -317,17 +309,17 @@ def new_clients(cifar: D.CifarData, classes: torch.Tensor | None, n_clients: int
     pool = n_clients  # shard_partition needs pool * classes_per_client to be a multiple of len(classes)
     while (pool * classes_per_client) % len(classes):
         pool += 1
-    parts = D.shard_partition(tr_y, pool, classes_per_client, seed=_seed(seed, 1))[:n_clients]
-    tests = D.client_test_split(parts, tr_y, te_y, seed=_seed(seed, 2), n_per_client=test_per_client)
+    parts = D.shard_partition(tr_y, pool, classes_per_client, seed=derive_seed(seed, 1))[:n_clients]
+    tests = D.client_test_split(parts, tr_y, te_y, seed=derive_seed(seed, 2), n_per_client=test_per_client)
     return neural.ClientData.from_partition(cifar.x_train[tr_idx], tr_y, parts, cifar.x_test[te_idx], te_y,
                                             tests, dataset=cifar.name)
 
 
 def finetune_all(s: PretrainSettings, state: dict, clients: neural.ClientData, n_classes: int, seed: int):
     """Fine-tune the whole pre-trained model (fresh head) on every new client: ``FedResult``."""
-    model, full = _new_model(s, state, n_classes, _seed(seed, 5), clients.device)
+    model, full = _new_model(s, state, n_classes, derive_seed(seed, 5), clients.device)
     return model, neural.finetune(model, clients, state=full, epochs=s.ft_epochs, part="all", lr=s.ft_lr,
-                                  momentum=s.momentum, batch_size=s.batch_size, seed=_seed(seed, 6))
+                                  momentum=s.momentum, batch_size=s.batch_size, seed=derive_seed(seed, 6))
 
 
 # --------------------------------------------------------------------------- Fig. 5
@@ -385,9 +377,9 @@ def run_transfer(s: TransferSettings, *, cifar10: D.CifarData | None = None,
         if not values:
             raise ValueError(f"{name} must be non-empty")
         for v in values:
-            _check_int(v, name, 1)
-    _check_int(s.trials, "trials", 1)
-    _check_int(s.new_clients, "new_clients", 1)
+            check_int(v, name, 1)
+    check_int(s.trials, "trials", 1)
+    check_int(s.new_clients, "new_clients", 1)
     cifar10 = cifar10 if cifar10 is not None else D.load_cifar("cifar10")
     cifar100 = cifar100 if cifar100 is not None else D.load_cifar("cifar100")
     pre = pretrain(s, cifar100)
@@ -401,9 +393,9 @@ def run_transfer(s: TransferSettings, *, cifar10: D.CifarData | None = None,
             for n in samples:
                 row = []
                 for trial in range(s.trials):
-                    seed = _seed(s.seed, 20, t_i, trial)
+                    seed = derive_seed(s.seed, 20, t_i, trial)
                     cl = new_clients(cifar, classes, s.new_clients, cpc, s.test_per_client, seed)
-                    cl = cl.take_train(n, seed=_seed(seed, 3, n))
+                    cl = cl.take_train(n, seed=derive_seed(seed, 3, n))
                     _, res = finetune_all(s, state, cl, n_cls, seed)
                     row.append(res.final.accuracy)
                 rows.append(torch.cat(row))
@@ -463,23 +455,23 @@ def run_cka(s: CKASettings, *, cifar10: D.CifarData | None = None,
     """Paper Fig. 2 (see the module docstring); the head is replaced for CIFAR-10, so the layers
     compared are the body's (each convolution and hidden linear layer after its ReLU)."""
     s._check_pretrain()
-    _check_int(s.ft_clients, "ft_clients", 1)
-    _check_int(s.ft_samples, "ft_samples", 1)
-    _check_int(s.probe_per_class, "probe_per_class", 2)
+    check_int(s.ft_clients, "ft_clients", 1)
+    check_int(s.ft_samples, "ft_samples", 1)
+    check_int(s.probe_per_class, "probe_per_class", 2)
     cifar10 = cifar10 if cifar10 is not None else D.load_cifar("cifar10")
     cifar100 = cifar100 if cifar100 is not None else D.load_cifar("cifar100")
     pre = pretrain(s, cifar100)
-    cl = new_clients(cifar10, None, s.ft_clients, cifar10.n_classes, 20, _seed(s.seed, 30))
-    cl = cl.take_train(s.ft_samples, seed=_seed(s.seed, 31))
+    cl = new_clients(cifar10, None, s.ft_clients, cifar10.n_classes, 20, derive_seed(s.seed, 30))
+    cl = cl.take_train(s.ft_samples, seed=derive_seed(s.seed, 31))
     pidx, _ = _probe(cifar10.x_test, cifar10.y_test, s.probe_per_class, cifar10.n_classes)
     px = D.normalise(cifar10.x_test[pidx], cifar10.name).to(cl.device)
     before_after, ft_acc, before = {}, {}, {}
     layers = None
     for tau, state in pre.states.items():
-        model, full = _new_model(s, state, cifar10.n_classes, _seed(s.seed, 32), cl.device)
+        model, full = _new_model(s, state, cifar10.n_classes, derive_seed(s.seed, 32), cl.device)
         layers = tuple(name for name in model.layer_names() if name != "head")
         res = neural.finetune(model, cl, state=full, epochs=s.ft_epochs, part="all", lr=s.ft_lr,
-                              momentum=s.momentum, batch_size=s.batch_size, seed=_seed(s.seed, 33))
+                              momentum=s.momentum, batch_size=s.batch_size, seed=derive_seed(s.seed, 33))
         before[tau] = layer_activations(model, full, px, layers)
         rows = []
         for i in range(cl.n_clients):

@@ -39,7 +39,7 @@ import torch
 
 from .. import federated, linalg, linear
 from ..backend import DTYPE, default_device, make_generator, randn
-from ..profiles import Settings
+from ..profiles import Settings, check_int
 from ..trajectory import Trajectory
 
 METHODS = ("FedAvg", "D-GD")
@@ -105,23 +105,19 @@ class GeneralisationResult:
         return self.errors[name].mean(dim=2)
 
 
-def _check_int(value, name: str, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
 
 def validate(cfg: GeneralisationSettings) -> None:
     """Raise ``ValueError`` with a clear message on settings that cannot run."""
     for name in ("d", "k", "M", "rounds", "runs", "clients", "ft_steps"):
-        _check_int(getattr(cfg, name), name, 1)
-    _check_int(cfg.tau, "tau (FedAvg's local steps; tau = 1 is D-GD itself)", 2)
-    _check_int(cfg.seed, "seed", 0)
+        check_int(getattr(cfg, name), name, 1)
+    check_int(cfg.tau, "tau (FedAvg's local steps; tau = 1 is D-GD itself)", 2)
+    check_int(cfg.seed, "seed", 0)
     if not cfg.k < cfg.d:
         raise ValueError(f"need k < d (a representation that can miss directions), got k={cfg.k}, d={cfg.d}")
     if len(cfg.ns) == 0:
         raise ValueError("ns (the sample sizes of the new client) must not be empty")
     for n in cfg.ns:
-        _check_int(n, "every n in ns (samples of the new client)", 1)
+        check_int(n, "every n in ns (samples of the new client)", 1)
     if not (isinstance(cfg.alpha, (int, float)) and 0 < cfg.alpha < math.inf):
         raise ValueError(f"the step size alpha must be positive and finite, got {cfg.alpha!r}")
     if not (isinstance(cfg.ft_lr, (int, float)) and 0 < cfg.ft_lr < 2):

@@ -27,26 +27,22 @@ import torch
 
 from .. import fedrep, linalg, linear
 from ..backend import default_device
-from ..profiles import Settings
+from ..profiles import Settings, check_int
 
 
 # --------------------------------------------------------------------------- checks
-
-def _check_int(value, name: str, low: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def _check_ints(values, name: str, low: int = 1) -> None:
     if len(values) == 0:
         raise ValueError(f"{name} must be a non-empty sequence")
     for v in values:
-        _check_int(v, f"every entry of {name}", low)
+        check_int(v, f"every entry of {name}", low)
 
 
 def _check_dims(d, k) -> None:
-    _check_int(d, "d")
-    _check_int(k, "k")
+    check_int(d, "d")
+    check_int(k, "k")
     if k >= d:
         raise ValueError(f"need 1 <= k < d, got d={d}, k={k}")
 
@@ -114,10 +110,10 @@ def single_model_error_formula(theta_star: torch.Tensor) -> torch.Tensor:
 def run_personalisation(cfg: PersonalisationSettings, device=None) -> PersonalisationResult:
     """Single model vs personalised model vs local-only, on sampled noiseless data (book 5.1)."""
     _check_dims(cfg.d, cfg.k)
-    _check_int(cfg.n, "n", 2)
-    _check_int(cfg.m, "m")
+    check_int(cfg.n, "n", 2)
+    check_int(cfg.m, "m")
     _check_ints(cfg.local_ms, "local_ms")
-    _check_int(cfg.rounds, "rounds", 0)
+    check_int(cfg.rounds, "rounds", 0)
     _check_positive(cfg.eta, "eta")
     if len(cfg.spreads) == 0 or any(not (s > 0) for s in cfg.spreads):
         raise ValueError(f"spreads must be a non-empty sequence of positive numbers, got {cfg.spreads!r}")
@@ -198,7 +194,7 @@ def run_moments(cfg: MomentSettings, device=None) -> MomentResult:
     _check_dims(cfg.d, cfg.k)
     _check_ints(cfg.ns, "ns")
     _check_ints(cfg.ms, "ms")
-    _check_int(cfg.repeats, "repeats")
+    check_int(cfg.repeats, "repeats")
     if not cfg.noise_std >= 0:
         raise ValueError(f"noise_std must be >= 0, got {cfg.noise_std}")
     device = _device(device)
@@ -250,9 +246,9 @@ class TrajectoryResult:
 
 def run_trajectory(cfg: TrajectorySettings, device=None) -> TrajectoryResult:
     _check_dims(cfg.d, cfg.k)
-    _check_int(cfg.n, "n")
-    _check_int(cfg.m, "m")
-    _check_int(cfg.rounds, "rounds", 0)
+    check_int(cfg.n, "n")
+    check_int(cfg.m, "m")
+    check_int(cfg.rounds, "rounds", 0)
     device = _device(device)
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
     W = fedrep.paper_heads(cfg.n, cfg.k, seed=cfg.seed + 1, device=device)
@@ -335,9 +331,9 @@ def fit_rate(dist: torch.Tensor, window: tuple = (1e-12, 0.1)) -> tuple[float, f
 def run_rates(cfg: RateSettings, device=None) -> RateResult:
     """Measured linear rate of FedRep (with QR) against Theorem 1 (book 5.3)."""
     _check_dims(cfg.d, cfg.k)
-    _check_int(cfg.n, "n", cfg.k)
-    _check_int(cfg.m, "m")
-    _check_int(cfg.rounds, "rounds", 3)
+    check_int(cfg.n, "n", cfg.k)
+    check_int(cfg.m, "m")
+    check_int(cfg.rounds, "rounds", 3)
     if not 0 < cfg.dist0 < 1:
         raise ValueError(f"dist0 must lie in (0, 1), got {cfg.dist0}")
     for eta in cfg.etas:
@@ -430,7 +426,7 @@ def run_federation(cfg: FederationSettings, device=None) -> FederationResult:
     _check_dims(cfg.d, cfg.k)
     _check_ints(cfg.ns, "ns")
     _check_ints(cfg.ms, "ms")
-    _check_int(cfg.rounds, "rounds", 0)
+    check_int(cfg.rounds, "rounds", 0)
     _check_positive(cfg.eta, "eta")
     _check_positive(cfg.tol, "tol")
     device = _device(device)

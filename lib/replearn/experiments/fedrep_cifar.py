@@ -36,8 +36,9 @@ import torch
 
 from .. import data as D
 from .. import neural
+from ..backend import derive_seed
 from ..models import make_model
-from ..profiles import Settings
+from ..profiles import Settings, check_int
 
 #: Methods of Table 1 that we run, in the paper's order.
 TABLE_METHODS = ("Local only", "FedAvg", "FedAvg+FT", "FedPer", "LG-FedAvg", "FedRep")
@@ -61,14 +62,6 @@ _ALGORITHMS = {"Local only": neural.local_only, "FedAvg": neural.fedavg, "FedPer
                "LG-FedAvg": neural.lg_fedavg, "FedRep": neural.fedrep}
 
 
-def _seed(*keys: int) -> int:
-    """An independent seed for a tuple of integer keys."""
-    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0] % (2**31))
-
-
-def _check_int(value, name: str, low: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 # --------------------------------------------------------------------------- settings
@@ -105,11 +98,11 @@ class _Common(Settings):
     def _check_common(self) -> None:
         for name in ("clients", "classes_per_client", "rounds", "batch_size", "local_epochs", "head_epochs",
                      "last_rounds"):
-            _check_int(getattr(self, name), name, 1)
-        _check_int(self.seed, "seed", 0)
+            check_int(getattr(self, name), name, 1)
+        check_int(self.seed, "seed", 0)
         for name in ("train_per_client", "test_per_client", "eval_every"):
             if getattr(self, name) is not None:
-                _check_int(getattr(self, name), name, 1)
+                check_int(getattr(self, name), name, 1)
         if not 0 < self.participation <= 1:
             raise ValueError(f"participation must be in (0, 1], got {self.participation!r}")
         if not (self.lr > 0 and 0 <= self.momentum < 1):
@@ -121,7 +114,7 @@ class _Common(Settings):
                                  batch_size=self.batch_size, local_epochs=self.local_epochs,
                                  head_epochs=self.head_epochs, participation=self.participation,
                                  eval_every=self.eval_every or self.rounds, last_rounds=self.last_rounds,
-                                 seed=_seed(self.seed, 4))
+                                 seed=derive_seed(self.seed, 4))
         return replace(cfg, **overrides)
 
 
@@ -149,8 +142,8 @@ def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int,
     ``classes`` of ``cifar`` (default: all, relabelled ``0..K-1``). With ``train_per_client``,
     a random balanced subset of ``train_per_client * n_clients`` training images is partitioned
     (every client gets that many); otherwise all training images of those classes."""
-    _check_int(n_clients, "clients", 1)
-    _check_int(classes_per_client, "classes_per_client", 1)
+    check_int(n_clients, "clients", 1)
+    check_int(classes_per_client, "classes_per_client", 1)
     classes = torch.arange(cifar.n_classes) if classes is None else torch.as_tensor(classes, dtype=torch.int64)
     itr, ytr = D.restrict_classes(cifar.y_train, classes)
     ite, yte = D.restrict_classes(cifar.y_test, classes)
@@ -162,7 +155,7 @@ def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int,
         if total % k:
             raise ValueError(f"train_per_client * clients = {total} must be a multiple of the {k} classes "
                              f"(a balanced subset)")
-        rng = np.random.default_rng(_seed(seed, 10))
+        rng = np.random.default_rng(derive_seed(seed, 10))
         keep = []
         for c in range(k):
             pos = np.flatnonzero(ytr.numpy() == c)
@@ -171,8 +164,8 @@ def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int,
             keep.append(rng.choice(pos, total // k, replace=False))
         keep = torch.from_numpy(np.sort(np.concatenate(keep)))
         itr, ytr = itr[keep], ytr[keep]
-    parts = D.shard_partition(ytr, n_clients, classes_per_client, seed=_seed(seed, 11))
-    tests = D.client_test_split(parts, ytr, yte, seed=_seed(seed, 12), n_per_client=test_per_client)
+    parts = D.shard_partition(ytr, n_clients, classes_per_client, seed=derive_seed(seed, 11))
+    tests = D.client_test_split(parts, ytr, yte, seed=derive_seed(seed, 12), n_per_client=test_per_client)
     clients = neural.ClientData.from_partition(cifar.x_train[itr], ytr, parts, cifar.x_test[ite], yte, tests,
                                                dataset=cifar.name)
     return Federation(clients, k, tuple(int(c) for c in classes))
@@ -220,7 +213,7 @@ class TableResult:
 def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
     """Paper Table 1 (see the module docstring). ``cifar``: optional preloaded datasets by name."""
     s._check_common()
-    _check_int(s.ft_epochs, "ft_epochs", 1)
+    check_int(s.ft_epochs, "ft_epochs", 1)
     if not s.partitions:
         raise ValueError("partitions must not be empty")
     cifar = dict(cifar or {})
@@ -236,7 +229,7 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
         cl = fed.clients
 
         def model_fn():
-            return _model(name, fed.n_classes, _seed(s.seed, 3), cl.device)
+            return _model(name, fed.n_classes, derive_seed(s.seed, 3), cl.device)
 
         cfg = s.train_config()
         acc[part], cacc[part], curves[part] = {}, {}, {}
@@ -244,7 +237,7 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
             if method == "FedAvg+FT":
                 base = results_fedavg
                 r = neural.finetune(model_fn(), cl, state=base.state, epochs=s.ft_epochs, part="head", lr=s.lr,
-                                    momentum=s.momentum, batch_size=s.batch_size, seed=_seed(s.seed, 5))
+                                    momentum=s.momentum, batch_size=s.batch_size, seed=derive_seed(s.seed, 5))
                 acc[part][method] = r.final.average
                 curves[part][method] = torch.full((s.rounds,), float("nan"))
             else:
@@ -305,7 +298,7 @@ def run_epochs(s: EpochSettings, *, cifar: D.CifarData | None = None) -> EpochRe
     if not s.epochs or len(set(s.epochs)) != len(s.epochs):
         raise ValueError(f"epochs must be distinct and non-empty, got {s.epochs!r}")
     for e in s.epochs:
-        _check_int(e, "epochs", 1)
+        check_int(e, "epochs", 1)
     cifar = cifar if cifar is not None else D.load_cifar(s.dataset)
     fed = make_federation(cifar, s.clients, s.classes_per_client, train_per_client=s.train_per_client,
                           test_per_client=s.test_per_client, seed=s.seed)
@@ -314,7 +307,7 @@ def run_epochs(s: EpochSettings, *, cifar: D.CifarData | None = None) -> EpochRe
     curves = {"FedRep": [], "FedAvg": []}
     for e in s.epochs:
         for method in ("FedRep", "FedAvg"):
-            model = _model(s.dataset, fed.n_classes, _seed(s.seed, 3), cl.device)
+            model = _model(s.dataset, fed.n_classes, derive_seed(s.seed, 3), cl.device)
             if method == "FedRep":
                 r = neural.fedrep(model, cl, s.train_config(head_epochs=e))
             else:
@@ -387,7 +380,7 @@ def fit_heads(model, clients: neural.ClientData, state: dict, *, epochs: int, lr
     every epoch: ``test_accuracy[e]`` is the accuracy after ``e + 1`` epochs. The momentum buffer
     restarts every epoch (it does within ``finetune`` only once); with ``epochs = 1`` this is
     exactly ``finetune(..., epochs=1, part="head")``."""
-    _check_int(epochs, "epochs", 1)
+    check_int(epochs, "epochs", 1)
     head = tuple(n for n, _ in model.named_parameters() if n.startswith("head."))
     cfg = neural.TrainConfig(rounds=epochs, lr=lr, momentum=momentum, batch_size=batch_size, local_epochs=1,
                              eval_every=1, last_rounds=1, seed=seed)
@@ -399,31 +392,31 @@ def run_new_clients(s: NewClientSettings, *, cifar: D.CifarData | None = None) -
     """New clients (see the module docstring)."""
     s._check_common()
     for name in ("new_clients", "new_classes_per_client", "new_train", "new_test", "head_epochs_new"):
-        _check_int(getattr(s, name), name, 1)
+        check_int(getattr(s, name), name, 1)
     cifar = cifar if cifar is not None else D.load_cifar(s.dataset)
     if not 0 < s.n_new < cifar.n_classes:
         raise ValueError(f"need 0 < n_new < {cifar.n_classes}, got {s.n_new}")
     if s.new_classes_per_client > s.n_new:
         raise ValueError(f"new_classes_per_client = {s.new_classes_per_client} exceeds n_new = {s.n_new}")
-    train_cls, new_cls = D.class_split(cifar.n_classes, s.n_new, seed=_seed(s.seed, 20))
+    train_cls, new_cls = D.class_split(cifar.n_classes, s.n_new, seed=derive_seed(s.seed, 20))
     fed = make_federation(cifar, s.clients, s.classes_per_client, train_per_client=s.train_per_client,
                           test_per_client=s.test_per_client, seed=s.seed, classes=train_cls)
     new = make_federation(cifar, s.new_clients, s.new_classes_per_client,
                           train_per_client=s.new_train, test_per_client=s.new_test,
-                          seed=_seed(s.seed, 21), classes=new_cls)
+                          seed=derive_seed(s.seed, 21), classes=new_cls)
     device = fed.clients.device
-    init = _model(s.dataset, fed.n_classes, _seed(s.seed, 3), device)
+    init = _model(s.dataset, fed.n_classes, derive_seed(s.seed, 3), device)
     cfg = s.train_config()
     runs = {"FedRep": neural.fedrep(init, fed.clients, cfg), "FedAvg": neural.fedavg(init, fed.clients, cfg)}
     bodies = {m: r.state for m, r in runs.items()}
     bodies["random body"] = {n: p.detach() for n, p in init.named_parameters()}
-    new_model = _model(s.dataset, new.n_classes, _seed(s.seed, 22), device)
+    new_model = _model(s.dataset, new.n_classes, derive_seed(s.seed, 22), device)
     fresh_head = {n: p.detach() for n, p in new_model.named_parameters() if n.startswith("head.")}
     acc, cacc = {}, {}
     for method in NEW_METHODS:
         state = {**{n: p for n, p in bodies[method].items() if not n.startswith("head.")}, **fresh_head}
         r = fit_heads(new_model, new.clients, state, epochs=s.head_epochs_new, lr=s.lr, momentum=s.momentum,
-                      batch_size=s.batch_size, seed=_seed(s.seed, 23))
+                      batch_size=s.batch_size, seed=derive_seed(s.seed, 23))
         acc[method], cacc[method] = r.test_accuracy, r.final.accuracy
     return NewClientResult(tuple(int(c) for c in train_cls), tuple(int(c) for c in new_cls), acc, cacc,
                            {m: r.accuracy for m, r in runs.items()}, cifar.describe())

@@ -33,7 +33,7 @@ from .. import fedrep
 from ..backend import DTYPE, default_device, make_generator, randn
 from ..linalg import principal_angle_distance
 from ..linear import SampledTasks, ground_truth_representation, predict, sample_tasks, targets
-from ..profiles import Settings
+from ..profiles import Settings, check_int
 
 #: Reading N(., 10^-3) in Sec. 5.1 as a variance: the noise standard deviation sqrt(1e-3) ~ 0.032.
 PAPER_NOISE_STD = 1e-3**0.5
@@ -49,23 +49,19 @@ def _seed(*keys: int) -> int:
     return int(np.random.SeedSequence([int(key) for key in keys]).generate_state(1)[0])
 
 
-def _check_int(value, name: str, low: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
 
 def _check_common(d, k, noise_std, eta, rounds, seeds, seed) -> None:
-    _check_int(d, "d", 1)
-    _check_int(k, "k", 1)
+    check_int(d, "d", 1)
+    check_int(k, "k", 1)
     if k >= d:
         raise ValueError(f"need k < d, got d={d}, k={k}")
     if not (isinstance(noise_std, (int, float)) and 0 <= noise_std < math.inf):
         raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
     if not (isinstance(eta, (int, float)) and 0 < eta < math.inf):
         raise ValueError(f"eta must be a positive finite step size, got {eta!r}")
-    _check_int(rounds, "rounds", 1)
-    _check_int(seeds, "seeds (independent repetitions)", 1)
-    _check_int(seed, "seed", 0)
+    check_int(rounds, "rounds", 1)
+    check_int(seeds, "seeds (independent repetitions)", 1)
+    check_int(seed, "seed", 0)
 
 
 def _instance(d: int, k: int, n: int, seed: int, device):
@@ -141,11 +137,11 @@ class Fig1Result:
 def run_fig1(cfg: Fig1Settings, device=None) -> Fig1Result:
     """Global error (3) of local-only, the single model of (4) and FedRep at every m (Fig. 1)."""
     _check_common(cfg.d, cfg.k, cfg.noise_std, cfg.eta, cfg.rounds, cfg.seeds, cfg.seed)
-    _check_int(cfg.n, "n (clients)", 1)
+    check_int(cfg.n, "n (clients)", 1)
     if len(cfg.ms) == 0:
         raise ValueError("ms (samples per client) must not be empty")
     for m in cfg.ms:
-        _check_int(m, "every m in ms (samples per client)", 1)
+        check_int(m, "every m in ms (samples per client)", 1)
     if not (isinstance(cfg.ridge, (int, float)) and cfg.ridge >= 0):
         raise ValueError(f"ridge must be >= 0, got {cfg.ridge!r}")
     device = default_device() if device is None else torch.device(device)
@@ -217,11 +213,11 @@ def run_fig3(cfg: Fig3Settings, device=None) -> Fig3Result:
     per client) and the seed of the client sampling. GD heads start at zero.
     """
     _check_common(cfg.d, cfg.k, cfg.noise_std, cfg.eta, cfg.rounds, cfg.seeds, cfg.seed)
-    _check_int(cfg.m, "m (fresh samples per round)", 1)
+    check_int(cfg.m, "m (fresh samples per round)", 1)
     if len(cfg.ns) == 0:
         raise ValueError("ns (numbers of clients) must not be empty")
     for n in cfg.ns:
-        _check_int(n, "every n in ns (clients)", 1)
+        check_int(n, "every n in ns (clients)", 1)
     if not (isinstance(cfg.r, (int, float)) and 0 < cfg.r <= 1):
         raise ValueError(f"the participation rate r must lie in (0, 1], got {cfg.r!r}")
     if not (isinstance(cfg.head_lr, (int, float)) and 0 < cfg.head_lr < math.inf):
@@ -317,13 +313,13 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
     the true B_* is the oracle with p = k.
     """
     _check_common(cfg.d, cfg.k, cfg.noise_std, cfg.eta, cfg.rounds, cfg.seeds, cfg.seed)
-    _check_int(cfg.n, "n (clients)", 1)
-    _check_int(cfg.m, "m (samples per training client)", 1)
-    _check_int(cfg.new, "new (new clients per sample size)", 1)
+    check_int(cfg.n, "n (clients)", 1)
+    check_int(cfg.m, "m (samples per training client)", 1)
+    check_int(cfg.new, "new (new clients per sample size)", 1)
     if len(cfg.m_news) == 0:
         raise ValueError("m_news must not be empty")
     for m in cfg.m_news:
-        _check_int(m, "every m_new in m_news", 1)
+        check_int(m, "every m_new in m_news", 1)
     device = default_device() if device is None else torch.device(device)
     errors = {name: torch.zeros(cfg.seeds, len(cfg.m_news), cfg.new, dtype=DTYPE) for name in FIG4_METHODS}
     dist = torch.zeros(cfg.seeds, dtype=DTYPE)

@@ -26,7 +26,7 @@ from ..linalg import basis_at_distance, orthonormal_basis
 from ..linear import PopulationTasks, make_heads, population_tasks
 from ..lower_bound import adversarial_ground_truth
 from ..meta import arm
-from ..profiles import Settings
+from ..profiles import Settings, check_int
 
 CONSTRUCTIONS = ("adversarial", "generic")
 
@@ -51,10 +51,6 @@ class Instance:
         return self.Bstar @ self.W.mean(0)
 
 
-def _check_int(value, name: str, low: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
 
 def make_instance(d: int, k: int, n: int, delta: float, *, construction: str = "adversarial",
                   cond: float = 1.0, mean_norm: float = 1.0, b0_scale: float = 1.0,
@@ -68,9 +64,9 @@ def make_instance(d: int, k: int, n: int, delta: float, *, construction: str = "
     ``"generic"`` tilts all min(k, d - k) directions by arcsin(delta)
     (:func:`replearn.linalg.basis_at_distance`).
     """
-    _check_int(k, "k", 2)
-    _check_int(d, "d", k + 1)
-    _check_int(n, "n", k + 1)
+    check_int(k, "k", 2)
+    check_int(d, "d", k + 1)
+    check_int(n, "n", k + 1)
     if not 0 < delta < 1:
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
     if construction not in CONSTRUCTIONS:
@@ -135,13 +131,13 @@ class LowerBoundSweepSettings(Settings):
 
     def validate(self) -> None:
         """Raise ValueError on inconsistent settings."""
-        _check_int(self.instances, "instances", 1)
-        _check_int(self.d_min, "d_min", 3)
-        _check_int(self.d_max, "d_max", self.d_min)
-        _check_int(self.k_max, "k_max", 2)
-        _check_int(self.n_max, "n_max", min(self.k_max, self.d_max - 1) + 1)
-        _check_int(self.T_max, "T_max", 1)
-        _check_int(self.seed, "seed", 0)
+        check_int(self.instances, "instances", 1)
+        check_int(self.d_min, "d_min", 3)
+        check_int(self.d_max, "d_max", self.d_min)
+        check_int(self.k_max, "k_max", 2)
+        check_int(self.n_max, "n_max", min(self.k_max, self.d_max - 1) + 1)
+        check_int(self.T_max, "T_max", 1)
+        check_int(self.seed, "seed", 0)
         if not (self.cond_max >= 1 and self.mean_norm_max >= 0):
             raise ValueError(f"need cond_max >= 1 and mean_norm_max >= 0, got {self.cond_max}, "
                              f"{self.mean_norm_max}")

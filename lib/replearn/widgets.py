@@ -4,7 +4,9 @@ Each explorer is split into a pure function that computes the curves (unit-teste
 for the static figures of the book) and a thin ipywidgets front end that redraws them:
 
 - :func:`arm_explorer` (book 1.3): ARM vs FedAvg on the adversarial instance of the lower bound;
-- :func:`fedavg_explorer` (book 4.4): FedAvg vs D-GD as tau, alpha, diversity and participation vary.
+- :func:`fedavg_explorer` (book 4.4): FedAvg vs D-GD as tau, alpha, diversity and participation vary;
+- :func:`similarity_explorer` (book 4.7): the class cosine-similarity matrix of each trained model and
+  the row of one class, against D-SGD's.
 """
 
 from __future__ import annotations
@@ -467,6 +469,69 @@ def aruba_explorer(**defaults):
         title = (f"{values['method']}, V = {values['V']:.1f}, anisotropy = {values['anisotropy']:.0f}, "
                  f"m = {values['m']}, T = {values['T']}")
         draw_aruba_explorer(fig.add_subplot(), curves, title)
+        fig.tight_layout()
+        return fig
+
+    return _panel(controls, figure)
+
+
+# --------------------------------------------------------------------------- class similarity (book 4.7)
+
+
+def draw_class_similarity(axes, matrices: dict, class_names, tau: int, cls: int) -> None:
+    """Left: the class cosine-similarity matrix ``matrices[tau]`` (K, K) as a heat map on the
+    colour scale shared by all models; right: its row ``cls`` (the similarity of class ``cls``
+    to every class) beside the same row of D-SGD's matrix (``matrices[1]``) when present.
+    ``axes`` is a pair of matplotlib axes."""
+    if tau not in matrices:
+        raise ValueError(f"no matrix for tau = {tau!r}; have {sorted(matrices)}")
+    M = to_numpy(matrices[tau])
+    K = M.shape[0]
+    if M.shape != (K, K) or len(class_names) != K:
+        raise ValueError(f"need a square (K, K) matrix and K class names, got {M.shape} and {len(class_names)}")
+    if not (isinstance(cls, (int, np.integer)) and 0 <= cls < K):
+        raise ValueError(f"cls must be a class index in [0, {K}), got {cls!r}")
+    vmin = min(float(to_numpy(m).min()) for m in matrices.values())
+    left, right = axes
+    left.imshow(M, vmin=vmin, vmax=1.0, cmap="viridis")
+    left.set_xticks(range(K), class_names, rotation=90, fontsize=7)
+    left.set_yticks(range(K), class_names, fontsize=7)
+    left.axhline(cls, color="w", lw=0.8)
+    left.grid(False)
+    name = "D-SGD" if tau == 1 else f"FedAvg, τ = {tau}"
+    left.set_title(name)
+    x = np.arange(K)
+    rows = {name: M[cls]} if tau == 1 or 1 not in matrices else {name: M[cls], "D-SGD": to_numpy(matrices[1])[cls]}
+    width = 0.8 / len(rows)
+    for j, (label, row) in enumerate(rows.items()):
+        right.bar(x + (j - (len(rows) - 1) / 2) * width, row, width, label=label)
+    right.set_xticks(x, class_names, rotation=90, fontsize=7)
+    right.set(ylabel="average cosine similarity", title=f"row of class {class_names[cls]!s}")
+    right.legend(fontsize=7)
+
+
+def similarity_explorer(matrices: dict, class_names, *, tau: int | None = None, cls: int = 0):
+    """An ipywidgets panel: menus for the model (tau; 1 is D-SGD) and a class, and the plot of
+    :func:`draw_class_similarity` for the class cosine-similarity ``matrices`` of book 4.7."""
+    import ipywidgets as widgets
+    from matplotlib.figure import Figure
+
+    taus = sorted(matrices)
+    if not taus:
+        raise ValueError("matrices is empty: pass {tau: (K, K) matrix}")
+    start = taus[-1] if tau is None else tau
+    if start not in matrices:
+        raise ValueError(f"no matrix for tau = {start!r}; have {taus}")
+    names = [str(c) for c in class_names]
+    controls = {
+        "tau": widgets.Dropdown(options=[("D-SGD" if t == 1 else f"τ = {t}", t) for t in taus], value=start,
+                                description="model"),
+        "cls": widgets.Dropdown(options=[(n, i) for i, n in enumerate(names)], value=cls, description="class"),
+    }
+
+    def figure(values):
+        fig = Figure(figsize=(8.0, 3.6))
+        draw_class_similarity(fig.subplots(1, 2), matrices, names, values["tau"], values["cls"])
         fig.tight_layout()
         return fig
 

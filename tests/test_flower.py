@@ -15,24 +15,10 @@ pytest.importorskip("flwr", reason="Flower is optional: pip install -r requireme
 from flwr.app import Array, ArrayRecord  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 
-from torch import nn  # noqa: E402
-
 from replearn import flower, neural  # noqa: E402
+from tiny_net import Tiny  # noqa: E402
 
 SIZES = (12, 20, 8, 16)
-
-
-class Tiny(nn.Module):
-    """A small body/head network on 3x8x8 images (as in test_neural)."""
-
-    def __init__(self, n_classes=3):
-        super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                                  nn.Linear(4 * 16, 8), nn.ReLU())
-        self.head = nn.Linear(8, n_classes)
-
-    def forward(self, x):
-        return self.head(self.body(x))
 
 
 def model_fn():

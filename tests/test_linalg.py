@@ -94,3 +94,15 @@ def test_principal_angles_are_accurate_for_tiny_angles():
                       + torch.sin(torch.tensor(eps, dtype=torch.float64)) * e[:, 2]], dim=1)
     angles = linalg.principal_angles(B1, B2)
     assert abs(float(angles[1]) - eps) < 1e-15 and abs(float(angles[0])) < 1e-15
+
+
+def test_basis_at_distance_depends_on_the_column_space_only():
+    """The same col(B0) given by two different bases (here B0 and B0 R, R invertible) yields the
+    same result: no SVD/LAPACK-dependent choice of a basis of col(B0) or of its complement enters."""
+    B0 = linalg.random_orthonormal(12, 3, seed=4)
+    R = torch.tensor([[2.0, 0.5, 0.0], [0.0, -1.0, 0.3], [0.1, 0.0, 0.7]], dtype=torch.float64)
+    A = linalg.basis_at_distance(B0, 0.4, seed=5)
+    B = linalg.basis_at_distance(B0 @ R, 0.4, seed=5)
+    assert torch.allclose(A, B, atol=1e-12)
+    assert abs(float(linalg.principal_angle_distance(B0, A)) - 0.4) < 1e-12
+    assert torch.allclose(A.T @ A, torch.eye(3, dtype=torch.float64), atol=1e-12)

@@ -90,8 +90,7 @@ def random_orthonormal(d: int, k: int, seed: SeedLike = 0, *, device=None,
         raise ValueError(f"k = {k} > d = {d}: cannot have more orthonormal columns than dimensions")
     gen = make_generator(seed)
     G = randn(d, k, generator=gen, dtype=dtype)
-    Q, R = torch.linalg.qr(G)
-    Q = Q * torch.sign(torch.diagonal(R)).unsqueeze(0)
+    Q = _orthonormalise(G)
     return Q.to(device) if device is not None else Q
 
 
@@ -121,18 +120,32 @@ def basis_at_distance(B0: torch.Tensor, delta: float, n_tilted: int | None = Non
     Its first ``n_tilted`` columns (default: as many as fit, min(k, d - k)) leave col(B0)
     at angle arcsin(delta); the others lie in col(B0).
 
-    Column j is ``sqrt(1 - delta^2) q_j + delta e_j`` (j < n_tilted) or ``q_j``, with q an
-    orthonormal basis of col(B0) in a random orientation and e orthonormal in col(B0)^perp.
-    dist(B0, result) = delta.
+    Column j is ``sqrt(1 - delta^2) q_j + delta e_j`` (j < n_tilted) or ``q_j``, where q is a
+    Haar-random orthonormal basis of col(B0) and e a Haar-random orthonormal set in
+    col(B0)^perp. Both are drawn without choosing a basis of either subspace first: q and e
+    orthonormalise (QR, signs fixed) the projections ``P G`` and ``(I - P) G'`` of Gaussian
+    matrices, with P the orthogonal projector onto col(B0). The projector is unique, so the
+    result depends only on col(B0) and the seed, not on which basis an SVD or a LAPACK build
+    happens to return (a basis of a subspace, e.g. the singular vectors of an orthonormal
+    B0, is not unique). dist(B0, result) = delta.
     """
     d, k = _check_tilt(B0, delta)
     n_tilted = min(k, d - k) if n_tilted is None else n_tilted
     if not 1 <= n_tilted <= min(k, d - k):
         raise ValueError(f"n_tilted must be in [1, min(k, d - k)] = [1, {min(k, d - k)}], got {n_tilted}")
     gen = make_generator(seed)
-    Q = orthonormal_basis(B0) @ random_orthonormal(k, k, gen).to(B0)
-    perp = orthogonal_complement(B0)
-    E = perp @ random_orthonormal(d - k, n_tilted, gen).to(B0)
+    U = orthonormal_basis(B0)
+    G = randn(d, k, generator=gen, dtype=B0.dtype).to(B0.device)
+    G_perp = randn(d, n_tilted, generator=gen, dtype=B0.dtype).to(B0.device)
+    Q = _orthonormalise(U @ (U.mT @ G))
+    E = _orthonormalise(G_perp - U @ (U.mT @ G_perp))
     c = (1.0 - delta**2) ** 0.5
     tilted = c * Q[:, :n_tilted] + delta * E
     return torch.cat([tilted, Q[:, n_tilted:]], dim=1)
+
+
+def _orthonormalise(A: torch.Tensor) -> torch.Tensor:
+    """The Q factor of A = QR with diag(R) > 0: the unique orthonormal basis that Gram-Schmidt
+    would give for a full-column-rank A (Householder QR, then the signs fixed)."""
+    Q, R = torch.linalg.qr(A)
+    return Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)

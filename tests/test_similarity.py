@@ -368,3 +368,86 @@ def test_capture_activations_errors_leave_no_hooks():
         sim.capture_activations(model, x, ["conv"], batch_size=0)
     with pytest.raises(ValueError, match="duplicates"):
         sim.capture_activations(model, x, ["conv", "conv"])
+
+
+# ----------------------------------------------------------------------------- feature-space form, offsets and scales
+
+def _np_unbiased_hsic(K, L):
+    """Song et al. (2012), Eq. 5, on explicit Gram matrices with zeroed diagonals (NumPy)."""
+    n = K.shape[0]
+    K0, L0 = K - np.diag(np.diag(K)), L - np.diag(np.diag(L))
+    one = np.ones(n)
+    return (np.trace(K0 @ L0) + (one @ K0 @ one) * (one @ L0 @ one) / ((n - 1) * (n - 2))
+            - 2.0 / (n - 2) * one @ K0 @ L0 @ one) / (n * (n - 3))
+
+
+def _np_unbiased_linear_cka(X, Y):
+    X, Y = X - X.mean(0), Y - Y.mean(0)
+    K, L = X @ X.T, Y @ Y.T
+    return _np_unbiased_hsic(K, L) / np.sqrt(_np_unbiased_hsic(K, K) * _np_unbiased_hsic(L, L))
+
+
+@pytest.mark.parametrize("shape", [(64, 3, 5), (200, 10, 2), (9, 2, 2), (12, 30, 20)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_unbiased_linear_cka_matches_gram_formula_in_either_form(shape, seed):
+    n, p1, p2 = shape
+    X, Y = _correlated(n, p1, p2, seed=30 + seed)
+    expected = _np_unbiased_linear_cka(X.numpy(), Y.numpy())
+    assert float(sim.linear_cka(X, Y, unbiased=True)) == pytest.approx(expected, rel=1e-10, abs=1e-12)
+    assert sim._feature_form_cheaper(n, p1, p2) == (shape != (12, 30, 20))
+
+
+def test_accumulator_feature_form_matches_gram_form_for_many_layers():
+    xs = {"a": _randn(40, 3, seed=40), "b": _randn(40, 2, 2, seed=41)}
+    ys = {"c": xs["a"] @ _randn(3, 5, seed=42) + _randn(40, 5, seed=43), "d": _randn(40, 1, seed=44)}
+    acc = sim.CKAAccumulator()
+    acc.update(xs, ys)
+    assert sim._feature_form_cheaper(40, 7, 6)
+    expected = np.array([[_np_unbiased_linear_cka(x.reshape(40, -1).numpy(), y.numpy()) for y in ys.values()]
+                         for x in xs.values()])
+    np.testing.assert_allclose(acc.result().values.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+OFFSET_SCALE = [(1e10, 1.0), (0.0, 1e100), (0.0, 1e-100), (0.0, 1e150), (-3e8, 1e3)]
+
+
+@pytest.mark.parametrize("offset, scale", OFFSET_SCALE)
+@pytest.mark.parametrize("cka", [
+    sim.linear_cka,
+    lambda X, Y: sim.linear_cka(X, Y, unbiased=True),
+    sim.rbf_cka,
+    lambda X, Y: sim.minibatch_cka(X, Y, batch_size=32),
+], ids=["linear", "linear-unbiased", "rbf", "minibatch"])
+def test_cka_survives_huge_offsets_and_extreme_scales(cka, offset, scale):
+    X, Y = _correlated(96, 4, 3, seed=50)
+    base = float(cka(X, Y))
+    assert 0.1 < base < 0.99
+    value = float(cka(X * scale + offset, Y))
+    # an offset of 1e10 leaves each entry only ~1e10 * eps = 2e-6 of absolute precision
+    tol = 1e-6 if offset else 1e-12
+    assert value == pytest.approx(base, rel=tol)
+    assert float(cka(Y, X * scale + offset)) == pytest.approx(base, rel=tol)
+
+
+def test_kernel_cka_of_huge_and_tiny_gram_matrices():
+    X, Y = _correlated(30, 4, 3, seed=51)
+    K, L = X @ X.T, Y @ Y.T
+    base = float(sim.kernel_cka(K, L))
+    for s in (1e150, 1e-150):
+        assert float(sim.kernel_cka(K * s, L)) == pytest.approx(base, rel=1e-12)
+
+
+def test_rescaling_is_exact_and_the_feature_path_is_fast_enough():
+    X, Y = _correlated(512, 10, 10, seed=52)
+    assert float(sim.linear_cka(X * 2.0**-300, Y)) == float(sim.linear_cka(X, Y))  # bit for bit
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    gram = sim._cka_from_grams(Xc @ Xc.T, Yc @ Yc.T, True, ("X", "Y"))
+    assert float(sim.linear_cka(X, Y, unbiased=True)) == pytest.approx(float(gram), rel=1e-12)
+
+
+def test_a_constant_column_beside_varying_ones_is_ignored():
+    X, Y = _correlated(50, 3, 3, seed=53)
+    padded = torch.cat([X, torch.full((50, 1), 1e12, dtype=torch.float64)], dim=1)
+    assert float(sim.linear_cka(padded, Y)) == pytest.approx(float(sim.linear_cka(X, Y)), rel=1e-13)
+    with pytest.raises(ValueError, match="X is degenerate"):
+        sim.linear_cka(torch.full((50, 2), 1e10, dtype=torch.float64), Y)

@@ -61,13 +61,41 @@ def _feature_pair(X, Y, *, min_n: int, why: str) -> tuple[torch.Tensor, torch.Te
     return X, Y.to(X.device)
 
 
+def _unit_scale(X: torch.Tensor, exponent: int | None = None) -> tuple[torch.Tensor, int]:
+    """``X * 2^-e`` with ``e`` the binary exponent of max |X| (or the given ``exponent``), and ``e``.
+
+    Multiplying by a power of two is exact in floating point, so every scale-invariant
+    quantity (CKA) is unchanged bit for bit, while inputs of size 1e+-100 no longer overflow or
+    underflow when squared twice (||X^T X||_F^2 ~ |X|^4).
+    """
+    if exponent is None:
+        top = X.abs().max() if X.numel() else X.new_zeros(())
+        exponent = int(torch.frexp(top).exponent) if bool(top > 0) else 0
+    return torch.ldexp(X, X.new_tensor(-exponent)), exponent
+
+
 def _centre_features(X: torch.Tensor, name: str) -> torch.Tensor:
-    """Column-centred ``X``; ``ValueError`` when every feature is constant across the examples."""
+    """Column-centred ``X``; ``ValueError`` when every feature is constant across the examples.
+
+    A column counts as constant when its centred values are at the rounding level of its raw
+    values (n * eps * max |x|): the test is made after centring, so a large common offset
+    (features 1e10 + z) is not mistaken for a constant, and the rounding residue of a truly
+    constant column is set to zero instead of entering the kernels.
+    """
     Xc = X - X.mean(dim=0, keepdim=True)
-    if float(torch.linalg.norm(Xc)) <= _FEATURE_RTOL * float(torch.linalg.norm(X)):
+    rounding = X.shape[0] * torch.finfo(X.dtype).eps * X.abs().amax(dim=0)
+    constant = Xc.abs().amax(dim=0) <= rounding
+    if bool(constant.all()):
         raise ValueError(f"{name} is degenerate: every feature is constant across the {X.shape[0]} examples "
                          f"(zero variance), so CKA is undefined; check the layer (e.g. dead ReLUs) or the inputs")
+    if bool(constant.any()):
+        Xc = Xc.masked_fill(constant, 0.0)
     return Xc
+
+
+def _prepared(X: torch.Tensor, name: str) -> torch.Tensor:
+    """Centred features rescaled by a power of two (:func:`_unit_scale`), ready for a kernel."""
+    return _unit_scale(_centre_features(X, name))[0]
 
 
 def _kernel(K, name: str) -> torch.Tensor:
@@ -106,6 +134,49 @@ def _hsic_matrix(Ks: torch.Tensor, Ls: torch.Tensor, unbiased: bool) -> torch.Te
     sums = torch.outer(K0.sum(dim=(-2, -1)), L0.sum(dim=(-2, -1))) / ((n - 1) * (n - 2))
     cross = K0.sum(dim=-2) @ L0.sum(dim=-1).T  # 1^T K~ L~ 1
     return (trace + sums - 2.0 / (n - 2) * cross) / (n * (n - 3))
+
+
+def _feature_form_cheaper(n: int, p1: int, p2: int) -> bool:
+    """Whether products of (n, p1) and (n, p2) features (~ n (p1 p2 + p1^2 + p2^2) flops) cost no
+    more than forming and multiplying their n x n Gram matrices (~ n^2 (p1 + p2))."""
+    return p1 * p2 + p1 * p1 + p2 * p2 <= n * (p1 + p2)
+
+
+def _linear_hsic_terms(Xs: list[torch.Tensor], Ys: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Unbiased HSIC of the linear kernels K_a = X_a X_a^T and L_b = Y_b Y_b^T, without the Gram matrices.
+
+    With d_a = diag(K_a) (squared row norms), s_a = X_a^T 1, so that K~_a 1 = X_a s_a - d_a and
+    1^T K~_a 1 = |s_a|^2 - sum d_a, and tr(K~_a L~_b) = ||Y_b^T X_a||_F^2 - d_a . d_b, the
+    estimator of :func:`hsic` (Song et al. 2012) becomes
+
+        HSIC_1 = [ ||Y_b^T X_a||_F^2 - d_a . d_b + (1^T K~_a 1)(1^T L~_b 1) / ((n-1)(n-2))
+                   - 2/(n-2) (K~_a 1) . (L~_b 1) ] / (n (n-3)),
+
+    O(n p_a p_b) instead of O(n^2 (p_a + p_b)). Returns ``(cross (A, B), self_x (A,), self_y (B,),
+    scale_x (A,), scale_y (B,))`` with the scales ||K||_F^2 / (n-1)^2 of :func:`_kernel_scale`.
+    """
+    n = Xs[0].shape[0]
+
+    def parts(Fs):
+        d = torch.stack([F.square().sum(dim=1) for F in Fs])                  # (A, n)
+        k1 = torch.stack([F @ F.sum(dim=0) for F in Fs]) - d                  # K~ 1
+        tot = torch.stack([F.sum(dim=0).square().sum() for F in Fs]) - d.sum(dim=1)
+        gram_sq = torch.stack([torch.linalg.norm(F.T @ F).square() for F in Fs])  # ||K||_F^2
+        return d, k1, tot, gram_sq
+
+    def combine(trace, da, db, ka, kb, ta, tb):
+        return (trace - da @ db.T + torch.outer(ta, tb) / ((n - 1) * (n - 2))
+                - 2.0 / (n - 2) * (ka @ kb.T)) / (n * (n - 3))
+
+    dx, kx, tx, gx = parts(Xs)
+    dy, ky, ty, gy = parts(Ys)
+    blocks = torch.cat(Ys, dim=1).T @ torch.cat(Xs, dim=1)                    # (sum p_y, sum p_x)
+    trace = torch.stack([torch.stack([b.square().sum() for b in row.split([F.shape[1] for F in Xs], dim=1)])
+                         for row in blocks.split([F.shape[1] for F in Ys], dim=0)]).T
+    cross = combine(trace, dx, dy, kx, ky, tx, ty)
+    self_x = torch.diagonal(combine(torch.diag(gx), dx, dx, kx, kx, tx, tx))
+    self_y = torch.diagonal(combine(torch.diag(gy), dy, dy, ky, ky, ty, ty))
+    return cross, self_x, self_y, gx / (n - 1) ** 2, gy / (n - 1) ** 2
 
 
 def hsic(K, L, *, unbiased: bool = False) -> torch.Tensor:
@@ -170,7 +241,7 @@ def kernel_cka(K, L, *, unbiased: bool = False) -> torch.Tensor:
     if K.shape[0] < _min_n(unbiased):
         raise ValueError(f"{_estimator(unbiased)} needs at least n = {_min_n(unbiased)} examples; "
                          f"got n = {K.shape[0]}")
-    return _cka_from_grams(K, L.to(K.device), unbiased, ("K", "L"))
+    return _cka_from_grams(_unit_scale(K)[0], _unit_scale(L.to(K.device))[0], unbiased, ("K", "L"))
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -226,16 +297,25 @@ def linear_cka(X, Y, *, unbiased: bool = False) -> torch.Tensor:
         CKA = ||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F) = tr(K L) / (||K||_F ||L||_F),  K = X X^T, L = Y Y^T.
 
     With ``unbiased=True`` each HSIC is the unbiased estimator of :func:`hsic` on the linear
-    Gram matrices (needs n >= 4). Invariant to orthogonal transforms and isotropic scaling of
+    Gram matrices (needs n >= 4), again in feature space (:func:`_linear_hsic_terms`) when that
+    is cheaper. The centred features are rescaled by a power of two (exact), so inputs of any
+    magnitude representable in float64 give the same value. Invariant to orthogonal transforms and isotropic scaling of
     either representation, not to general invertible linear maps. ``ValueError`` when either
     input has every feature constant (CKA undefined).
     """
     X, Y = _feature_pair(X, Y, min_n=_min_n(unbiased), why=_estimator(unbiased))
-    Xc, Yc = _centre_features(X, "X"), _centre_features(Y, "Y")
-    if unbiased:
-        return _cka_from_grams(Xc @ Xc.T, Yc @ Yc.T, True, ("X", "Y"))
+    Xc, Yc = _prepared(X, "X"), _prepared(Y, "Y")
     n, p1, p2 = X.shape[0], X.shape[1], Y.shape[1]
-    if p1 * p2 + p1 * p1 + p2 * p2 <= n * (p1 + p2):
+    feature_form = _feature_form_cheaper(n, p1, p2)
+    if unbiased:
+        if not feature_form:
+            return _cka_from_grams(Xc @ Xc.T, Yc @ Yc.T, True, ("X", "Y"))
+        cross, self_x, self_y, scale_x, scale_y = _linear_hsic_terms([Xc], [Yc])
+        for name, value, scale in (("X", self_x, scale_x), ("Y", self_y, scale_y)):
+            if not bool(value[0] > _KERNEL_RTOL * scale[0]):
+                raise ValueError(_degenerate_message(name, True))
+        return cross[0, 0] / torch.sqrt(self_x[0] * self_y[0])
+    if feature_form:
         numerator = torch.linalg.norm(Yc.T @ Xc).square()
         return numerator / (torch.linalg.norm(Xc.T @ Xc) * torch.linalg.norm(Yc.T @ Yc))
     K, L = Xc @ Xc.T, Yc @ Yc.T
@@ -249,7 +329,7 @@ def rbf_cka(X, Y, *, sigma_frac: float = 0.8, unbiased: bool = False) -> torch.T
     orthogonal transforms, translations and isotropic scaling of either representation.
     """
     X, Y = _feature_pair(X, Y, min_n=_min_n(unbiased), why=_estimator(unbiased))
-    Xc, Yc = _centre_features(X, "X"), _centre_features(Y, "Y")
+    Xc, Yc = _prepared(X, "X"), _prepared(Y, "Y")
     K = rbf_kernel(Xc, sigma_frac=sigma_frac, name="X")
     L = rbf_kernel(Yc, sigma_frac=sigma_frac, name="Y")
     return _cka_from_grams(K, L, unbiased, ("X", "Y"))
@@ -311,11 +391,15 @@ class CKAAccumulator:
         self.x_names: tuple[str, ...] | None = None
         self.y_names: tuple[str, ...] | None = None
         self._cross = self._self_x = self._self_y = self._scale_x = self._scale_y = None
+        self._exponents: dict[tuple[str, str], int] = {}
         self.n_batches = 0
         self.n_examples = 0
 
-    def _grams(self, feats: list, names: tuple[str, ...], n: int | None) -> tuple[torch.Tensor, int]:
-        grams = []
+    def _centred(self, feats: list, names: tuple[str, ...], side: str, n: int | None) -> tuple[list, int]:
+        """Centred features of every layer of one set. Linear kernels: rescaled by a power of two
+        fixed per layer at its first batch (exact, so the batch averages keep their weights);
+        RBF: already the Gram matrices (their bandwidth makes them scale-free per batch)."""
+        out = []
         for name, F in zip(names, feats):
             F = _features(F, f"layer {name!r}")
             if n is None:
@@ -324,35 +408,48 @@ class CKAAccumulator:
                 raise ValueError(f"every layer of a batch must hold the same examples: layer {name!r} has "
                                  f"{F.shape[0]} rows, expected {n}")
             Fc = F - F.mean(dim=0, keepdim=True)
-            grams.append(Fc @ Fc.T if self.kernel == "linear"
-                         else rbf_kernel(Fc, sigma_frac=self.sigma_frac, name=f"layer {name!r}"))
-        return torch.stack(grams), n
+            if self.kernel == "linear":
+                Fc, self._exponents[side, name] = _unit_scale(Fc, self._exponents.get((side, name)))
+                out.append(Fc)
+            else:
+                out.append(rbf_kernel(_unit_scale(Fc)[0], sigma_frac=self.sigma_frac, name=f"layer {name!r}"))
+        return out, n
 
     def update(self, xs, ys) -> None:
-        """Add one minibatch: ``xs``/``ys`` map layer names to (n, ...) features of the same n examples."""
+        """Add one minibatch: ``xs``/``ys`` map layer names to (n, ...) features of the same n examples.
+
+        Linear kernels use the feature-space form of the unbiased HSIC (:func:`_linear_hsic_terms`)
+        when the layers are narrow relative to the batch, else the Gram matrices."""
         x_names, x_feats = _named(xs, "xs")
         y_names, y_feats = _named(ys, "ys")
         if self.x_names is not None and (x_names, y_names) != (self.x_names, self.y_names):
             raise ValueError(f"layers changed between batches: expected {self.x_names} and {self.y_names}, "
                              f"got {x_names} and {y_names}")
-        Kx, n = self._grams(x_feats, x_names, None)
-        Ky, _ = self._grams(y_feats, y_names, n)
+        Fx, n = self._centred(x_feats, x_names, "x", None)
+        Fy, _ = self._centred(y_feats, y_names, "y", n)
         if n < 4:
             raise ValueError(f"the unbiased HSIC needs at least 4 examples per batch; got a batch of {n}")
-        Ky = Ky.to(Kx.device)
-        cross = _hsic_matrix(Kx, Ky, True)
-        self_x = torch.diagonal(_hsic_matrix(Kx, Kx, True))
-        self_y = torch.diagonal(_hsic_matrix(Ky, Ky, True))
+        Fy = [F.to(Fx[0].device) for F in Fy]
+        if self.kernel == "linear" and _feature_form_cheaper(n, sum(F.shape[1] for F in Fx),
+                                                             sum(F.shape[1] for F in Fy)):
+            cross, self_x, self_y, scale_x, scale_y = _linear_hsic_terms(Fx, Fy)
+        else:
+            Kx = torch.stack([F @ F.T for F in Fx] if self.kernel == "linear" else Fx)
+            Ky = torch.stack([F @ F.T for F in Fy] if self.kernel == "linear" else Fy)
+            cross = _hsic_matrix(Kx, Ky, True)
+            self_x = torch.diagonal(_hsic_matrix(Kx, Kx, True))
+            self_y = torch.diagonal(_hsic_matrix(Ky, Ky, True))
+            scale_x, scale_y = _kernel_scale(Kx), _kernel_scale(Ky)
         if self.x_names is None:
             self.x_names, self.y_names = x_names, y_names
             self._cross, self._self_x, self._self_y = cross, self_x, self_y
-            self._scale_x, self._scale_y = _kernel_scale(Kx), _kernel_scale(Ky)
+            self._scale_x, self._scale_y = scale_x, scale_y
         else:
             self._cross = self._cross + cross
             self._self_x = self._self_x + self_x
             self._self_y = self._self_y + self_y
-            self._scale_x = self._scale_x + _kernel_scale(Kx)
-            self._scale_y = self._scale_y + _kernel_scale(Ky)
+            self._scale_x = self._scale_x + scale_x
+            self._scale_y = self._scale_y + scale_y
         self.n_batches += 1
         self.n_examples += n
 

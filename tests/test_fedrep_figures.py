@@ -56,6 +56,17 @@ def test_fig4_new_clients_need_k_samples_on_fedrep():
     fed, local = res.median("FedRep"), res.median("local only")
     assert float(fed[1]) < 0.02 and float(local[1]) > 0.5  # m_new = 4 < d
     assert float(local[-1]) < 0.01  # m_new = 2d
+
+
+def test_fig4_fedavg_learns_the_representation_only_from_the_scaled_start():
+    # the scaled start B_0 = Q/sqrt(alpha) of Collins et al. (2022) learns col(B_*) on the
+    # training clients' data, so a head fitted on it serves new clients; the unscaled start
+    # Q (alpha B_0^T B_0 = alpha I) stays far from col(B_*) on this seed
+    res = ff.run_fig4(SMALL4)
+    assert float(res.dist["FedAvg"][0]) < 0.1 < 0.5 < float(res.dist["FedAvg, unscaled start"][0])
+    assert float(res.median("FedAvg")[1]) < 0.05 < 0.5 < float(res.median("FedAvg, unscaled start")[1])
+    for name in ff.FIG4_LEARNED:
+        assert float(res.leak[name][0]) <= float(res.dist[name][0]) ** 2 * SMALL4.k + 1e-12  # ||theta_*||^2 = k
     assert res.errors["true representation"].shape == (1, 4, 50)
 
 
@@ -73,7 +84,8 @@ def test_fig3_bad_settings_raise(bad):
         ff.run_fig3(ff.Fig3Settings(**bad))
 
 
-@pytest.mark.parametrize("bad", [dict(m_news=()), dict(new=0), dict(m=0), dict(k=20)])
+@pytest.mark.parametrize("bad", [dict(m_news=()), dict(new=0), dict(m=0), dict(k=20), dict(fedavg_tau=0),
+                                 dict(fedavg_alpha=0.0)])
 def test_fig4_bad_settings_raise(bad):
     with pytest.raises(ValueError):
         ff.run_fig4(ff.Fig4Settings(**bad))

@@ -13,8 +13,10 @@ with a Haar-random ``B_*`` (d x k, orthonormal) and heads ``w_*_i`` of norm ``sq
   dist(B_t, B_*) (Definition 1) along FedRep (exact head), 10GD-GD and GD-GD (K = 10 or 1
   gradient steps on the head), for several numbers of clients ``n``, from one shared
   method-of-moments start per (n, seed);
-- :func:`run_fig4` (Fig. 4): train FedRep as in Fig. 1, then new clients with ``m_new`` samples
-  fit only a k-dimensional head on the learned B (:func:`replearn.fedrep.new_client_head`);
+- :func:`run_fig4` (Fig. 4): train FedRep as in Fig. 1, and FedAvg (``fedavg_tau`` local steps of
+  size ``fedavg_alpha``) on the same data from B_0 = Q/sqrt(alpha) (the start of Collins et al.
+  2022, Theorem 1 (ii)) and from the unscaled B_0 = Q, w_0 = 0; then new clients with ``m_new``
+  samples fit only a k-dimensional head on each learned B (:func:`replearn.fedrep.new_client_head`);
   compared with local-only least squares in R^d and with the head fitted on the true B_*.
 
 The paper writes the label noise as N(., 10^-3); we read 10^-3 as the *variance*
@@ -29,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import fedrep
+from .. import federated, fedrep
 from ..backend import DTYPE, default_device, make_generator, randn
-from ..linalg import principal_angle_distance
+from ..linalg import principal_angle_distance, random_orthonormal
 from ..linear import SampledTasks, ground_truth_representation, predict, sample_tasks, targets
 from ..profiles import Settings, check_int
 
@@ -41,7 +43,9 @@ PAPER_NOISE_STD = 1e-3**0.5
 FIG1_METHODS = ("local only", "single model", "FedRep")
 FIG3_METHODS = ("FedRep", "10GD-GD", "GD-GD")
 HEAD_STEPS = {"FedRep": None, "10GD-GD": 10, "GD-GD": 1}
-FIG4_METHODS = ("FedRep", "local only", "true representation")
+FIG4_METHODS = ("FedRep", "FedAvg", "FedAvg, unscaled start", "local only", "true representation")
+#: The methods of Fig. 4 that learn a representation on the training clients.
+FIG4_LEARNED = ("FedRep", "FedAvg", "FedAvg, unscaled start")
 
 
 def _seed(*keys: int) -> int:
@@ -263,8 +267,9 @@ def rounds_to_reach(curve: torch.Tensor, level: float) -> int | None:
 
 @dataclass(frozen=True)
 class Fig4Settings(Settings):
-    """Fig. 4: FedRep trained as in Fig. 1 on n clients with m samples each; then ``new``
-    new clients (fresh heads of norm sqrt(k)) per sample size in ``m_news``."""
+    """Fig. 4: FedRep trained as in Fig. 1 on n clients with m samples each, and FedAvg with
+    ``fedavg_tau`` local steps of size ``fedavg_alpha`` for as many rounds on the same data; then
+    ``new`` new clients (fresh heads of norm sqrt(k)) per sample size in ``m_news``."""
 
     d: int = 20
     k: int = 2
@@ -277,6 +282,8 @@ class Fig4Settings(Settings):
     new: int = 200
     seeds: int = 3
     seed: int = 0
+    fedavg_tau: int = 10
+    fedavg_alpha: float = 0.1
 
     @classmethod
     def paper(cls):
@@ -288,9 +295,10 @@ class Fig4Settings(Settings):
 @dataclass(frozen=True)
 class Fig4Result:
     """``errors[method]`` (seeds, M, new): ||theta_c - theta_*_c||^2 of every new client (its test
-    MSE minus the noise variance) at every m_new; ``dist`` (seeds,): dist of the trained B;
-    ``leak`` (seeds,): the new clients' average ||(I - P_B) theta_*_c||^2, the part of their
-    regressors that the learned column space misses."""
+    MSE minus the noise variance) at every m_new; for each method of :data:`FIG4_LEARNED`,
+    ``dist[method]`` (seeds,): dist of the trained B, and ``leak[method]`` (seeds,): the new
+    clients' average ||(I - P_B) theta_*_c||^2, the part of their regressors that the learned
+    column space misses."""
 
     m_news: tuple
     errors: dict
@@ -310,7 +318,10 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
 
     Local only is the min-norm least-squares fit (no ridge), whose expected error has the
     closed form of book 1.1 (``sample_complexity.expected_ls_error`` with p = d); the head on
-    the true B_* is the oracle with p = k.
+    the true B_* is the oracle with p = k. FedAvg (Algorithm 1 of Collins et al. 2022 on the
+    clients' least-squares losses, full participation) runs ``rounds`` rounds from w_0 = 0 and a
+    Haar-random Q, scaled to B_0 = Q/sqrt(fedavg_alpha) ("FedAvg") or not ("FedAvg, unscaled
+    start"); the new clients fit their heads on its final B.
     """
     _check_common(cfg.d, cfg.k, cfg.noise_std, cfg.eta, cfg.rounds, cfg.seeds, cfg.seed)
     check_int(cfg.n, "n (clients)", 1)
@@ -320,26 +331,35 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
         raise ValueError("m_news must not be empty")
     for m in cfg.m_news:
         check_int(m, "every m_new in m_news", 1)
+    check_int(cfg.fedavg_tau, "fedavg_tau (FedAvg's local steps)", 1)
+    if not (isinstance(cfg.fedavg_alpha, (int, float)) and 0 < cfg.fedavg_alpha < math.inf):
+        raise ValueError(f"fedavg_alpha must be a positive finite step size, got {cfg.fedavg_alpha!r}")
     device = default_device() if device is None else torch.device(device)
     errors = {name: torch.zeros(cfg.seeds, len(cfg.m_news), cfg.new, dtype=DTYPE) for name in FIG4_METHODS}
-    dist = torch.zeros(cfg.seeds, dtype=DTYPE)
-    leak = torch.zeros(cfg.seeds, dtype=DTYPE)
+    dist = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
+    leak = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
     for s in range(cfg.seeds):
         Bstar, W = _instance(cfg.d, cfg.k, cfg.n, _seed(cfg.seed, s), device)
-        _, res, _ = train_fedrep(Bstar, W, cfg.m, noise_std=cfg.noise_std, eta=cfg.eta, rounds=cfg.rounds,
-                                 seed=_seed(cfg.seed, s, cfg.m))
-        B = res.B[-1]
-        dist[s] = float(principal_angle_distance(B, Bstar))
+        data, res, _ = train_fedrep(Bstar, W, cfg.m, noise_std=cfg.noise_std, eta=cfg.eta, rounds=cfg.rounds,
+                                    seed=_seed(cfg.seed, s, cfg.m))
+        Q0 = random_orthonormal(cfg.d, cfg.k, seed=_seed(cfg.seed, s, 7), device=device)
+        w0 = torch.zeros(cfg.k, dtype=DTYPE, device=device)
+        learned = {"FedRep": res.B[-1]}
+        for name, B0 in (("FedAvg", Q0 / cfg.fedavg_alpha**0.5), ("FedAvg, unscaled start", Q0)):
+            learned[name] = federated.fedavg(B0, w0, data, alpha=cfg.fedavg_alpha, tau=cfg.fedavg_tau,
+                                             rounds=cfg.rounds).final[0]
         W_new = fedrep.paper_heads(cfg.new, cfg.k, seed=_seed(cfg.seed, s, 5), device=device)
         theta = targets(Bstar, W_new)
-        Q = torch.linalg.qr(B).Q
-        leak[s] = float((theta - (theta @ Q) @ Q.T).square().sum(-1).mean())
+        for name, B in learned.items():
+            dist[name][s] = float(principal_angle_distance(B, Bstar))
+            Q = torch.linalg.qr(B).Q
+            leak[name][s] = float((theta - (theta @ Q) @ Q.T).square().sum(-1).mean())
         for j, m_new in enumerate(cfg.m_news):
             gen = make_generator(_seed(cfg.seed, s, 6, m_new))
             X = randn(cfg.new, m_new, cfg.d, generator=gen, device=device)
             y = torch.einsum("cmd,cd->cm", X, theta) + cfg.noise_std * randn(cfg.new, m_new, generator=gen,
                                                                              device=device)
-            for name, rep in (("FedRep", B), ("true representation", Bstar)):
+            for name, rep in (*learned.items(), ("true representation", Bstar)):
                 heads = fedrep.new_client_head(rep, X, y)
                 errors[name][s, j] = fedrep.new_client_error(rep, heads, theta).cpu()
             local = fedrep.local_only(SampledTasks(X, y), 0.0)

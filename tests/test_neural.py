@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from replearn import models, neural
+from replearn.backend import make_generator
 from tiny_net import Tiny
 
 
@@ -299,3 +300,121 @@ def test_smoke_dsgd_and_finetuning_on_real_cifar10(cifar_clients):
     assert dsgd.train_loss[-1] < dsgd.train_loss[0] and dsgd.accuracy > 0.15, (dsgd.train_loss, dsgd.accuracy)
     tuned = neural.finetune(model, cifar_clients, state=dsgd.state, epochs=2, part="head", lr=0.05)
     assert tuned.final.average > dsgd.accuracy + 0.05   # a personal head on 5-class clients beats the global one
+
+
+# --------------------------------------------------------------------------------------------
+# The public pieces an FL framework uses
+
+
+def test_split_body_head_and_specs_of_every_algorithm():
+    model = tiny_model()
+    body, head = neural.split_body_head(model)
+    assert list(body) == BODY and list(head) == HEAD
+    with pytest.raises(ValueError, match="head"):
+        neural.split_body_head(nn.Sequential(nn.Linear(2, 2)))
+    cfg = neural.TrainConfig(local_steps=3, head_epochs=2)
+    expected = {  # algorithm: (shared, local, [(trainable, steps, epochs)])
+        "fedavg": (BODY + HEAD, [], [(BODY + HEAD, 3, 1)]),
+        "dsgd": (BODY + HEAD, [], [(BODY + HEAD, 1, 1)]),
+        "fedrep": (BODY, HEAD, [(HEAD, None, 2), (BODY, 3, 1)]),
+        "fedper": (BODY, HEAD, [(BODY + HEAD, 3, 1)]),
+        "lg_fedavg": (HEAD, BODY, [(BODY + HEAD, 3, 1)]),
+        "local_only": ([], BODY + HEAD, [(BODY + HEAD, 3, 1)]),
+        "finetune_head": ([], HEAD, [(HEAD, None, 1)]),
+        "finetune_all": ([], BODY + HEAD, [(BODY + HEAD, None, 1)]),
+    }
+    assert set(expected) == set(neural.ALGORITHMS)
+    for algorithm, (shared, local, phases) in expected.items():
+        spec = neural.algorithm_spec(algorithm, model, cfg)
+        assert (list(spec.shared), list(spec.local)) == (shared, local), algorithm
+        assert [(list(p.trainable), p.steps, p.epochs) for p in spec.phases] == phases, algorithm
+    assert neural.algorithm_spec("dsgd", model, cfg).cfg.local_steps == 1
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        neural.algorithm_spec("fedprox", model, cfg)
+    with pytest.raises(ValueError, match="both shared and local"):
+        neural.AlgorithmSpec("x", ("head.bias",), ("head.bias",), (neural.Phase(("head.bias",), 1, 1),), cfg)
+    bad = neural.AlgorithmSpec("x", ("nope",), (), (neural.Phase(("head.bias",), 1, 1),), cfg)
+    with pytest.raises(ValueError, match="unknown parameter names.*nope"):
+        neural.run_spec(bad, model, CLIENTS)
+
+
+def test_run_spec_is_what_the_algorithm_functions_run():
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=2, lr=0.1, batch_size=5, local_steps=2, head_steps=2, participation=0.5)
+    a = neural.fedrep(model, CLIENTS, cfg)
+    b = neural.run_spec(neural.algorithm_spec("fedrep", model, cfg), model, CLIENTS)
+    assert_close(a.state, b.state, atol=0)
+    assert_close(a.local, b.local, atol=0)
+
+
+def test_sample_clients_and_plan_batches():
+    g = torch.Generator().manual_seed(0)
+    assert neural.sample_clients(5, 1.0, g) == [0, 1, 2, 3, 4]
+    assert torch.equal(torch.Generator().manual_seed(0).get_state(), g.get_state())  # no draw for all clients
+    picked = neural.sample_clients(10, 0.3, g)
+    assert len(picked) == 3 and picked == sorted(set(picked)) and all(0 <= i < 10 for i in picked)
+    assert neural.sample_clients(10, 0.01, g).__len__() == 1  # at least one client
+    steps = neural.plan_batches(7, 3, steps=5, epochs=1, generator=g)
+    assert [len(b) for b in steps] == [3] * 5
+    for k in range(0, 4, 2):  # two batches of 3 per permutation of 7 (the tail of 1 dropped)
+        assert len(set(torch.cat(steps[k:k + 2]).tolist())) == 6
+    epochs = neural.plan_batches(7, 3, steps=None, epochs=2, generator=g)
+    assert [len(b) for b in epochs] == [3, 3, 1, 3, 3, 1]
+    assert sorted(torch.cat(epochs[:3]).tolist()) == list(range(7))
+    assert [len(b) for b in neural.plan_batches(2, 5, steps=3, epochs=1, generator=g)] == [2, 2, 2]
+    with pytest.raises(ValueError, match="batch_size"):
+        neural.plan_batches(7, 0, steps=1, epochs=1, generator=g)
+
+
+def test_plan_round_replays_the_engines_draws():
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=3, lr=0.1, batch_size=5, local_steps=2, head_epochs=1, participation=0.5,
+                             seed=4)
+    spec = neural.algorithm_spec("fedrep", model, cfg)
+    result = neural.run_spec(spec, model, CLIENTS)
+    gen = make_generator(cfg.seed)
+    plans = [neural.plan_round(CLIENTS.train_sizes.tolist(), spec.phases, cfg, gen) for _ in range(cfg.rounds)]
+    assert tuple(p.clients for p in plans) == result.participants
+    # replay round by round with the public worker and average as the server does
+    worker = neural.LocalSGD(model)
+    state = params_of(model)
+    heads = {n: state[n].expand(CLIENTS.n_clients, *state[n].shape).clone() for n in spec.local}
+    for plan in plans:
+        total = sum(CLIENTS.x_train[i].shape[0] for i in plan.clients)
+        acc = {n: 0 for n in spec.shared}
+        for i in plan.clients:
+            params = {**state, **{n: heads[n][i] for n in spec.local}}
+            for phase, batches in zip(spec.phases, plan.batches[i]):
+                new, _ = worker.train(params, phase.trainable, CLIENTS.x_train[i], CLIENTS.y_train[i], batches, cfg)
+                params = {**params, **new}
+            for n in spec.local:
+                heads[n][i] = params[n]
+            for n in spec.shared:
+                acc[n] = acc[n] + CLIENTS.x_train[i].shape[0] * params[n]
+        state = {**state, **{n: acc[n] / total for n in spec.shared}}
+    assert_close({n: state[n] for n in spec.shared}, {n: result.state[n] for n in spec.shared}, atol=1e-6)
+    assert_close(heads, result.local, atol=1e-6)
+
+
+def test_local_sgd_is_torch_optim_sgd():
+    model = tiny_model()
+    cfg = neural.TrainConfig(lr=0.05, momentum=0.9, weight_decay=0.01)
+    x, y = CLIENTS.x_train[1], CLIENTS.y_train[1]
+    batches = neural.plan_batches(x.shape[0], 6, steps=4, epochs=1, generator=torch.Generator().manual_seed(1))
+    new, loss_sum = neural.LocalSGD(model).train(params_of(model), HEAD + BODY[:2], x, y, batches, cfg)
+    ref = copy.deepcopy(model)
+    opt = torch.optim.SGD([p for n, p in ref.named_parameters() if n in HEAD + BODY[:2]], lr=cfg.lr,
+                          momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    total = 0.0
+    for idx in batches:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(ref(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        total += float(loss.detach())
+    assert set(new) == set(HEAD + BODY[:2])
+    assert_close(new, {n: p for n, p in params_of(ref).items() if n in new})
+    assert float(loss_sum) == pytest.approx(total, rel=1e-5)
+    assert torch.equal(params_of(model)["head.weight"], tiny_model().head.weight.detach())  # model untouched
+    with pytest.raises(ValueError, match="augment"):
+        neural.LocalSGD(model).train(params_of(model), HEAD, x, y, batches, replace(cfg, augment=True))

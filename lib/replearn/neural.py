@@ -32,6 +32,13 @@ sequential path is as fast or faster. On a 2-core CPU the training is compute-bo
 
 All random numbers (client selection, batches, augmentation) come from one CPU
 ``torch.Generator`` seeded with ``cfg.seed``, so a run is bit-for-bit reproducible on the CPU.
+
+The pieces an FL framework (e.g. :mod:`replearn.flower`) needs are public:
+:func:`split_body_head` (the body/head parameter names), :func:`algorithm_spec` (an
+:class:`AlgorithmSpec`: shared and local names and the local :class:`Phase` s of each
+algorithm in :data:`ALGORITHMS`), :func:`sample_clients` and :func:`plan_batches` (a round's
+random draws; :func:`plan_round` makes both in the engine's order), :class:`LocalSGD` (one
+client's local phase) and :func:`run_spec` (the in-process round loop every algorithm runs).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +54,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from .backend import default_device, make_generator
+from .profiles import check_int as _check_count
 
 Params = dict[str, torch.Tensor]
 
@@ -263,45 +271,197 @@ class FedResult:
 
 
 # --------------------------------------------------------------------------------------------
-# Batches, local SGD, evaluation
+# The public pieces an FL framework needs: body/head split, algorithm specs, client sampling,
+# batch plans, the local-SGD worker
 
 
-def _batches(n: int, batch_size: int, *, steps: int | None, epochs: int,
-             generator: torch.Generator) -> list[torch.Tensor]:
-    """Index batches (CPU) for one local phase: ``steps`` batches of min(batch_size, n) from
-    successive permutations, or ``epochs`` permutations cut into batches (smaller last)."""
+def split_body_head(model: nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The parameter names of the model's body and of its head (the names starting with
+    ``head.``), in ``named_parameters`` order. FedRep's head is the last layer (Collins et
+    al., 2021, Sec. 3); the models of :mod:`replearn.models` have a ``head`` submodule."""
+    names = [n for n, _ in model.named_parameters()]
+    head = tuple(n for n in names if n.startswith("head."))
+    body = tuple(n for n in names if not n.startswith("head."))
+    if not head or not body:
+        raise ValueError("the model needs a `head` submodule (last layer) and a body; use replearn.models")
+    return body, head
+
+
+class Phase(NamedTuple):
+    """One local phase: the ``trainable`` parameter names (the others are frozen), and either
+    ``steps`` SGD steps (when not None) or ``epochs`` epochs."""
+
+    trainable: tuple[str, ...]
+    steps: int | None
+    epochs: int
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """What an algorithm shares, keeps local and trains (see the module docstring).
+
+    ``shared``: names averaged by the server with weights n_i over the round's clients
+    (Collins et al., 2022, eq. 3); ``local``: names each client keeps across rounds; every
+    other parameter stays at its initial value. ``phases``: the local phases run in order by
+    every sampled client, each with a fresh momentum buffer. ``cfg``: the configuration the
+    algorithm runs with (for D-SGD, ``local_steps = 1``).
+    """
+
+    algorithm: str
+    shared: tuple[str, ...]
+    local: tuple[str, ...]
+    phases: tuple[Phase, ...]
+    cfg: "TrainConfig"
+
+    def __post_init__(self):
+        both = set(self.shared) & set(self.local)
+        if both:
+            raise ValueError(f"parameters both shared and local: {sorted(both)}")
+        if not self.phases:
+            raise ValueError("an algorithm needs at least one local phase")
+        for k, ph in enumerate(self.phases):
+            if not isinstance(ph, Phase):
+                raise ValueError(f"phase {k} must be a neural.Phase(trainable, steps, epochs), got {ph!r}")
+            if not ph.trainable:
+                raise ValueError(f"phase {k} trains no parameter")
+            _check_count(ph.epochs if ph.steps is None else ph.steps,
+                         f"phase {k} {'epochs' if ph.steps is None else 'steps'}", 1)
+
+    def check(self, model: nn.Module) -> None:
+        """Raise ``ValueError`` if a name is not one of ``model``'s parameters."""
+        names = {n for n, _ in model.named_parameters()}
+        used = set(self.shared) | set(self.local) | {n for ph in self.phases for n in ph.trainable}
+        if used - names:
+            raise ValueError(f"{self.algorithm}: unknown parameter names {sorted(used - names)}; "
+                             f"the model has {sorted(names)}")
+
+
+ALGORITHMS = ("fedavg", "dsgd", "fedrep", "fedper", "lg_fedavg", "local_only", "finetune_head", "finetune_all")
+
+
+def algorithm_spec(algorithm: str, model: nn.Module, cfg: "TrainConfig") -> AlgorithmSpec:
+    """The :class:`AlgorithmSpec` of ``algorithm`` (one of :data:`ALGORITHMS`) for ``model``
+    split by :func:`split_body_head`:
+
+    - ``fedavg``: everything shared, one joint phase (``local_steps`` or ``local_epochs``);
+    - ``dsgd``: FedAvg with ``local_steps = 1``;
+    - ``fedrep``: body shared, head local; a head phase (``head_steps``/``head_epochs``, body
+      frozen), then a body phase (``local_steps``/``local_epochs``, head frozen) (Alg. 1);
+    - ``fedper``: body shared, head local, one joint phase;
+    - ``lg_fedavg``: head shared, body local, one joint phase;
+    - ``local_only``: everything local, one joint phase, nothing communicated;
+    - ``finetune_head`` / ``finetune_all``: the head / everything local, ``local_epochs``
+      epochs (used with one round by :func:`finetune`).
+    """
+    body, head = split_body_head(model)
+    joint = body + head
+    if algorithm == "dsgd":
+        cfg = replace(cfg, local_steps=1)
+    one = (Phase(joint, cfg.local_steps, cfg.local_epochs),)
+    if algorithm in ("fedavg", "dsgd"):
+        return AlgorithmSpec(algorithm, joint, (), one, cfg)
+    if algorithm == "fedrep":
+        if cfg.head_steps is None and cfg.head_epochs < 1:
+            raise ValueError("FedRep needs head_epochs >= 1 or head_steps")
+        return AlgorithmSpec(algorithm, body, head, (Phase(head, cfg.head_steps, cfg.head_epochs),
+                                                    Phase(body, cfg.local_steps, cfg.local_epochs)), cfg)
+    if algorithm == "fedper":
+        return AlgorithmSpec(algorithm, body, head, one, cfg)
+    if algorithm == "lg_fedavg":
+        return AlgorithmSpec(algorithm, head, body, one, cfg)
+    if algorithm == "local_only":
+        return AlgorithmSpec(algorithm, (), joint, one, cfg)
+    if algorithm in ("finetune_head", "finetune_all"):
+        tuned = head if algorithm == "finetune_head" else joint
+        return AlgorithmSpec(algorithm, (), tuned, (Phase(tuned, None, cfg.local_epochs),), cfg)
+    raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+
+
+def sample_clients(n_clients: int, participation: float, generator: torch.Generator) -> list[int]:
+    """The clients of one round, sorted: ``m = max(1, round(participation * n_clients))``
+    clients drawn uniformly without replacement as ``torch.randperm(n_clients)[:m]`` from
+    ``generator``; all clients, with no draw, when ``m = n_clients``."""
+    _check_count(n_clients, "n_clients", 1)
+    m = max(1, round(participation * n_clients))
+    if m >= n_clients:
+        return list(range(n_clients))
+    return sorted(torch.randperm(n_clients, generator=generator)[:m].tolist())
+
+
+def plan_batches(n: int, batch_size: int, *, steps: int | None, epochs: int,
+                 generator: torch.Generator) -> list[torch.Tensor]:
+    """Index batches (CPU int64) for one local phase on a client with ``n`` samples:
+    ``steps`` batches of ``min(batch_size, n)`` indices cut from successive random
+    permutations (each permutation's incomplete tail dropped), or, when ``steps`` is None,
+    ``epochs`` permutations each cut into batches of ``batch_size`` (the last one smaller,
+    like ``DataLoader(shuffle=True, drop_last=False)``)."""
+    _check_count(n, "n", 1)
+    _check_count(batch_size, "batch_size", 1)
     if steps is None:
+        _check_count(epochs, "epochs", 1)
         out = []
         for _ in range(epochs):
             out.extend(torch.randperm(n, generator=generator).split(batch_size))
         return out
+    _check_count(steps, "steps", 1)
     b = min(batch_size, n)
     per_perm = n // b
     perms = [torch.randperm(n, generator=generator)[: per_perm * b] for _ in range(-(-steps // per_perm))]
     return list(torch.cat(perms).split(b)[:steps])
 
 
-def _augment(x: torch.Tensor, cfg: "TrainConfig", generator: torch.Generator) -> torch.Tensor:
+@dataclass(frozen=True)
+class RoundPlan:
+    """One round's random choices: the sampled ``clients`` (sorted) and ``batches[i][k]``,
+    client i's index batches for phase k."""
+
+    clients: tuple[int, ...]
+    batches: dict[int, tuple[tuple[torch.Tensor, ...], ...]]
+
+
+def plan_round(train_sizes: Sequence[int], phases: Sequence[Phase], cfg: "TrainConfig",
+               generator: torch.Generator) -> RoundPlan:
+    """Draw one round from ``generator``: :func:`sample_clients` with ``cfg.participation``,
+    then, for each sampled client in increasing order and each phase in order,
+    :func:`plan_batches` with ``cfg.batch_size``. This is the order :func:`run_spec` draws in,
+    so a framework that calls ``plan_round`` with a generator seeded by
+    ``make_generator(cfg.seed)`` replays an in-process run (without augmentation, whose draws
+    follow during training)."""
+    sizes = [int(n) for n in train_sizes]
+    clients = sample_clients(len(sizes), cfg.participation, generator)
+    batches = {i: tuple(tuple(plan_batches(sizes[i], cfg.batch_size, steps=ph.steps, epochs=ph.epochs,
+                                           generator=generator)) for ph in phases) for i in clients}
+    return RoundPlan(tuple(clients), batches)
+
+
+def _augment(x: torch.Tensor, cfg: "TrainConfig", generator: torch.Generator | None) -> torch.Tensor:
     if not cfg.augment:
         return x
+    if generator is None:
+        raise ValueError("cfg.augment is on: pass the generator the augmentation draws from")
     from .data import augment
     return augment(x.flatten(0, x.ndim - 4), generator).view_as(x)
 
 
-class _Worker:
-    """One working copy of the model, into which each client's parameters are loaded in turn
-    (instead of a ``deepcopy`` per client)."""
+class LocalSGD:
+    """The local-SGD worker: one working copy of the model, into which each client's
+    parameters are loaded in turn (instead of a ``deepcopy`` per client)."""
 
     def __init__(self, model: nn.Module):
         self.model = copy.deepcopy(model)
         self.params = dict(self.model.named_parameters())
 
-    def sgd(self, params: Params, trainable: Sequence[str], x: torch.Tensor, y: torch.Tensor,
-            batches: Sequence[torch.Tensor], cfg: "TrainConfig",
-            generator: torch.Generator) -> tuple[Params, torch.Tensor]:
-        """SGD on one client with ``torch.optim.SGD`` semantics (momentum buffer = first
-        gradient, then ``m * buf + g``; weight decay added to the gradient), in place on the
-        working model with foreach kernels. Returns the trained parameters and the summed loss."""
+    def train(self, params: Params, trainable: Sequence[str], x: torch.Tensor, y: torch.Tensor,
+              batches: Sequence[torch.Tensor], cfg: "TrainConfig",
+              generator: torch.Generator | None = None) -> tuple[Params, torch.Tensor]:
+        """One local phase on one client: SGD on the mean cross-entropy of each index batch
+        of ``batches`` (rows of ``x``, ``y``), updating only the names in ``trainable``
+        (``params`` gives every parameter's starting value), with ``torch.optim.SGD``
+        semantics and a fresh momentum buffer: ``g <- grad + weight_decay * theta``;
+        ``buf <- g`` at the first step, else ``momentum * buf + g``; ``theta <- theta - lr * buf``.
+        ``generator`` is needed only when ``cfg.augment`` is on (augmentation draws per batch).
+        Returns the trained parameters (copies, names in ``trainable``) and the summed
+        minibatch loss (a 0-d tensor)."""
         with torch.no_grad():
             for n, p in self.params.items():
                 p.copy_(params[n])
@@ -386,10 +546,8 @@ def evaluate(model: nn.Module, clients: ClientData, state: Params | None = None,
 # --------------------------------------------------------------------------------------------
 # The shared round structure
 
-Phase = tuple[tuple[str, ...], int | None, int]  # (trainable names, steps or None, epochs)
 
-
-def _groups(selected: list[int], signatures: dict[int, tuple], size: int) -> list[list[int]]:
+def _groups(selected: Sequence[int], signatures: dict[int, tuple], size: int) -> list[list[int]]:
     """Clients with equal batch-size signatures, in chunks of at most ``size``."""
     by_sig: dict[tuple, list[int]] = {}
     for i in selected:
@@ -397,22 +555,20 @@ def _groups(selected: list[int], signatures: dict[int, tuple], size: int) -> lis
     return [g[k:k + size] for g in by_sig.values() for k in range(0, len(g), size)]
 
 
-def run_rounds(algorithm: str, model: nn.Module, clients: ClientData, cfg: TrainConfig, *,
-               shared: Sequence[str], local: Sequence[str], phases: Sequence[Phase],
-               state: Params | None = None, callback: Callable[[int, dict], None] | None = None) -> FedResult:
-    """The round structure common to all algorithms (see the module docstring).
+def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, state: Params | None = None,
+             callback: Callable[[int, dict], None] | None = None) -> FedResult:
+    """Run ``spec.cfg.rounds`` rounds of the algorithm ``spec`` (see the module docstring).
 
-    ``shared`` names are averaged (n_i-weighted) over the participating clients after each
-    round; ``local`` names are kept per client; every other parameter stays fixed. ``state``:
-    the starting parameters (default: the model's). ``callback(t, metrics)`` is called after
-    every round with ``train_loss`` and, on evaluated rounds, ``test_accuracy``.
+    Each round: :func:`plan_round` (clients and batches), then every sampled client runs the
+    phases from the server's shared parameters and its own local ones (:class:`LocalSGD`),
+    then the server sets each shared parameter to the n_i-weighted average over the round's
+    clients. ``state``: the starting parameters (default: the model's). ``callback(t,
+    metrics)`` is called after every round with ``train_loss`` and, on evaluated rounds,
+    ``test_accuracy``.
     """
+    spec.check(model)
+    cfg, shared, local, phases = spec.cfg, spec.shared, spec.local, spec.phases
     names = [n for n, _ in model.named_parameters()]
-    shared, local = tuple(shared), tuple(local)
-    unknown = set(shared) | set(local) | {n for ph in phases for n in ph[0]}
-    if unknown - set(names) or set(shared) & set(local):
-        raise ValueError(f"bad parameter split: unknown {sorted(unknown - set(names))}, "
-                         f"both shared and local {sorted(set(shared) & set(local))}")
     device = clients.device
     if state is None:
         state = {n: p.detach().to(device).clone() for n, p in model.named_parameters()}
@@ -422,18 +578,17 @@ def run_rounds(algorithm: str, model: nn.Module, clients: ClientData, cfg: Train
     local_state = {n: state[n].unsqueeze(0).repeat(M, *([1] * state[n].ndim)) for n in local}
     sizes = clients.train_sizes
     gen = make_generator(cfg.seed)
-    worker = _Worker(model)
-    m = max(1, round(cfg.participation * M))
+    worker = LocalSGD(model)
     losses = torch.full((cfg.rounds,), float("nan"))
     accs = torch.full((cfg.rounds,), float("nan"))
     participants = []
     evaluation = None
     for t in range(cfg.rounds):
-        selected = sorted(torch.randperm(M, generator=gen)[:m].tolist()) if m < M else list(range(M))
-        participants.append(tuple(selected))
-        plans = {i: [_batches(int(sizes[i]), cfg.batch_size, steps=st, epochs=ep, generator=gen)
-                     for _, st, ep in phases] for i in selected}
-        sigs = {i: tuple(tuple(len(b) for b in plan) for plan in plans[i]) for i in selected}
+        plan = plan_round(sizes.tolist(), phases, cfg, gen)
+        selected = list(plan.clients)
+        participants.append(plan.clients)
+        plans = plan.batches
+        sigs = {i: tuple(tuple(len(b) for b in batches) for batches in plans[i]) for i in selected}
         acc_shared = {n: torch.zeros_like(state[n]) for n in shared}
         round_loss = 0.0
         for group in _groups(selected, sigs, cfg.vmap_clients):
@@ -444,17 +599,17 @@ def run_rounds(algorithm: str, model: nn.Module, clients: ClientData, cfg: Train
             ys = [clients.y_train[i] for i in group]
             loss_sum = torch.zeros(G, device=device)
             n_steps = 0
-            for k, (trainable, _, _) in enumerate(phases):
+            for k, phase in enumerate(phases):
                 if G == 1:
-                    new, ls = worker.sgd({n: p[0] for n, p in params.items()}, trainable, xs[0], ys[0],
-                                         plans[group[0]][k], cfg, gen)
+                    new, ls = worker.train({n: p[0] for n, p in params.items()}, phase.trainable, xs[0], ys[0],
+                                           plans[group[0]][k], cfg, gen)
                     params = {**params, **{n: p.unsqueeze(0) for n, p in new.items()}}
                 else:
                     batches = list(zip(*(plans[i][k] for i in group)))
-                    params, ls = _sgd_vmap(model, params, trainable, xs, ys, batches, cfg, gen)
+                    params, ls = _sgd_vmap(model, params, phase.trainable, xs, ys, batches, cfg, gen)
                 loss_sum += ls
                 n_steps += len(plans[group[0]][k])
-            w = sizes[group].to(device=device, dtype=torch.float32)
+            w = sizes[group].to(device=device, dtype=state[names[0]].dtype)  # float64 models too
             for n in local:
                 local_state[n][group] = params[n]
             for n in shared:
@@ -470,38 +625,35 @@ def run_rounds(algorithm: str, model: nn.Module, clients: ClientData, cfg: Train
             accs[t] = metrics["test_accuracy"] = evaluation.average
         if callback is not None:
             callback(t, metrics)
-    return FedResult(algorithm, state, local_state, shared, local, losses, accs, tuple(participants),
+    return FedResult(spec.algorithm, state, local_state, shared, local, losses, accs, tuple(participants),
                      evaluation, cfg)
+
+
+def run_rounds(algorithm: str, model: nn.Module, clients: ClientData, cfg: TrainConfig, *,
+               shared: Sequence[str], local: Sequence[str], phases: Sequence[tuple],
+               state: Params | None = None, callback: Callable[[int, dict], None] | None = None) -> FedResult:
+    """:func:`run_spec` with a spec given by its parts: ``shared`` and ``local`` names and
+    ``phases`` as ``(trainable names, steps or None, epochs)`` triples (or :class:`Phase`)."""
+    spec = AlgorithmSpec(algorithm, tuple(shared), tuple(local),
+                         tuple(Phase(tuple(tr), st, ep) for tr, st, ep in phases), cfg)
+    return run_spec(spec, model, clients, state=state, callback=callback)
 
 
 # --------------------------------------------------------------------------------------------
 # The algorithms
 
 
-def _split(model: nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    names = [n for n, _ in model.named_parameters()]
-    head = tuple(n for n in names if n.startswith("head."))
-    body = tuple(n for n in names if not n.startswith("head."))
-    if not head or not body:
-        raise ValueError("the model needs a `head` submodule (last layer) and a body; use replearn.models")
-    return body, head
-
-
 def fedavg(model: nn.Module, clients: ClientData, cfg: TrainConfig, *, callback=None) -> FedResult:
     """FedAvg (McMahan et al., 2017; Collins et al., 2022, eqs. 2-3): each round the sampled
     clients run ``local_steps`` (tau) SGD steps or ``local_epochs`` epochs from the global
     model, which becomes their n_i-weighted average."""
-    body, head = _split(model)
-    everything = body + head
-    return run_rounds("fedavg", model, clients, cfg, shared=everything, local=(),
-                      phases=[(everything, cfg.local_steps, cfg.local_epochs)], callback=callback)
+    return run_spec(algorithm_spec("fedavg", model, cfg), model, clients, callback=callback)
 
 
 def dsgd(model: nn.Module, clients: ClientData, cfg: TrainConfig, *, callback=None) -> FedResult:
     """D-SGD: FedAvg with one local step per round (tau = 1). For the same total number of
     local updates as FedAvg with tau steps and T rounds, pass :func:`matched_dsgd_config`."""
-    result = fedavg(model, clients, replace(cfg, local_steps=1), callback=callback)
-    return replace(result, algorithm="dsgd")
+    return run_spec(algorithm_spec("dsgd", model, cfg), model, clients, callback=callback)
 
 
 def matched_dsgd_config(cfg: TrainConfig) -> TrainConfig:
@@ -519,36 +671,25 @@ def fedrep(model: nn.Module, clients: ClientData, cfg: TrainConfig, *, callback=
     """FedRep (Collins et al., 2021, Alg. 1): per-client heads kept across rounds; each round a
     client trains its head (``head_epochs``/``head_steps``, body frozen), then the body
     (``local_epochs``/``local_steps``, head frozen); the server averages the bodies only."""
-    body, head = _split(model)
-    if cfg.head_steps is None and cfg.head_epochs < 1:
-        raise ValueError("FedRep needs head_epochs >= 1 or head_steps")
-    return run_rounds("fedrep", model, clients, cfg, shared=body, local=head,
-                      phases=[(head, cfg.head_steps, cfg.head_epochs),
-                              (body, cfg.local_steps, cfg.local_epochs)], callback=callback)
+    return run_spec(algorithm_spec("fedrep", model, cfg), model, clients, callback=callback)
 
 
 def fedper(model: nn.Module, clients: ClientData, cfg: TrainConfig, *, callback=None) -> FedResult:
     """FedPer (Arivazhagan et al., 2019): joint local updates of body and head; the body is
     averaged, each client keeps its head."""
-    body, head = _split(model)
-    return run_rounds("fedper", model, clients, cfg, shared=body, local=head,
-                      phases=[(body + head, cfg.local_steps, cfg.local_epochs)], callback=callback)
+    return run_spec(algorithm_spec("fedper", model, cfg), model, clients, callback=callback)
 
 
 def lg_fedavg(model: nn.Module, clients: ClientData, cfg: TrainConfig, *, callback=None) -> FedResult:
     """LG-FedAvg (Liang et al., 2020), as compared in the FedRep paper: local bodies
     (representations), a shared head averaged by the server; joint local updates."""
-    body, head = _split(model)
-    return run_rounds("lg_fedavg", model, clients, cfg, shared=head, local=body,
-                      phases=[(body + head, cfg.local_steps, cfg.local_epochs)], callback=callback)
+    return run_spec(algorithm_spec("lg_fedavg", model, cfg), model, clients, callback=callback)
 
 
 def local_only(model: nn.Module, clients: ClientData, cfg: TrainConfig, *, callback=None) -> FedResult:
     """Every client trains its own copy of the initial model; nothing is communicated.
     A "round" is one local phase for the sampled clients."""
-    body, head = _split(model)
-    return run_rounds("local_only", model, clients, cfg, shared=(), local=body + head,
-                      phases=[(body + head, cfg.local_steps, cfg.local_epochs)], callback=callback)
+    return run_spec(algorithm_spec("local_only", model, cfg), model, clients, callback=callback)
 
 
 def finetune(model: nn.Module, clients: ClientData, *, state: Params | None = None, epochs: int = 10,
@@ -560,10 +701,16 @@ def finetune(model: nn.Module, clients: ClientData, *, state: Params | None = No
     test data. Returns a one-round :class:`FedResult` with the fine-tuned parts in ``local``."""
     if part not in ("head", "all"):
         raise ValueError(f"part must be 'head' or 'all', got {part!r}")
-    body, head = _split(model)
-    tuned = head if part == "head" else body + head
     cfg = TrainConfig(rounds=1, lr=lr, momentum=momentum, weight_decay=weight_decay, batch_size=batch_size,
                       local_epochs=epochs, augment=augment, last_rounds=1, seed=seed)
-    result = run_rounds(f"finetune_{part}", model, clients, cfg, shared=(), local=tuned,
-                        phases=[(tuned, None, epochs)], state=state)
-    return result
+    return run_spec(algorithm_spec(f"finetune_{part}", model, cfg), model, clients, state=state)
+
+
+# Private names of the previous version, kept only until replearn.flower uses the public ones
+# (split_body_head, plan_batches, LocalSGD.train, sample_clients/plan_round).
+_split = split_body_head
+_batches = plan_batches
+
+
+class _Worker(LocalSGD):
+    sgd = LocalSGD.train

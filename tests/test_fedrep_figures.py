@@ -65,6 +65,7 @@ def test_fig4_fedavg_learns_the_representation_only_from_the_scaled_start():
     res = ff.run_fig4(SMALL4)
     assert float(res.dist["FedAvg"][0]) < 0.1 < 0.5 < float(res.dist["FedAvg, unscaled start"][0])
     assert float(res.median("FedAvg")[1]) < 0.05 < 0.5 < float(res.median("FedAvg, unscaled start")[1])
+    assert float(res.cond["FedAvg"][0]) < 1.5 < 5.0 < float(res.cond["FedAvg, unscaled start"][0])  # a collapsed direction
     for name in ff.FIG4_LEARNED:
         assert float(res.leak[name][0]) <= float(res.dist[name][0]) ** 2 * SMALL4.k + 1e-12  # ||theta_*||^2 = k
     assert res.errors["true representation"].shape == (1, 4, 50)

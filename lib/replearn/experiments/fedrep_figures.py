@@ -298,12 +298,14 @@ class Fig4Result:
     MSE minus the noise variance) at every m_new; for each method of :data:`FIG4_LEARNED`,
     ``dist[method]`` (seeds,): dist of the trained B, and ``leak[method]`` (seeds,): the new
     clients' average ||(I - P_B) theta_*_c||^2, the part of their regressors that the learned
-    column space misses."""
+    column space misses, and ``cond[method]`` (seeds,): sigma_max(B) / sigma_min(B), large when a
+    direction of the learned B has collapsed."""
 
     m_news: tuple
     errors: dict
-    dist: torch.Tensor
-    leak: torch.Tensor
+    dist: dict
+    leak: dict
+    cond: dict
 
     def mean(self, method: str) -> torch.Tensor:
         return self.errors[method].mean(dim=(0, 2))
@@ -338,6 +340,7 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
     errors = {name: torch.zeros(cfg.seeds, len(cfg.m_news), cfg.new, dtype=DTYPE) for name in FIG4_METHODS}
     dist = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
     leak = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
+    cond = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
     for s in range(cfg.seeds):
         Bstar, W = _instance(cfg.d, cfg.k, cfg.n, _seed(cfg.seed, s), device)
         data, res, _ = train_fedrep(Bstar, W, cfg.m, noise_std=cfg.noise_std, eta=cfg.eta, rounds=cfg.rounds,
@@ -352,6 +355,8 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
         theta = targets(Bstar, W_new)
         for name, B in learned.items():
             dist[name][s] = float(principal_angle_distance(B, Bstar))
+            sv = torch.linalg.svdvals(B)
+            cond[name][s] = float(sv[0] / sv[-1])
             Q = torch.linalg.qr(B).Q
             leak[name][s] = float((theta - (theta @ Q) @ Q.T).square().sum(-1).mean())
         for j, m_new in enumerate(cfg.m_news):
@@ -364,4 +369,4 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
                 errors[name][s, j] = fedrep.new_client_error(rep, heads, theta).cpu()
             local = fedrep.local_only(SampledTasks(X, y), 0.0)
             errors["local only"][s, j] = (local - theta).square().sum(-1).cpu()
-    return Fig4Result(tuple(cfg.m_news), errors, dist, leak)
+    return Fig4Result(tuple(cfg.m_news), errors, dist, leak, cond)

@@ -36,6 +36,7 @@ $(FLOWER_STAMP): $(STAMP) requirements-flower.txt
 
 book: $(STAMP)
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
+	$(BIN)/python scripts/check_rendered.py _build/html
 	@echo "Book built: file://$(CURDIR)/_build/html/index.html"
 
 test: unit nbval

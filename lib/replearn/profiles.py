@@ -18,9 +18,11 @@ environment variable ``REPLEARN_PROFILE=paper`` (``default`` when unset)::
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 
-import numpy as np
+from .checks import check_bool, check_int, check_number, check_sequence
+
+__all__ = ["PROFILES", "Settings", "check_int", "differences", "profile_name"]
 
 PROFILES = ("default", "paper")
 
@@ -35,7 +37,46 @@ def profile_name() -> str:
 
 @dataclass(frozen=True)
 class Settings:
-    """Base class of experiment settings: field defaults are the CPU profile."""
+    """Base class of experiment settings: field defaults are the CPU profile.
+
+    Construction validates (``__post_init__`` calls :meth:`validate`), so a bad setting fails
+    where it is written, not rounds later inside an experiment. The base :meth:`validate`
+    checks every field that is not None against the type of its default: integers stay
+    integers >= 0 (bools
+    rejected), floats are finite real numbers, strings strings, and a tuple is a non-empty
+    tuple (a list is converted) whose entries have the type of the default's entries.
+    Subclasses extend :meth:`validate` with their ranges (calling ``super().validate()``).
+    """
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Type checks of every field from its default (see the class docstring)."""
+        for f in fields(self):
+            default = f.default
+            value = getattr(self, f.name)
+            if default is MISSING or default is None or value is None:
+                continue  # None stands for "not set" / "use all" where a subclass allows it
+            if isinstance(default, bool):
+                check_bool(value, f.name)
+            elif isinstance(default, int):
+                check_int(value, f.name, 0)
+            elif isinstance(default, float):
+                check_number(value, f.name)
+            elif isinstance(default, str):
+                if not isinstance(value, str):
+                    raise ValueError(f"{f.name} must be a string, got {value!r}")
+            elif isinstance(default, tuple) and default:
+                kinds = {type(v) for v in default}
+                if kinds <= {int}:
+                    value = check_sequence(value, f.name, lambda v, n: check_int(v, n, None))
+                elif kinds <= {int, float}:
+                    value = check_sequence(value, f.name, lambda v, n: v if isinstance(v, int)
+                                           and not isinstance(v, bool) else check_number(v, n))
+                else:
+                    value = check_sequence(value, f.name, lambda v, n: v)
+                object.__setattr__(self, f.name, value)
 
     @classmethod
     def default(cls):
@@ -50,13 +91,6 @@ class Settings:
         """Settings of the active profile, with optional field overrides."""
         base = cls.paper() if profile_name() == "paper" else cls.default()
         return replace(base, **overrides)
-
-
-def check_int(value, name: str, low: int = 1) -> None:
-    """Raise ``ValueError`` unless ``value`` is an integer (not a bool) of at least ``low``:
-    the check every settings field that counts something gets."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def differences(cls: type[Settings]) -> list[tuple[str, object, object]]:

@@ -18,6 +18,7 @@ import torch
 
 from .. import federated, linalg, linear, meta
 from ..backend import DTYPE, default_device
+from ..checks import check_int, check_nonnegative, check_number, check_positive
 from ..profiles import Settings
 
 
@@ -42,6 +43,17 @@ class ArmDynamicsSettings(Settings):
     def paper(cls):
         """The size of Collins et al. (2022), Fig. 1: d = 100, k = 5, 40 tasks/clients."""
         return cls(d=100, k=5, n=40, iterations=1000)
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.k, "k", 1)
+        check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
+        check_int(self.n, "n (tasks)", 1)
+        check_nonnegative(self.mean_norm, "mean_norm")
+        check_number(self.cond, "cond (a condition number)", low=1.0)
+        check_positive(self.beta, "beta")
+        check_int(self.iterations, "iterations", 1)
+        check_int(self.tau, "tau", 1)
 
 
 @dataclass(frozen=True)
@@ -77,8 +89,6 @@ def average_risk(B: torch.Tensor, w: torch.Tensor, theta: torch.Tensor) -> torch
 
 def run(cfg: ArmDynamicsSettings, device=None) -> ArmDynamicsResult:
     """Train ARM and FedAvg(tau) from the same (B_0, w_0 = 0) and record the quantities above."""
-    if not (isinstance(cfg.k, int) and isinstance(cfg.d, int) and 1 <= cfg.k < cfg.d):
-        raise ValueError(f"need integers 1 <= k < d, got d={cfg.d}, k={cfg.k}")
     device = default_device() if device is None else torch.device(device)
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
     W = linear.make_heads(cfg.n, cfg.k, mean_norm=cfg.mean_norm, cond=cfg.cond, exact=False,

@@ -28,22 +28,8 @@ import torch
 
 from .. import aruba
 from ..backend import DTYPE, make_generator
+from ..checks import check_int, check_nonnegative, check_number, check_positive, check_positives, check_ints, check_sequence
 from ..profiles import Settings
-
-
-def _check_positive_int(name: str, value) -> None:
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _check_grid(name: str, values, integer: bool = False) -> None:
-    if len(values) == 0:
-        raise ValueError(f"{name} must not be empty")
-    for v in values:
-        ok = isinstance(v, int) and v >= 1 if integer else isinstance(v, (int, float)) and 0 < v < math.inf
-        if not ok:
-            raise ValueError(f"every entry of {name} must be a positive {'integer' if integer else 'number'}, "
-                             f"got {v!r}")
 
 
 def late_mean(regret: torch.Tensor) -> float:
@@ -77,6 +63,15 @@ class SingleTaskSettings(Settings):
         """Longer tasks and more repetitions (the blog states these rates without an experiment)."""
         return cls(ms=(10, 20, 40, 80, 160, 320, 640, 1280, 2560), tasks=50, sign_runs=2000)
 
+    def validate(self) -> None:
+        super().validate()
+        for name in ("d", "tasks", "runs", "sign_runs"):
+            check_int(getattr(self, name), name, 1)
+        check_ints(self.ms, "ms")
+        check_positive(self.radius, "radius")
+        check_nonnegative(self.spread, "spread")
+        check_nonnegative(self.noise, "noise")
+
 
 @dataclass(frozen=True)
 class SingleTaskResult:
@@ -102,9 +97,6 @@ def single_task(cfg: SingleTaskSettings, loss: str = "absolute") -> SingleTaskRe
     the squared loss, the generating parameter for the absolute and logistic losses (a fixed
     point of the ball; the OGD bound holds for every such u).
     """
-    _check_grid("ms", cfg.ms, integer=True)
-    _check_positive_int("tasks", cfg.tasks)
-    _check_positive_int("runs", cfg.runs)
     rows = {key: [] for key in ("regret", "sharp", "U", "worst")}
     etas = []
     fam = None
@@ -132,10 +124,9 @@ def rademacher_regret(m: int, radius: float, runs: int, *, seed: int = 0) -> tor
     equals eps_i theta + M, and the constant M cancels in the regret). The best point in
     hindsight is -D sign(sum_i eps_i), so the regret is sum_i eps_i theta_i + D |sum_i eps_i|.
     """
-    _check_positive_int("m", m)
-    _check_positive_int("runs", runs)
-    if not (isinstance(radius, (int, float)) and 0 < radius < math.inf):
-        raise ValueError(f"radius must be a positive finite number, got {radius!r}")
+    check_int(m, "m", 1)
+    check_int(runs, "runs", 1)
+    check_positive(radius, "radius")
     gen = make_generator(seed)
     eps = torch.where(torch.rand(runs, m, generator=gen, dtype=DTYPE) < 0.5, -1.0, 1.0).to(DTYPE)
     X = torch.ones(runs, m, 1, dtype=DTYPE)
@@ -148,7 +139,7 @@ def rademacher_regret(m: int, radius: float, runs: int, *, seed: int = 0) -> tor
 
 def expected_abs_walk(m: int) -> float:
     """E|eps_1 + ... + eps_m| for fair signs, exactly (binomial sum)."""
-    _check_positive_int("m", m)
+    check_int(m, "m", 1)
     return sum(math.comb(m, k) * abs(2 * k - m) for k in range(m + 1)) / 2 ** m
 
 
@@ -178,9 +169,25 @@ class MetaInitSettings(Settings):
         """More tasks and runs."""
         return cls(T=1000, runs=10)
 
+    def validate(self) -> None:
+        super().validate()
+        _validate_family(self)
+        check_positives(self.spreads, "spreads")
+        check_positives(self.rates, "rates")
+
     def family(self, spread: float) -> aruba.TaskFamily:
         return aruba.TaskFamily(d=self.d, m=self.m, radius=self.radius, center_norm=self.center_norm,
                                 spread=spread, noise=self.noise)
+
+
+def _validate_family(cfg) -> None:
+    """Checks shared by the settings of 3.2 and 3.3 (a least-squares family, T tasks, runs)."""
+    for name in ("d", "m", "T", "runs"):
+        check_int(getattr(cfg, name), name, 1)
+    check_positive(cfg.radius, "radius")
+    check_number(cfg.center_norm, "center_norm (phi* must lie inside the ball)", low=0.0, high=cfg.radius,
+                 high_open=True)
+    check_nonnegative(cfg.noise, "noise")
 
 
 @dataclass(frozen=True)
@@ -233,10 +240,6 @@ def theorem_bound(D: float, G: float, m: int, T: int, V: float, eta: float) -> f
 
 def meta_init(cfg: MetaInitSettings) -> MetaInitResult:
     """Run single-task OGD and the learned initialisation for every spread of ``cfg``."""
-    _check_grid("spreads", cfg.spreads)
-    _check_grid("rates", cfg.rates)
-    for name in ("T", "runs", "m", "d"):
-        _check_positive_int(name, getattr(cfg, name))
     names = ("single", "theorem", "learned_single_rate")
     rbar = {k: [] for k in names}
     late = {k: [] for k in names}
@@ -295,8 +298,8 @@ def convexity_gaps(pairs: int = 2000, d: int = 5, *, per_coordinate: bool = True
     between points a = (phi, eta), b = (phi', eta') with eta, eta' > 0, for a fixed task
     (theta*, sum of squared gradients); non-negative up to rounding iff U_t is midpoint convex
     on the sampled segments. Shape (pairs,)."""
-    _check_positive_int("pairs", pairs)
-    _check_positive_int("d", d)
+    check_int(pairs, "pairs", 1)
+    check_int(d, "d", 1)
     gen = make_generator(seed)
     width = d if per_coordinate else 1
     theta_star = torch.randn(pairs, d, generator=gen, dtype=DTYPE)
@@ -337,6 +340,15 @@ class FrameworkSettings(Settings):
         """More tasks and runs."""
         return cls(T=1000, runs=10)
 
+    def validate(self) -> None:
+        super().validate()
+        _validate_family(self)
+        check_positive(self.spread, "spread")
+        check_positives(self.spreads, "spreads")
+        check_positives(self.rates, "rates")
+        check_sequence(self.reptile_rates, "reptile_rates (0 = the single-task rate)", check_nonnegative)
+        check_positive(self.smoothing, "smoothing")
+
     def family(self, spread: float) -> aruba.TaskFamily:
         return aruba.TaskFamily(d=self.d, m=self.m, radius=self.radius, center_norm=self.center_norm,
                                 spread=spread, noise=self.noise)
@@ -371,14 +383,6 @@ class FrameworkResult:
 
 def framework(cfg: FrameworkSettings) -> FrameworkResult:
     """Reptile vs follow-the-leader on the optima, and the learned scalar rate vs fixed rates."""
-    _check_grid("spreads", cfg.spreads)
-    _check_grid("rates", cfg.rates)
-    if not (isinstance(cfg.spread, (int, float)) and 0 < cfg.spread < math.inf):
-        raise ValueError(f"spread must be a positive number, got {cfg.spread!r}")
-    if len(cfg.reptile_rates) == 0 or any(not (0 <= r < math.inf) for r in cfg.reptile_rates):
-        raise ValueError(f"reptile_rates must be non-empty and >= 0 (0 = single-task rate), got {cfg.reptile_rates!r}")
-    for name in ("T", "runs", "m", "d"):
-        _check_positive_int(name, getattr(cfg, name))
     fam = cfg.family(cfg.spread)
     tasks = aruba.sample_tasks(fam, cfg.T, runs=cfg.runs, seed=cfg.seed)
     reptile, reptile_late = {}, {}

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from ..backend import DTYPE, SeedLike, make_generator
+from ..checks import check_int, check_number, check_positive, check_positives
 from ..profiles import Settings
 
 GROUPS = ("W1", "b1", "W2", "b2", "W3", "b3")
@@ -74,21 +75,14 @@ class ArubaNeuralSettings(Settings):
         25 tasks; a CPU-feasible fraction of it)."""
         return cls(meta_iterations=10000, meta_batch=25, eval_tasks=2000)
 
-
-def _check(cfg: ArubaNeuralSettings) -> None:
-    ints = ("hidden", "shots", "query", "inner_steps", "meta_iterations", "meta_batch", "eval_tasks")
-    for name in ints:
-        value = getattr(cfg, name)
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    for name in ("meta_step", "eta0", "smoothing"):
-        value = getattr(cfg, name)
-        if not (isinstance(value, (int, float)) and 0 < value < math.inf):
-            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    if not 0 <= cfg.power < 1:
-        raise ValueError(f"power must lie in [0, 1) (o(t) smoothing), got {cfg.power!r}")
-    if not cfg.rate_grid or not all(isinstance(r, (int, float)) and 0 < r < math.inf for r in cfg.rate_grid):
-        raise ValueError(f"rate_grid must be a non-empty tuple of positive rates, got {cfg.rate_grid!r}")
+    def validate(self) -> None:
+        super().validate()
+        for name in ("hidden", "shots", "query", "inner_steps", "meta_iterations", "meta_batch", "eval_tasks"):
+            check_int(getattr(self, name), name, 1)
+        for name in ("meta_step", "eta0", "smoothing"):
+            check_positive(getattr(self, name), name)
+        check_number(self.power, "power (o(t) smoothing)", low=0.0, high=1.0, high_open=True)
+        check_positives(self.rate_grid, "rate_grid")
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,7 +195,6 @@ class MetaTraining:
 def reptile(cfg: ArubaNeuralSettings, *, learn_rate: bool = True, seed: SeedLike = 0) -> MetaTraining:
     """Reptile over ``meta_iterations`` meta-batches; with ``learn_rate`` the inner rates are
     ARUBA's per-group rates (module docstring), otherwise the fixed rate ``eta0``."""
-    _check(cfg)
     gen = make_generator(seed)
     phi = init_params(cfg.hidden, seed=gen)
     B = {g: torch.zeros((), dtype=DTYPE) for g in GROUPS}
@@ -272,7 +265,6 @@ class ArubaNeuralResult:
 def run(cfg: ArubaNeuralSettings) -> ArubaNeuralResult:
     """Meta-train with ARUBA rates and with a fixed rate, then compare adaptation on held-out
     tasks (module docstring). Deterministic for a given ``cfg.seed``; CPU only."""
-    _check(cfg)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from .. import aruba
+from ..checks import check_int, check_number, check_positive, check_positives
 from ..profiles import Settings
 
 METHODS = ("single-task OGD", "oracle scalar rate", "AdaGrad (tuned)", "learned scalar rate", "ARUBA")
@@ -58,6 +59,17 @@ class ArubaRatesSettings(Settings):
         """A larger instance (d = 50 with 10 varying coordinates, m = 100, T = 1000, 5 runs)."""
         return cls(d=50, varying=10, m=100, T=1000, runs=5)
 
+    def validate(self) -> None:
+        super().validate()
+        for name in ("d", "m", "T", "runs"):
+            check_int(getattr(self, name), name, 1)
+        check_int(self.varying, "varying (task-specific coordinates)", 0, self.d)
+        check_positive(self.high, "high")
+        check_positive(self.low, "low")
+        check_positive(self.smoothing, "smoothing")
+        check_number(self.power, "power (o(t) smoothing)", low=0.0, high=1.0, high_open=True)
+        check_positives(self.adagrad_grid, "adagrad_grid")
+
     def family(self) -> aruba.TaskFamily:
         return aruba.TaskFamily.anisotropic(self.d, self.varying, high=self.high, low=self.low, m=self.m)
 
@@ -85,20 +97,8 @@ class ArubaRatesResult:
         return {name: float(r[:, half:].mean()) for name, r in self.regret.items()}
 
 
-def _check(cfg: ArubaRatesSettings) -> None:
-    for name in ("d", "m", "T", "runs"):
-        value = getattr(cfg, name)
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if not (isinstance(cfg.varying, int) and 0 <= cfg.varying <= cfg.d):
-        raise ValueError(f"varying must be an integer in [0, d], got {cfg.varying!r}")
-    if not cfg.adagrad_grid or not all(isinstance(e, (int, float)) and e > 0 for e in cfg.adagrad_grid):
-        raise ValueError(f"adagrad_grid must be a non-empty tuple of positive base rates, got {cfg.adagrad_grid!r}")
-
-
 def run(cfg: ArubaRatesSettings) -> ArubaRatesResult:
     """The comparison of the module docstring on ``cfg.runs`` sequences of ``cfg.T`` tasks."""
-    _check(cfg)
     fam = cfg.family()
     tasks = aruba.sample_tasks(fam, cfg.T, runs=cfg.runs, seed=cfg.seed)
     smooth = {"smoothing": cfg.smoothing, "power": cfg.power}
@@ -131,7 +131,6 @@ def run(cfg: ArubaRatesSettings) -> ArubaRatesResult:
 def smoothing_sweep(cfg: ArubaRatesSettings, values=(0.1, 0.03, 0.01, 0.003)) -> dict:
     """Late-half mean regret of ARUBA and of the learned scalar rate for several smoothing
     constants (library default 0.1), on the tasks of :func:`run`: {s: (aruba, scalar)}."""
-    _check(cfg)
     tasks = aruba.sample_tasks(cfg.family(), cfg.T, runs=cfg.runs, seed=cfg.seed)
     half = cfg.T // 2
     out = {}
@@ -162,7 +161,6 @@ def rate_profile(cfg: ArubaRatesSettings, low: float = 0.01, high: float = 1.0) 
     sqrt(B_j / G_j) with B_j = 1/2 sum_t (phi_{t,j} - theta*_{t,j})^2 and G_j = sum_t sum_i g_{t,i,j}^2
     (the gradients recomputed by replaying OGD with ARUBA's rates, all tasks at once).
     """
-    _check(cfg)
     if not 0 < low <= high < math.inf:
         raise ValueError(f"need 0 < low <= high, got low={low}, high={high}")
     fam = aruba.TaskFamily(d=cfg.d, m=cfg.m, spread=tuple(np.geomspace(low, high, cfg.d).tolist()))

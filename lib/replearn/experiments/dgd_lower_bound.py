@@ -20,6 +20,7 @@ import torch
 from .. import federated
 from ..backend import DTYPE, make_generator
 from ..lower_bound import adversarial_ground_truth
+from ..checks import check_int, check_nonnegative, check_number, check_positive
 from ..profiles import Settings
 from .lower_bound import Instance, make_instance
 
@@ -49,6 +50,10 @@ class DgdLowerBoundSettings(Settings):
         return cls(instances=100, d_range=(100, 100), k_range=(5, 5), clients=40, rounds=2000)
 
     def validate(self) -> None:
+        super().validate()
+        for name in ("d_range", "k_range", "sizes"):
+            if len(getattr(self, name)) != 2:
+                raise ValueError(f"{name} must be a pair (low, high), got {getattr(self, name)!r}")
         (d_lo, d_hi), (k_lo, k_hi), (s_lo, s_hi) = self.d_range, self.k_range, self.sizes
         if not (2 <= k_lo <= k_hi and k_hi < d_lo <= d_hi):
             raise ValueError(f"need 2 <= k_min <= k_max < d_min <= d_max, got k_range={self.k_range}, "
@@ -58,11 +63,10 @@ class DgdLowerBoundSettings(Settings):
         if not 1 <= s_lo <= s_hi:
             raise ValueError(f"sizes must satisfy 1 <= low <= high, got {self.sizes}")
         for name in ("instances", "rounds", "tau"):
-            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
-                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        if not (self.alpha > 0 and self.cond_max >= 1 and self.mean_norm_max >= 0):
-            raise ValueError(f"need alpha > 0, cond_max >= 1 and mean_norm_max >= 0, got {self.alpha}, "
-                             f"{self.cond_max}, {self.mean_norm_max}")
+            check_int(getattr(self, name), name, 1)
+        check_positive(self.alpha, "alpha")
+        check_number(self.cond_max, "cond_max", low=1.0)
+        check_nonnegative(self.mean_norm_max, "mean_norm_max")
 
 
 def weighted_adversarial_instance(d: int, k: int, M: int, delta: float, weights: torch.Tensor, *,
@@ -110,7 +114,6 @@ def _instance(cfg: DgdLowerBoundSettings, i: int) -> tuple[Instance, torch.Tenso
 
 def run_sweep(cfg: DgdLowerBoundSettings) -> DgdLowerBoundResult:
     """D-GD and FedAvg(tau), both weighted by the client sizes, on ``cfg.instances`` instances."""
-    cfg.validate()
     rows = []
     for i in range(cfg.instances):
         inst, sizes, delta = _instance(cfg, i)

@@ -25,6 +25,7 @@ import torch
 
 from .. import federated, linalg, linear
 from ..backend import DTYPE, default_device, make_generator, randn
+from ..checks import check_fraction, check_int, check_ints, check_number, check_positive, check_sequence
 from ..profiles import Settings
 
 
@@ -60,19 +61,18 @@ class FedAvgConvergenceSettings(Settings):
         """Collins et al. (2022), Fig. 1: d = 100, k = 5, M = 40, all clients, tau = 2, 10 runs."""
         return cls(d=100, k=5, M=40, tau=2, rounds=1000, seeds=10, sweep_seeds=5)
 
-
-def _check(cfg: FedAvgConvergenceSettings) -> None:
-    if not (isinstance(cfg.k, int) and isinstance(cfg.d, int) and 1 <= cfg.k < cfg.d):
-        raise ValueError(f"need integers 1 <= k < d, got d={cfg.d}, k={cfg.k}")
-    if not (isinstance(cfg.M, int) and cfg.M >= cfg.k + 1):
-        raise ValueError(f"need M >= k + 1 clients so that the heads can be diverse, got M={cfg.M}, k={cfg.k}")
-    if not (isinstance(cfg.seeds, int) and cfg.seeds >= 1 and isinstance(cfg.sweep_seeds, int)
-            and cfg.sweep_seeds >= 1):
-        raise ValueError(f"seeds and sweep_seeds must be integers >= 1, got {cfg.seeds}, {cfg.sweep_seeds}")
-    if not 0.0 <= cfg.delta0 < 1.0:
-        raise ValueError(f"delta0 is a distance and must lie in [0, 1), got {cfg.delta0}")
-    if any(not 0.0 < f <= 1.0 for f in cfg.fractions):
-        raise ValueError(f"participation fractions must lie in (0, 1], got {cfg.fractions}")
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.k, "k", 1)
+        check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
+        check_int(self.M, "M (clients; diverse heads need M >= k + 1)", self.k + 1)
+        check_positive(self.alpha, "alpha")
+        for name in ("tau", "rounds", "seeds", "diversity_tau", "sweep_rounds", "sweep_seeds"):
+            check_int(getattr(self, name), name, 1)
+        check_ints(self.taus, "taus (local steps per round)")
+        check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
+        check_number(self.delta0, "delta0 (a distance)", low=0.0, high=1.0, high_open=True)
+        check_sequence(self.fractions, "fractions (of participating clients)", check_fraction)
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,6 @@ def decomposition_errors(cfg: FedAvgConvergenceSettings, rounds: int = 100, devi
     :func:`replearn.federated.local_updates`, plain d-dimensional gradient steps, an
     independent computation. Also returns ``"rounds"``.
     """
-    _check(cfg)
     pb = make_problem(cfg, cfg.seed, device=device)
     traj = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=rounds)
     err_fed, err_loc = 0.0, 0.0
@@ -151,7 +150,6 @@ def signal_spectra(cfg: FedAvgConvergenceSettings, taus=(1, 2, 5), head_norm: fl
     ``head_norm``, for every tau in ``taus`` and two head families: ``"diverse"`` (the
     Gaussian heads) and ``"degenerate"`` (the same heads in a (k-1)-dimensional subspace).
     Returns ``{family: {tau: svals}}``."""
-    _check(cfg)
     if not head_norm > 0:
         raise ValueError(f"head_norm must be positive, got {head_norm}")
     pb = make_problem(cfg, cfg.seed, device=device)
@@ -184,7 +182,6 @@ class ContractionResult:
 
 def contraction(cfg: FedAvgConvergenceSettings, device=None) -> ContractionResult:
     """The quantities of the proof sketch of Theorem 1 (book 4.3) along one FedAvg run."""
-    _check(cfg)
     pb = make_problem(cfg, cfg.seed, device=device)
     traj = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds)
     Bperp = linalg.orthogonal_complement(pb.Bstar)
@@ -220,7 +217,6 @@ class CurvesResult:
 def figure1(cfg: FedAvgConvergenceSettings, device=None) -> CurvesResult:
     """Collins et al. (2022), Fig. 1: dist(B_t, B_*) of FedAvg (tau local steps) and D-GD
     (tau = 1), all clients, same step size and start, over ``cfg.seeds`` instances."""
-    _check(cfg)
     curves = {"FedAvg": [], "D-GD": []}
     for s in _seeds(cfg, cfg.seeds):
         pb = make_problem(cfg, s, device=device)
@@ -234,7 +230,6 @@ def figure1(cfg: FedAvgConvergenceSettings, device=None) -> CurvesResult:
 def participation(cfg: FedAvgConvergenceSettings, device=None) -> CurvesResult:
     """FedAvg(tau) on the Fig. 1 problems with m = round(f M) clients sampled per round, for
     every fraction f in ``cfg.fractions``; keys ``"m = ..."``."""
-    _check(cfg)
     curves = {}
     for f in cfg.fractions:
         m = max(1, round(f * cfg.M))
@@ -319,7 +314,6 @@ def rate_sweep(cfg: FedAvgConvergenceSettings, device=None) -> RateSweepResult:
     ``cfg.conds`` (at ``cfg.diversity_tau`` local steps), with the predicted scaling
     alpha^2 tau mu^2 of Theorem 1 (mu^2: smallest eigenvalue of the centred head covariance,
     Assumption 2; E_0 = 1 - delta0^2 is the same for every run and left out)."""
-    _check(cfg)
     if any(not (isinstance(t, int) and t >= 1) for t in cfg.taus + (cfg.diversity_tau,)):
         raise ValueError(f"local step counts must be integers >= 1, got {cfg.taus}, {cfg.diversity_tau}")
     a2 = cfg.alpha**2

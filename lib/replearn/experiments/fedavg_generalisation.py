@@ -31,7 +31,6 @@ one sample size are fine-tuned in one batch.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +38,8 @@ import torch
 
 from .. import federated, linalg, linear
 from ..backend import DTYPE, default_device, make_generator, randn
-from ..profiles import Settings, check_int
+from ..checks import check_int, check_ints, check_nonnegative, check_number, check_positive
+from ..profiles import Settings
 from ..trajectory import Trajectory
 
 METHODS = ("FedAvg", "D-GD")
@@ -77,6 +77,20 @@ class GeneralisationSettings(Settings):
         grid of n of Fig. 3 (right) nor the step sizes; we take n from 3 to 2d."""
         return cls(d=100, k=5, M=40, rounds=10000, ns=(3, 10, 20, 50, 100, 200), runs=10, clients=10)
 
+    def validate(self) -> None:
+        """Raise ``ValueError`` with a clear message on settings that cannot run."""
+        super().validate()
+        for name in ("k", "M", "rounds", "runs", "clients", "ft_steps"):
+            check_int(getattr(self, name), name, 1)
+        check_int(self.d, "d (needs k < d: a representation that can miss directions)", self.k + 1)
+        check_int(self.tau, "tau (FedAvg's local steps; tau = 1 is D-GD itself)", 2)
+        check_ints(self.ns, "ns (the sample sizes of the new client)",
+                   each_name="every n in ns (samples of the new client)")
+        check_positive(self.alpha, "alpha")
+        check_number(self.ft_lr, "ft_lr (a fraction of the fine-tuning stability bound)", low=0.0, high=2.0,
+                     low_open=True, high_open=True)
+        check_nonnegative(self.noise_std, "noise_std")
+
 
 @dataclass(frozen=True)
 class GeneralisationResult:
@@ -104,27 +118,6 @@ class GeneralisationResult:
         """Error averaged over the new clients of each run, shape (N, runs)."""
         return self.errors[name].mean(dim=2)
 
-
-
-def validate(cfg: GeneralisationSettings) -> None:
-    """Raise ``ValueError`` with a clear message on settings that cannot run."""
-    for name in ("d", "k", "M", "rounds", "runs", "clients", "ft_steps"):
-        check_int(getattr(cfg, name), name, 1)
-    check_int(cfg.tau, "tau (FedAvg's local steps; tau = 1 is D-GD itself)", 2)
-    check_int(cfg.seed, "seed", 0)
-    if not cfg.k < cfg.d:
-        raise ValueError(f"need k < d (a representation that can miss directions), got k={cfg.k}, d={cfg.d}")
-    if len(cfg.ns) == 0:
-        raise ValueError("ns (the sample sizes of the new client) must not be empty")
-    for n in cfg.ns:
-        check_int(n, "every n in ns (samples of the new client)", 1)
-    if not (isinstance(cfg.alpha, (int, float)) and 0 < cfg.alpha < math.inf):
-        raise ValueError(f"the step size alpha must be positive and finite, got {cfg.alpha!r}")
-    if not (isinstance(cfg.ft_lr, (int, float)) and 0 < cfg.ft_lr < 2):
-        raise ValueError(f"ft_lr is a fraction of the fine-tuning stability bound and must lie in (0, 2), "
-                         f"got {cfg.ft_lr!r}")
-    if not (isinstance(cfg.noise_std, (int, float)) and 0 <= cfg.noise_std < math.inf):
-        raise ValueError(f"noise_std must be >= 0 and finite, got {cfg.noise_std!r}")
 
 
 def gradient_norms(traj: Trajectory, v: torch.Tensor) -> torch.Tensor:
@@ -179,7 +172,6 @@ def _seed_for(*keys: int) -> int:
 def train(cfg: GeneralisationSettings, run: int, device=None) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Instance ``run``: B_* (d, k), heads W (M, k) and the trajectories {method: Trajectory} of
     FedAvg (tau local steps) and D-GD on the population losses from the same (B_0, w_0 = 0)."""
-    validate(cfg)
     device = default_device() if device is None else torch.device(device)
     gen = make_generator(_seed_for(cfg.seed, run, 0))
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, gen).to(device)
@@ -209,7 +201,6 @@ def run(cfg: GeneralisationSettings, device=None) -> GeneralisationResult:
     """Train FedAvg and D-GD on ``cfg.runs`` instances, record the gradient norms of the global
     objective, then fine-tune both final models on ``cfg.clients`` new clients per run and per
     n in ``cfg.ns`` (joint GD and head-only least squares) and on B_* (oracle)."""
-    validate(cfg)
     device = default_device() if device is None else torch.device(device)
     grad_norm = {m: [] for m in METHODS}
     dist = {m: [] for m in METHODS}

@@ -131,6 +131,7 @@ class LowerBoundSweepSettings(Settings):
 
     def validate(self) -> None:
         """Raise ValueError on inconsistent settings."""
+        super().validate()
         check_int(self.instances, "instances", 1)
         check_int(self.d_min, "d_min", 3)
         check_int(self.d_max, "d_max", self.d_min)
@@ -141,6 +142,8 @@ class LowerBoundSweepSettings(Settings):
         if not (self.cond_max >= 1 and self.mean_norm_max >= 0):
             raise ValueError(f"need cond_max >= 1 and mean_norm_max >= 0, got {self.cond_max}, "
                              f"{self.mean_norm_max}")
+        if len(self.step_fraction) != 2:
+            raise ValueError(f"step_fraction must be a pair (low, high), got {self.step_fraction!r}")
         lo, hi = self.step_fraction
         if not 0 < lo <= hi < 1:
             raise ValueError(f"step_fraction must satisfy 0 < low <= high < 1, got {self.step_fraction}")
@@ -203,7 +206,6 @@ def run_sweep(cfg: LowerBoundSweepSettings) -> LowerBoundSweepResult:
     [0, mean_norm_max], a Gaussian B_0 of random scale, a small random w_0, T in [1, T_max]
     and beta a random fraction (``step_fraction``) of :func:`stable_step`.
     """
-    cfg.validate()
     rows = [_draw_and_run(cfg, i) for i in range(cfg.instances)]
     cols = list(zip(*rows))
     ints = [torch.tensor(c) for c in (cols[0], cols[1], cols[2])]

@@ -234,7 +234,8 @@ def test_download_checksum_match_loads_official_layout(tmp_path, archives, name)
     # a second call finds the extracted folder and needs no server
     again = data.load_cifar(name, root=tmp_path)
     _check_same(again, a["arrays"])
-    assert f"{len(a['arrays']['y_train']):,} train" in again.describe() and "full dataset" in again.describe()
+    assert f"{len(a['arrays']['y_train']):,} train" in again.describe()
+    assert "full official dataset" in again.describe() and str(tmp_path) not in again.describe()
 
 
 def test_download_checksum_mismatch_leaves_nothing(tmp_path, server):
@@ -286,6 +287,42 @@ def test_unsafe_archive_member_refused(tmp_path):
         data.extract_archive(path, path.parent, "cifar-10-batches-py")
 
 
+def test_extraction_is_idempotent_and_repairs(tmp_path, archives):
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(archives["cifar10"]["blob"])
+    folder = data.extract_archive(archive, tmp_path, "cifar-10-batches-py")
+
+    def snapshot():
+        return {p.relative_to(tmp_path): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    first = snapshot()
+    assert data.extract_archive(archive, tmp_path, "cifar-10-batches-py") == folder  # no OSError
+    assert snapshot() == first
+    (folder / "data_batch_2").write_bytes(b"damaged")
+    (folder / "stray").write_bytes(b"left over")
+    data.extract_archive(archive, tmp_path, "cifar-10-batches-py")
+    assert snapshot() == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cifar-10-batches-py", "cifar-10-python.tar.gz"]
+    _check_same(data.load_cifar("cifar10", root=tmp_path), archives["cifar10"]["arrays"])
+
+
+def test_extraction_drops_special_bits_and_foreign_owners(tmp_path):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, mode in (("cifar-10-batches-py/run", 0o6777), ("cifar-10-batches-py/test_batch", 0o644)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid = 1, mode, 54321, 54321
+            info.uname = info.gname = "stranger"
+            tar.addfile(info, io.BytesIO(b"x"))
+    (tmp_path / "a.tar.gz").write_bytes(buf.getvalue())
+    folder = data.extract_archive(tmp_path / "a.tar.gz", tmp_path, "cifar-10-batches-py")
+    for path in folder.iterdir():
+        st = path.stat()
+        assert st.st_mode & 0o7000 == 0, oct(st.st_mode)  # no setuid, setgid or sticky bit
+        assert st.st_mode & 0o022 == 0, oct(st.st_mode)   # no group/other write
+        assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+
+
 def test_corrupt_or_foreign_pickles_rejected(tmp_path, archives):
     root = tmp_path
     for rel, blob in _official_files("cifar10", archives["cifar10"]["arrays"]).items():
@@ -325,11 +362,65 @@ def _write_subset(path, n=20, k=10, **override):
 
 def test_missing_data_error_names_directory_files_and_fixes(tmp_path, monkeypatch):
     monkeypatch.setenv("REPLEARN_DATA", str(tmp_path))
-    with pytest.raises(FileNotFoundError) as info:
+    monkeypatch.delenv("REPLEARN_DOWNLOAD", raising=False)
+    with pytest.raises(data.DataMissingError) as info:
         data.load_cifar("cifar100")
+    assert isinstance(info.value, FileNotFoundError)
     msg = str(info.value)
-    for part in (str(tmp_path), "cifar-100-python", "cifar100_subset.npz", "REPLEARN_DATA", "download=True"):
+    for part in (str(tmp_path), "cifar-100-python", "cifar100_subset.npz", "REPLEARN_DATA",
+                 "REPLEARN_DOWNLOAD=1", "%env REPLEARN_DOWNLOAD=1", "scripts/make_cifar_subsets.py", "161 MB"):
         assert part in msg
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_download_switch_from_environment(tmp_path, monkeypatch, server, archives):
+    a = archives["cifar10"]
+    monkeypatch.setenv("REPLEARN_DOWNLOAD", "0")
+    with pytest.raises(data.DataMissingError):
+        data.load_cifar("cifar10", root=tmp_path, url=server.url, md5=a["md5"], retry_delay=0)
+    monkeypatch.setenv("REPLEARN_DOWNLOAD", "maybe")
+    with pytest.raises(ValueError, match="REPLEARN_DOWNLOAD='maybe' is not understood"):
+        data.load_cifar("cifar10", root=tmp_path, url=server.url, md5=a["md5"], retry_delay=0)
+    monkeypatch.setenv("REPLEARN_DOWNLOAD", " Yes")
+    with pytest.raises(data.DataMissingError):  # an explicit download=False wins over the variable
+        data.load_cifar("cifar10", root=tmp_path, download=False, url=server.url, md5=a["md5"])
+    assert server.requests == 0 and list(tmp_path.iterdir()) == []
+    d = data.load_cifar("cifar10", root=tmp_path, url=server.url, md5=a["md5"], retry_delay=0)
+    assert server.requests == 1 and d.source == "full"
+    _check_same(d, a["arrays"])
+
+
+def test_missing_data_in_ipython_shows_one_message_and_skips_later_cells(tmp_path, monkeypatch, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setenv("REPLEARN_DATA", str(tmp_path))
+    monkeypatch.delenv("REPLEARN_DOWNLOAD", raising=False)
+    shell = InteractiveShell.instance()
+    try:
+        result = shell.run_cell("from replearn import data\ncifar = data.load_cifar('cifar10')")
+        assert isinstance(result.error_in_exec, data.DataMissingError)
+        shown = capsys.readouterr().out
+        assert shown.startswith("DataMissingError: no CIFAR-10 data in") and "Traceback" not in shown
+        assert "The rest of this notebook is skipped" in shown
+        for _ in range(2):  # later cells (which would raise NameError) run nothing and print nothing
+            result = shell.run_cell("res = cifar.describe()\nprint(res)")
+            assert result.success and "res" not in shell.user_ns
+        assert capsys.readouterr() == ("", "")
+        # a cell setting the variables of the fixes runs; once the data are there, every cell runs
+        shell.run_cell("import os\nos.environ['REPLEARN_DATA_NOTE'] = 'seen'")
+        assert os.environ.pop("REPLEARN_DATA_NOTE") == "seen"
+        _write_subset(tmp_path / "cifar10_subset.npz")
+        result = shell.run_cell("cifar = data.load_cifar('cifar10')\nprint(cifar.describe())")
+        assert result.success and capsys.readouterr().out.startswith("CIFAR-10, offline subset")
+        assert not [t for t in shell.input_transformers_post if isinstance(t, data._SkipCellsWithoutData)]
+        # a caught DataMissingError is the caller's business: nothing is skipped afterwards
+        shell.run_cell("try:\n    data.load_cifar('cifar100')\nexcept FileNotFoundError:\n    caught = 1")
+        shell.run_cell("after = 2")
+        assert shell.user_ns["caught"] == 1 and shell.user_ns["after"] == 2
+    finally:
+        shell.input_transformers_post[:] = [t for t in shell.input_transformers_post
+                                            if not isinstance(t, data._SkipCellsWithoutData)]
+        InteractiveShell.clear_instance()
 
 
 def test_resolution_order(tmp_path, monkeypatch, archives):
@@ -342,7 +433,7 @@ def test_resolution_order(tmp_path, monkeypatch, archives):
     d = data.load_cifar("cifar10")
     assert d.source == "subset" and d.root == tmp_path
     assert torch.equal(d.x_train, torch.from_numpy(arrays["x_train"]).permute(0, 3, 1, 2))
-    assert d.describe() == f"CIFAR-10 subset from {tmp_path}: 20 train / 10 test images, 2 / 1 per class"
+    assert d.describe() == "CIFAR-10, offline subset of the official images: 20 train / 10 test images, 2 / 1 per class"
     for rel, blob in _official_files("cifar10", archives["cifar10"]["arrays"]).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(blob)
@@ -362,6 +453,35 @@ def test_corrupt_subset_rejected(tmp_path):
         data.load_cifar("cifar10", root=tmp_path)
     _write_subset(path, y_train=np.arange(20))
     with pytest.raises(ValueError, match="labels outside 0..9"):
+        data.load_cifar("cifar10", root=tmp_path)
+    _write_subset(path, y_train=np.arange(20) % 10 + 0.9)  # would be truncated to valid labels
+    with pytest.raises(ValueError, match="y_train: labels must be integers, got dtype float64"):
+        data.load_cifar("cifar10", root=tmp_path)
+    _write_subset(path, y_test=(np.arange(10) % 2).astype(bool))
+    with pytest.raises(ValueError, match="y_test: labels must be integers, got dtype bool"):
+        data.load_cifar("cifar10", root=tmp_path)
+    _write_subset(path, x_train=np.zeros((0, 32, 32, 3), np.uint8), y_train=np.zeros(0, np.int64))
+    with pytest.raises(ValueError, match="y_train: no images"):
+        data.load_cifar("cifar10", root=tmp_path)
+    _write_subset(path, x_test=np.zeros((0, 32, 32, 3), np.uint8), y_test=np.zeros(0, np.int64))
+    with pytest.raises(ValueError, match="y_test: no images"):
+        data.load_cifar("cifar10", root=tmp_path)
+    _write_subset(path, y_train=np.arange(20, dtype=np.uint8) % 10)  # any integer dtype is fine
+    assert data.load_cifar("cifar10", root=tmp_path).y_train.dtype == torch.int64
+
+
+def test_non_integer_or_empty_official_batches_rejected(tmp_path, archives):
+    files = _official_files("cifar10", archives["cifar10"]["arrays"])
+    for rel, blob in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(blob)
+    batch = tmp_path / "cifar-10-batches-py" / "test_batch"
+    batch.write_bytes(pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [6.9, 1.0]}, 2))
+    with pytest.raises(ValueError, match=r"test_batch: b'labels': labels must be integers, got dtype float64"):
+        data.load_cifar("cifar10", root=tmp_path)
+    batch.write_bytes(pickle.dumps({b"data": np.zeros((0, 3072), np.uint8),
+                                    b"labels": np.zeros(0, np.int64)}, 4))
+    with pytest.raises(ValueError, match="test: no images"):
         data.load_cifar("cifar10", root=tmp_path)
 
 
@@ -511,3 +631,93 @@ def test_class_split_and_restrict_classes():
     assert relabelled.tolist() == [2, 1, 0, 1, 2]
     with pytest.raises(ValueError, match="distinct"):
         data.restrict_classes(y, [2, 2])
+
+
+# --------------------------------------------------------------------------- building the subsets
+
+
+def _tiny_index(arr):
+    """Positions to keep: every third train image and every second test image."""
+    return dict(train=np.arange(0, len(arr["y_train"]), 3), test=np.arange(1, len(arr["y_test"]), 2))
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_make_subsets_from_tiny_official_archive(tmp_path, archives, name):
+    a, spec = archives[name], data._SPECS[name]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / spec["archive"]).write_bytes(a["blob"])
+    index = {name: _tiny_index(a["arrays"])}
+    with pytest.raises(ValueError, match="has md5"):  # the tiny archive is not the official one
+        data.make_subsets(src, tmp_path / "out", names=(name,), index=index)
+    built = data.make_subsets(src, tmp_path / "out", names=(name,), index=index,
+                              archive_md5={name: a["md5"]})
+    path = built[name]
+    assert path == tmp_path / "out" / spec["subset"]
+    d = data.load_cifar(name, root=path.parent)
+    assert d.source == "subset"
+    for split in ("train", "test"):
+        ix = index[name][split]
+        assert torch.equal(getattr(d, f"x_{split}"), torch.from_numpy(a["arrays"][f"x_{split}"][ix]))
+        assert torch.equal(getattr(d, f"y_{split}"), torch.as_tensor(a["arrays"][f"y_{split}"][ix]))
+        if name == "cifar100":
+            want = torch.as_tensor(a["arrays"][f"y_{split}_coarse"][ix])
+            assert torch.equal(getattr(d, f"y_{split}_coarse"), want)
+    with np.load(path) as npz:  # the shipped layout, official positions included
+        arrays = {k: npz[k] for k in npz.files}
+    want_keys = {"x_train", "y_train", "x_test", "y_test", "class_names", "train_index", "test_index"}
+    if name == "cifar100":
+        want_keys |= {"y_train_coarse", "y_test_coarse", "coarse_class_names"}
+    assert set(arrays) == want_keys
+    assert arrays["x_train"].shape[1:] == (32, 32, 3) and arrays["y_train"].dtype == np.int64
+    assert np.array_equal(arrays["train_index"], index[name]["train"])
+    sums = (tmp_path / "out" / "SHA256SUMS").read_text()
+    assert sums == f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {spec['subset']}\n"
+    # reproducible: building again (now from the extracted folder) gives the same bytes
+    first = path.read_bytes()
+    data.make_subsets(src, tmp_path / "out", names=(name,), index=index)
+    assert path.read_bytes() == first
+    # a recorded content digest that does not match refuses, and writes nothing
+    digest = data.content_digest(arrays)
+    assert data.make_subsets(src, tmp_path / "again", names=(name,), index=index, digests={name: digest})
+    with pytest.raises(ValueError, match="content digest"):
+        data.make_subsets(src, tmp_path / "bad", names=(name,), index=index, digests={name: "0" * 64})
+    assert not (tmp_path / "bad").exists()
+
+
+def test_make_subsets_errors(tmp_path, archives):
+    a = archives["cifar10"]
+    with pytest.raises(FileNotFoundError, match="neither cifar-10-python.tar.gz nor cifar-10-batches-py/"):
+        data.make_subsets(tmp_path, tmp_path / "out", names=("cifar10",))
+    for rel, blob in _official_files("cifar10", a["arrays"]).items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(blob)
+    n = len(a["arrays"]["y_train"])
+    for bad in (np.array([3, 1]), np.array([0, n]), np.array([], np.int64)):
+        with pytest.raises(ValueError, match="must be increasing positions"):
+            data.make_subsets(tmp_path, tmp_path / "out", names=("cifar10",),
+                              index={"cifar10": dict(train=bad, test=np.arange(3))})
+    # the recorded selection of the shipped subsets does not fit a tiny archive
+    with pytest.raises(ValueError, match="must be increasing positions"):
+        data.make_subsets(tmp_path, tmp_path / "out", names=("cifar10",))
+
+
+def test_recorded_subset_selection():
+    for name, sizes in (("cifar10", (20_000, 5_000)), ("cifar100", (25_000, 5_000))):
+        ix = data.subset_index(name)
+        assert (len(ix["train"]), len(ix["test"])) == sizes
+        assert np.all(np.diff(ix["train"]) > 0) and ix["train"][-1] < 50_000 and ix["test"][-1] < 10_000
+    arrays = dict(b=np.arange(3), a=np.array(["x", "y"]))
+    assert data.content_digest(arrays) == data.content_digest(dict(reversed(arrays.items())))
+    assert data.content_digest(arrays) != data.content_digest(dict(arrays, b=np.arange(3, dtype=np.int32)))
+
+
+@needs_subsets
+def test_recorded_selection_and_digests_match_the_shipped_subsets():
+    for name in ("cifar10", "cifar100"):
+        with np.load(SUBSET_ROOT / data._SPECS[name]["subset"]) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        ix = data.subset_index(name)
+        assert np.array_equal(ix["train"], arrays["train_index"])
+        assert np.array_equal(ix["test"], arrays["test_index"])
+        assert data.content_digest(arrays) == data.SUBSET_DIGESTS[name]

@@ -10,7 +10,13 @@ Data come from one of two places, looked up in this order under a data directory
 2. the real CIFAR subsets ``cifar10_subset.npz`` / ``cifar100_subset.npz`` (official pixels and
    labels, 2,000 / 500 images per CIFAR-10 class, 250 / 50 per CIFAR-100 class; see the README
    that ships with them): ``source == "subset"``;
-3. with ``download=True``, the official archive is downloaded, md5-checked and extracted.
+3. with ``download=True``, or the environment variable ``REPLEARN_DOWNLOAD=1``, the official
+   archive is downloaded, md5-checked and extracted.
+
+When none of them is there, :func:`load_cifar` raises :class:`DataMissingError`, whose message
+lists the three fixes; in a notebook it is shown as that message alone and the notebook's later
+cells are skipped until the data are found. :func:`make_subsets` (also
+``scripts/make_cifar_subsets.py``) rebuilds the offline subsets from the official archives.
 
 Partitions follow the federated-learning papers' code: *shards* with ``C`` classes per client
 (McMahan et al. 2017; LG-FedAvg and FedRep code) and Dirichlet(alpha) label skew (Hsu et al.
@@ -20,14 +26,18 @@ tensors, one per client, drawn from a numpy generator seeded by ``seed``.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.client
 import os
 import pickle
+import shutil
 import tarfile
 import tempfile
 import time
 import urllib.request
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,13 +47,13 @@ import torch
 _SPECS = {
     "cifar10": dict(
         title="CIFAR-10", folder="cifar-10-batches-py", subset="cifar10_subset.npz",
-        archive="cifar-10-python.tar.gz", md5="c58f30108f718f92721af3b95e74349a",
+        archive="cifar-10-python.tar.gz", md5="c58f30108f718f92721af3b95e74349a", size_mb=163,
         url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
         train=tuple(f"data_batch_{i}" for i in range(1, 6)), test=("test_batch",),
         meta="batches.meta", label_key=b"labels", names_key=b"label_names", n_classes=10),
     "cifar100": dict(
         title="CIFAR-100", folder="cifar-100-python", subset="cifar100_subset.npz",
-        archive="cifar-100-python.tar.gz", md5="eb9058c3a382ffc7106e4002c42a8d85",
+        archive="cifar-100-python.tar.gz", md5="eb9058c3a382ffc7106e4002c42a8d85", size_mb=161,
         url="https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
         train=("train",), test=("test",),
         meta="meta", label_key=b"fine_labels", names_key=b"fine_label_names", n_classes=100),
@@ -140,16 +150,95 @@ class CifarData:
         return len(self.class_names)
 
     def describe(self) -> str:
-        """One line saying which data were served, e.g. ``CIFAR-10 subset from /data: 20,000
-        train / 5,000 test images, 2,000 / 500 per class``."""
+        """One line saying which data were served and how many images, e.g. ``CIFAR-10, offline
+        subset of the official images: 20,000 train / 5,000 test images, 2,000 / 500 per class``.
+
+        It names no folder: printed results must read the same on every machine."""
         def per_class(y):
             counts = torch.bincount(y, minlength=self.n_classes)
             lo, hi = int(counts.min()), int(counts.max())
             return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
-        kind = "full dataset" if self.source == "full" else "subset"
-        return (f"{_spec(self.name)['title']} {kind} from {self.root}: {len(self.y_train):,} train / "
+        kind = "full official dataset" if self.source == "full" else "offline subset of the official images"
+        return (f"{_spec(self.name)['title']}, {kind}: {len(self.y_train):,} train / "
                 f"{len(self.y_test):,} test images, {per_class(self.y_train)} / {per_class(self.y_test)} "
                 f"per class")
+
+
+class DataMissingError(FileNotFoundError):
+    """No CIFAR data where :func:`load_cifar` looked; the message says exactly what to do.
+
+    Raised uncaught in a notebook (IPython), it is shown as its message alone, without a
+    traceback, and the notebook's later cells are skipped (they print nothing) until the data
+    can be found: see :meth:`_render_traceback_`. Caught by the caller, it has no such effect.
+    """
+
+    def __init__(self, name: str, root: str | os.PathLike | None):
+        self.name, self.root = name, root
+        spec, base = _spec(name), data_root(root)
+        super().__init__(
+            f"no {spec['title']} data in {base}: neither the folder {spec['folder']}/ (extracted "
+            f"official archive) nor the offline subset {spec['subset']} is there. Do one of:\n"
+            f"  1. download the official archive ({spec['size_mb']} MB, md5-checked) into that folder: "
+            f"set the environment variable REPLEARN_DOWNLOAD=1 (in a notebook: run "
+            f"%env REPLEARN_DOWNLOAD=1 in a cell, then re-run this one);\n"
+            f"  2. set REPLEARN_DATA to a folder that holds {spec['subset']} or {spec['folder']}/;\n"
+            f"  3. build the offline subsets from the official archives: "
+            f"python scripts/make_cifar_subsets.py ARCHIVE_DIR OUT_DIR, then REPLEARN_DATA=OUT_DIR.\n"
+            f"The README, section \"Data\", explains each.")
+
+    def available(self) -> bool:
+        """True once the data can be loaded: found under the (re-read) data directory, or
+        downloading switched on."""
+        spec, base = _spec(self.name), data_root(self.root)
+        return ((base / spec["folder"]).is_dir() or (base / spec["subset"]).is_file()
+                or download_enabled())
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython's hook for displaying an uncaught exception: show this message only, and skip
+        the later cells of the notebook, which would all fail for the same reason (``NameError``
+        on results never computed). A cell is still run when the data have become available
+        (:meth:`available`) -- then skipping ends for good -- or when it mentions ``REPLEARN_``
+        (the reader setting the variables of the fixes)."""
+        try:
+            from IPython import get_ipython
+        except ImportError:  # rendered by something else that knows the hook
+            get_ipython = None
+        shell = get_ipython() if get_ipython is not None else None
+        if shell is not None:
+            transformers = shell.input_transformers_post
+            transformers[:] = [t for t in transformers if not isinstance(t, _SkipCellsWithoutData)]
+            transformers.append(_SkipCellsWithoutData(self, transformers))
+        return [f"{type(self).__name__}: {self}",
+                "The rest of this notebook is skipped until the data are found; fix it as above, then "
+                "re-run this cell and the ones below."]
+
+
+class _SkipCellsWithoutData:
+    """IPython input transformer installed by :meth:`DataMissingError._render_traceback_`."""
+
+    def __init__(self, error: DataMissingError, transformers: list):
+        self.error, self.transformers = error, transformers
+
+    def __call__(self, lines: list[str]) -> list[str]:
+        if self.error.available():
+            if self in self.transformers:
+                self.transformers.remove(self)
+            return lines
+        if any("REPLEARN_" in line for line in lines):
+            return lines
+        return []
+
+
+def download_enabled() -> bool:
+    """Whether ``REPLEARN_DOWNLOAD`` switches downloading on: ``1``/``true``/``yes``/``on`` yes,
+    unset/empty/``0``/``false``/``no``/``off`` no (case-insensitive); anything else is an error."""
+    value = os.environ.get("REPLEARN_DOWNLOAD", "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError(f"REPLEARN_DOWNLOAD={os.environ['REPLEARN_DOWNLOAD']!r} is not understood; "
+                     f"set it to 1 to download the CIFAR archives or to 0 (or unset it) not to")
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
@@ -160,16 +249,17 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "replearn"
 
 
-def load_cifar(name: str, *, root: str | os.PathLike | None = None, download: bool = False,
+def load_cifar(name: str, *, root: str | os.PathLike | None = None, download: bool | None = None,
                url: str | None = None, md5: str | None = None, retries: int = 3,
                retry_delay: float = 1.0, timeout: float = 60.0) -> CifarData:
     """Load CIFAR-10 (``"cifar10"``) or CIFAR-100 (``"cifar100"``, fine and coarse labels).
 
     Looks in the data directory (:func:`data_root`) for the extracted official folder, then for
-    the npz subset; if neither is there and ``download`` is true, downloads the official archive
-    (``url`` and ``md5`` override the official ones, e.g. for a local mirror) with
-    :func:`download_archive`, extracts it and loads it. Otherwise raises ``FileNotFoundError``
-    naming the directory searched and the two fixes.
+    the npz subset; if neither is there and downloading is on (``download=True``, or
+    ``download=None`` and ``REPLEARN_DOWNLOAD=1``, see :func:`download_enabled`), downloads the
+    official archive (``url`` and ``md5`` override the official ones, e.g. for a local mirror)
+    with :func:`download_archive`, extracts it and loads it. Otherwise raises
+    :class:`DataMissingError` (a ``FileNotFoundError``) naming the directory searched and the fixes.
     """
     spec = _spec(name)
     base = data_root(root)
@@ -177,12 +267,8 @@ def load_cifar(name: str, *, root: str | os.PathLike | None = None, download: bo
         return _load_official(name, base)
     if (base / spec["subset"]).is_file():
         return _load_subset(name, base)
-    if not download:
-        raise FileNotFoundError(
-            f"no {spec['title']} data in {base}: expected the folder {spec['folder']}/ (extracted "
-            f"official archive) or the subset file {spec['subset']}. Either set the environment "
-            f"variable REPLEARN_DATA to a folder holding {spec['subset']} (e.g. ../shared/data), "
-            f"or pass download=True when online to fetch {spec['archive']} into {base}.")
+    if not (download_enabled() if download is None else download):
+        raise DataMissingError(name, root)
     archive = download_archive(url or spec["url"], base / spec["archive"], md5 or spec["md5"],
                                retries=retries, retry_delay=retry_delay, timeout=timeout)
     extract_archive(archive, base, spec["folder"])
@@ -244,7 +330,7 @@ def _read_batches(paths: list[Path], label_keys: tuple[bytes, ...]):
                              f"{data.dtype} {data.shape}; the file is corrupt")
         images.append(data.reshape(-1, 3, 32, 32))
         for k in label_keys:
-            y = np.asarray(_field(obj, k, path), dtype=np.int64)
+            y = _integer_labels(_field(obj, k, path), f"{path}: {k!r}")
             if y.shape != (len(data),):
                 raise ValueError(f"{path}: {k!r} has shape {y.shape}, expected ({len(data)},)")
             labels[k].append(y)
@@ -256,8 +342,19 @@ def _names(meta: dict, key: bytes, path: Path) -> tuple[str, ...]:
     return tuple(n.decode() if isinstance(n, bytes) else str(n) for n in _field(meta, key, path))
 
 
+def _integer_labels(values, what: str) -> np.ndarray:
+    """``values`` as int64, refusing non-integer dtypes (a float label such as 6.9 would
+    otherwise be truncated to 6 without notice)."""
+    y = np.asarray(values)
+    if not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(f"{what}: labels must be integers, got dtype {y.dtype}; the data are corrupt")
+    return y.astype(np.int64)
+
+
 def _check_labels(y: torch.Tensor, n: int, what: str) -> None:
-    if len(y) and (int(y.min()) < 0 or int(y.max()) >= n):
+    if not len(y):
+        raise ValueError(f"{what}: no images; the data are corrupt or incomplete")
+    if int(y.min()) < 0 or int(y.max()) >= n:
         raise ValueError(f"{what}: labels outside 0..{n - 1}; the data are corrupt")
 
 
@@ -304,7 +401,7 @@ def _load_subset(name: str, base: Path) -> CifarData:
         raise ValueError(f"{path} lists {len(arr['class_names'])} classes, expected {spec['n_classes']}")
     t = {k: torch.from_numpy(np.ascontiguousarray(arr[k].transpose(0, 3, 1, 2)))  # HWC -> CHW
          for k in ("x_train", "x_test")}
-    t.update({k: torch.from_numpy(arr[k].astype(np.int64)) for k in keys if k.startswith("y_")})
+    t.update({k: torch.from_numpy(_integer_labels(arr[k], f"{path} {k}")) for k in keys if k.startswith("y_")})
     for k in ("y_train", "y_test"):
         _check_labels(t[k], spec["n_classes"], f"{path} {k}")
     extra = {}
@@ -317,6 +414,15 @@ def _load_subset(name: str, base: Path) -> CifarData:
 
 
 # --------------------------------------------------------------------------- download, extract
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 digest of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def file_md5(path: Path) -> str:
@@ -384,8 +490,12 @@ def extract_archive(archive: str | os.PathLike, root: str | os.PathLike, folder:
     """Extract the tar.gz ``archive`` into ``root`` and return ``root / folder``.
 
     Refuses (``ValueError``) members that are links, devices or would land outside ``root``, and
-    archives without ``folder``. Extraction goes to a temporary directory first, so an
-    interrupted or refused extraction leaves nothing in ``root``.
+    archives without ``folder``. Members are extracted with tarfile's ``"data"`` filter: no
+    setuid/setgid/sticky bits, no group/other write permission, and files owned by the caller,
+    whatever uids the archive records. Extraction goes to a temporary directory first, so an
+    interrupted or refused extraction leaves nothing in ``root``; an existing ``root / folder``
+    is replaced by the fresh copy only once that is complete, so extracting twice gives the same
+    result as once (and repairs a damaged folder).
     """
     root = Path(root).resolve()
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
@@ -397,14 +507,171 @@ def extract_archive(archive: str | os.PathLike, root: str | os.PathLike, folder:
                     if not (m.isfile() or m.isdir()) or not target.is_relative_to(Path(tmp).resolve()):
                         raise ValueError(f"{archive}: unsafe member {m.name!r} (link, device or path "
                                          f"outside the target folder); refusing to extract")
-                tar.extractall(tmp, members=members)
+                tar.extractall(tmp, members=members, filter="data")
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise ValueError(f"{archive} is not a readable tar.gz archive ({exc}); delete it and "
                              f"download again") from exc
-        if not (Path(tmp) / folder).is_dir():
+        fresh, dest = Path(tmp) / folder, root / folder
+        if not fresh.is_dir():
             raise ValueError(f"{archive} does not contain the folder {folder}/; is it the right archive?")
-        os.replace(Path(tmp) / folder, root / folder)
+        if dest.exists() or dest.is_symlink():
+            os.replace(dest, Path(tmp) / ".previous")  # removed with the temporary directory
+        os.replace(fresh, dest)
     return root / folder
+
+
+# --------------------------------------------------------------------------- offline subsets
+
+#: Official positions of the images in the offline subsets (``train_index`` / ``test_index`` of
+#: the shipped ``cifar*_subset.npz``), as zlib-compressed, base64-encoded bit masks over the
+#: official train (50,000) and test (10,000) sets. The rule: the first 2,000 train / 500 test
+#: images of each CIFAR-10 class and the first 250 / 50 of each CIFAR-100 fine class, in official
+#: order, except that CIFAR-10 skips the images its makers could recover only as JPEG (see the
+#: README next to the subsets); the masks record the outcome exactly.
+_SUBSET_MASKS = {
+    "cifar10": dict(
+        train="eNr7/3+wg/c4Ze5Tz5K//4c5qCfVr/eHlfd/DyK33MfuwHqaplg6JfB/+BIeZQYNVfB+uBYp92leVNz/PwpGwYgBwDI6H0jlAWu"
+              "Dnb/+70//+eXz+vP/l+77///c9fW77t59V/U//vO8/1+81te9XM0YsryoIslFerLszVfsnAtFv/Jc0LOUXukSoKjkxMEgoTtjSYDoQTG"
+              "m1gaPBQwNrAwcDQ4CCxgYOBRcGLgiFBSY+yQYWAQ4GNgkWBkYGhgYmBgYFBiAQICRQYCBk4GBpYGjA8hj4AFihoYGBgVHhlEwCkbBKBg"
+              "Fo2AUjIJRMApGwSgYBaOAGAAAR4W7FA==",
+        test="eNr7/38Qg/covP1g8i+6ou80sfo3Rbr34xD/R5tw+osw/i/NfVlPfCjc/3//vfzr/W+AWtT/z82sP9+8P+95XU+IrTQn14F/CVNVGh"
+             "hGwSigLQAAGVVtaQ=="),
+    "cifar100": dict(
+        train="eNrtz+9LU1EYB/BnY8ptQdx+gBqI9wbVyiCDoDTCsISoGMs/wBczSXqzRokx2e6UBa0X5WBmmFBEP0ir9cq9GHg0aPqqQVAGi920In"
+              "DaeTHa7e5u93Suc8kG9rrgfOCee89znu855xLCMAzDMAzDMP8Y3RgwIfJGDcrf82jj3OrWqfWKVrkpMg6mk0JZKlesJo3402JRlkrr"
+              "F0tXpp0a6tM7SWqFZGd1SbnvldKklUiKbjTQ39F0D6GTNJHoQcilJuUMJhEk4R/aCqZ30RV8UPHRFTnhw660qhZGUL9LvycVsgQrkqwo"
+              "KDaMvX2xRZxVSCbTn0UykUam8i0IL+XlyZ8o2vztSiJh982ffYkaUtGW72+11uhrnLy6V0/Gtdmot6t38pMr414O26o89bnscfPzUe/W"
+              "x2Ohxs7bb9rn1aW7ZOrIyUxBjeQnPtx6MdMQSVlHv8R459zXXsg1LndUne+ID9XXHfK8n34XfDTeFZ64+XkOntnbnMHh3UQE0Ro/MNB8"
+              "5+gvddw+VrMQ2B4N+YIXQlAD4jHYzAcHH4rc5R2natv3Qbd5C2ziQAgLbmvbdceA6UlgD98zKF6qBTdA0yvLjWvnDjvBXyfu2un4CH7w"
+              "C0NmEIBGegQ6AxOYbNXcaYD9AAGBg+4z1WCwTYOF9llghuN5gRb8aw8PNAzbeNH4AnAYAy0Iqy8zwAP4gzNamgQo4y9tYbCUqiYotp1Y"
+              "m1eEKq0vm41sWT8PDMMwDMMwDPM/+g0Nayug",
+        test="eNr7/38UjETw9x+M8f/9/9sgxufzIA4QfH/8vx4s9fz//8d///z/ff8/UGD7/+/////b///9/t319n+/2f7/X3p/////3+rervn//u"
+             "r19j97a+v23C9v3lpes/z0QfX7aW8eut2brjF/Y9XupLgNb69b/n4/6cfrOQ9NHxx9+5Bhg6badNdLDuIvxVzL2/+smlmWpMScN4GVY"
+             "YKClBCDkIbDMTcGzhWMHswCSkxMAgxMLHMYjBgYNRokHFwcDjEIKDAwiDg08TA0MDA4MjgwcCgAGSDAwsDAxMAFZjIpgGQXMMCAAgM"
+             "jEwMRwAGJzcGApH0UDFEAAOWIcYw="),
+}
+
+#: :func:`content_digest` of the shipped subsets; :func:`make_subsets` checks what it builds from
+#: the official archives against these.
+SUBSET_DIGESTS = {
+    "cifar10": "d6785f1d66a67a1a799ddbc0d4bf7f4c997bd7a75b0bc110ded2e5fd42ded43d",
+    "cifar100": "9bdbd12f5ab343888d219c947cc5d904a14804ef29b9ce41b280b58240798e36",
+}
+
+_OFFICIAL_SIZES = {"train": 50_000, "test": 10_000}
+
+
+def subset_index(name: str) -> dict[str, np.ndarray]:
+    """``{"train": ..., "test": ...}``: the official positions (increasing int64) of the images
+    in the offline subset of ``name`` (see :data:`_SUBSET_MASKS`)."""
+    _spec(name)
+    masks = _SUBSET_MASKS[name]
+    out = {}
+    for split, n in _OFFICIAL_SIZES.items():
+        bits = np.frombuffer(zlib.decompress(base64.b64decode(masks[split])), dtype=np.uint8)
+        out[split] = np.flatnonzero(np.unpackbits(bits, count=n)).astype(np.int64)
+    return out
+
+
+def content_digest(arrays) -> str:
+    """SHA-256 over the arrays of a subset file, in sorted key order: each key, dtype and shape,
+    then the raw bytes (string arrays as their UTF-8, newline-joined entries). Unlike a checksum
+    of the npz file, it does not depend on how the zip was compressed."""
+    h = hashlib.sha256()
+    for key in sorted(arrays):
+        a = np.ascontiguousarray(arrays[key])
+        if a.dtype.kind == "U":
+            h.update(f"{key} str {a.shape}\n".encode())
+            h.update("\n".join(a.tolist()).encode())
+        else:
+            h.update(f"{key} {a.dtype.str} {a.shape}\n".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _write_npz(path: Path, arrays: dict) -> None:
+    """A deflate-compressed ``.npz`` (as ``np.savez_compressed``, read by ``np.load``) with fixed
+    zip timestamps and member order, so the same arrays give the same bytes (for a given zlib)."""
+    tmp = path.with_name(f".{path.name}.part")
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for key in sorted(arrays):
+                info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with zf.open(info, "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.asanyarray(arrays[key]), allow_pickle=False)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def make_subsets(source: str | os.PathLike, out: str | os.PathLike, *, names=("cifar10", "cifar100"),
+                 download: bool = False, index: dict | None = None, digests: dict | None = None,
+                 archive_md5: dict | None = None) -> dict[str, Path]:
+    """Build the offline subset files ``out / cifar*_subset.npz`` from the official archives.
+
+    ``source`` holds the official archives (``cifar-10-python.tar.gz`` ...) or their extracted
+    folders; an archive is md5-checked (against ``archive_md5[name]`` if given, else the official
+    md5; ``ValueError`` on a mismatch) and extracted there, and with ``download=True`` a missing
+    archive is first downloaded into it. For each of ``names`` the images at the official
+    positions ``index[name]`` (default :func:`subset_index`: the subsets the book was executed
+    with) are written in the shipped layout (HWC uint8 images, int64 labels, class names,
+    ``train_index`` / ``test_index``, for CIFAR-100 the coarse labels and names), after their
+    :func:`content_digest` was compared with ``digests[name]`` (default :data:`SUBSET_DIGESTS`
+    when ``index`` is the default; ``ValueError`` on a mismatch, and no file is written).
+    Returns the paths written; ``out / "SHA256SUMS"`` records their SHA-256 checksums.
+    """
+    source, out = Path(source), Path(out)
+    if index is None:
+        index, digests = {n: subset_index(n) for n in names}, (SUBSET_DIGESTS if digests is None else digests)
+    digests = digests or {}
+    written = {}
+    for name in names:
+        spec = _spec(name)
+        if not (source / spec["folder"]).is_dir():
+            archive, want = source / spec["archive"], (archive_md5 or {}).get(name, spec["md5"])
+            if archive.is_file():
+                if (got := file_md5(archive)) != want:
+                    raise ValueError(f"{archive} has md5 {got}, expected {want}: not the official archive "
+                                     f"or a damaged copy; delete it and download it again")
+            elif download:
+                download_archive(spec["url"], archive, want)
+            else:
+                raise FileNotFoundError(
+                    f"neither {spec['archive']} nor {spec['folder']}/ is in {source}; download the archive "
+                    f"from {spec['url']} into that folder, or pass download=True (--download)")
+            extract_archive(archive, source, spec["folder"])
+        full = _load_official(name, source)
+        arrays = {"class_names": np.array(full.class_names)}
+        for split in ("train", "test"):
+            ix = np.asarray(index[name][split], dtype=np.int64)
+            x, y = getattr(full, f"x_{split}"), getattr(full, f"y_{split}")
+            if ix.ndim != 1 or not len(ix) or np.any(np.diff(ix) <= 0) or ix[0] < 0 or ix[-1] >= len(y):
+                raise ValueError(f"index[{name!r}][{split!r}] must be increasing positions in 0..{len(y) - 1}, "
+                                 f"got {len(ix)} entries")
+            take = torch.from_numpy(ix)
+            arrays[f"x_{split}"] = x[take].permute(0, 2, 3, 1).contiguous().numpy()  # CHW -> HWC
+            arrays[f"y_{split}"] = y[take].numpy()
+            arrays[f"{split}_index"] = ix
+            if name == "cifar100":
+                arrays[f"y_{split}_coarse"] = getattr(full, f"y_{split}_coarse")[take].numpy()
+        if name == "cifar100":
+            arrays["coarse_class_names"] = np.array(full.coarse_class_names)
+        got = content_digest(arrays)
+        if name in digests and got != digests[name]:
+            raise ValueError(f"the {spec['title']} subset built from {source} has content digest {got}, "
+                             f"expected {digests[name]}: the archive is not the official one (or was "
+                             f"extracted from a damaged copy); no file was written")
+        out.mkdir(parents=True, exist_ok=True)
+        written[name] = out / spec["subset"]
+        _write_npz(written[name], arrays)
+    sums_file = out / "SHA256SUMS"
+    sums = dict(line.split()[::-1] for line in sums_file.read_text().splitlines()
+                if len(line.split()) == 2) if sums_file.is_file() else {}
+    sums.update({p.name: file_sha256(p) for p in written.values()})
+    sums_file.write_text("".join(f"{h}  {n}\n" for n, h in sorted(sums.items())))
+    return written
 
 
 # --------------------------------------------------------------------------- partitions

@@ -27,17 +27,11 @@ import torch
 
 from .. import fedrep, linalg, linear
 from ..backend import default_device
-from ..profiles import Settings, check_int
+from ..checks import check_fraction, check_int, check_ints, check_nonnegative, check_number, check_positive, check_positives, check_sequence
+from ..profiles import Settings
 
 
 # --------------------------------------------------------------------------- checks
-
-
-def _check_ints(values, name: str, low: int = 1) -> None:
-    if len(values) == 0:
-        raise ValueError(f"{name} must be a non-empty sequence")
-    for v in values:
-        check_int(v, f"every entry of {name}", low)
 
 
 def _check_dims(d, k) -> None:
@@ -45,11 +39,6 @@ def _check_dims(d, k) -> None:
     check_int(k, "k")
     if k >= d:
         raise ValueError(f"need 1 <= k < d, got d={d}, k={k}")
-
-
-def _check_positive(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
 def _device(device):
@@ -82,6 +71,17 @@ class PersonalisationSettings(Settings):
         """Sec. 5.1 of the paper: d = 20, k = 2, n = 100 clients."""
         return cls(n=100, m=100, rounds=500)
 
+    def validate(self) -> None:
+        super().validate()
+        _check_dims(self.d, self.k)
+        check_int(self.n, "n", 2)
+        check_int(self.m, "m")
+        check_ints(self.local_ms, "local_ms")
+        check_int(self.rounds, "rounds", 0)
+        check_positive(self.eta, "eta")
+        check_positives(self.spreads, "spreads")
+        check_nonnegative(self.mean_norm, "mean_norm")
+
 
 @dataclass(frozen=True)
 class PersonalisationResult:
@@ -109,14 +109,6 @@ def single_model_error_formula(theta_star: torch.Tensor) -> torch.Tensor:
 
 def run_personalisation(cfg: PersonalisationSettings, device=None) -> PersonalisationResult:
     """Single model vs personalised model vs local-only, on sampled noiseless data (book 5.1)."""
-    _check_dims(cfg.d, cfg.k)
-    check_int(cfg.n, "n", 2)
-    check_int(cfg.m, "m")
-    _check_ints(cfg.local_ms, "local_ms")
-    check_int(cfg.rounds, "rounds", 0)
-    _check_positive(cfg.eta, "eta")
-    if len(cfg.spreads) == 0 or any(not (s > 0) for s in cfg.spreads):
-        raise ValueError(f"spreads must be a non-empty sequence of positive numbers, got {cfg.spreads!r}")
     device = _device(device)
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
     single, formula, to_mean, fr, fr_dist = [], [], [], [], []
@@ -177,6 +169,14 @@ class MomentSettings(Settings):
     def paper(cls):
         return cls(ns=(10, 30, 100, 300, 1000, 3000), repeats=10)
 
+    def validate(self) -> None:
+        super().validate()
+        _check_dims(self.d, self.k)
+        check_ints(self.ns, "ns")
+        check_ints(self.ms, "ms")
+        check_int(self.repeats, "repeats")
+        check_nonnegative(self.noise_std, "noise_std")
+
 
 @dataclass(frozen=True)
 class MomentResult:
@@ -191,12 +191,6 @@ class MomentResult:
 
 def run_moments(cfg: MomentSettings, device=None) -> MomentResult:
     """dist(method_of_moments_init, B_*) over a grid of (m, n), paper heads (book 5.2)."""
-    _check_dims(cfg.d, cfg.k)
-    _check_ints(cfg.ns, "ns")
-    _check_ints(cfg.ms, "ms")
-    check_int(cfg.repeats, "repeats")
-    if not cfg.noise_std >= 0:
-        raise ValueError(f"noise_std must be >= 0, got {cfg.noise_std}")
     device = _device(device)
     out = torch.zeros(len(cfg.ms), len(cfg.ns), cfg.repeats, dtype=torch.float64)
     for rep in range(cfg.repeats):
@@ -233,6 +227,16 @@ class TrajectorySettings(Settings):
     def paper(cls):
         return cls(rounds=500)
 
+    def validate(self) -> None:
+        super().validate()
+        _check_dims(self.d, self.k)
+        check_int(self.n, "n")
+        check_int(self.m, "m")
+        check_int(self.rounds, "rounds", 0)
+        check_fraction(self.r, "r (participation rate)")
+        check_positive(self.eta, "eta")
+        check_nonnegative(self.noise_std, "noise_std")
+
 
 @dataclass(frozen=True)
 class TrajectoryResult:
@@ -245,10 +249,6 @@ class TrajectoryResult:
 
 
 def run_trajectory(cfg: TrajectorySettings, device=None) -> TrajectoryResult:
-    _check_dims(cfg.d, cfg.k)
-    check_int(cfg.n, "n")
-    check_int(cfg.m, "m")
-    check_int(cfg.rounds, "rounds", 0)
     device = _device(device)
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
     W = fedrep.paper_heads(cfg.n, cfg.k, seed=cfg.seed + 1, device=device)
@@ -285,6 +285,18 @@ class RateSettings(Settings):
     @classmethod
     def paper(cls):
         return cls(etas=(0.025, 0.05, 0.1, 0.25), conds=(1.0, 2.0, 4.0, 8.0), rounds=1000)
+
+    def validate(self) -> None:
+        super().validate()
+        _check_dims(self.d, self.k)
+        check_int(self.n, "n", self.k)
+        check_int(self.m, "m")
+        check_int(self.rounds, "rounds", 3)
+        check_number(self.dist0, "dist0", low=0.0, high=1.0, low_open=True, high_open=True)
+        check_positives(self.etas, "etas", each_name="every eta")
+        check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
+        if len(self.window) != 2 or not 0 <= self.window[0] < self.window[1]:
+            raise ValueError(f"window must be a pair 0 <= low < high of distances, got {self.window!r}")
 
 
 @dataclass(frozen=True)
@@ -330,14 +342,6 @@ def fit_rate(dist: torch.Tensor, window: tuple = (1e-12, 0.1)) -> tuple[float, f
 
 def run_rates(cfg: RateSettings, device=None) -> RateResult:
     """Measured linear rate of FedRep (with QR) against Theorem 1 (book 5.3)."""
-    _check_dims(cfg.d, cfg.k)
-    check_int(cfg.n, "n", cfg.k)
-    check_int(cfg.m, "m")
-    check_int(cfg.rounds, "rounds", 3)
-    if not 0 < cfg.dist0 < 1:
-        raise ValueError(f"dist0 must lie in (0, 1), got {cfg.dist0}")
-    for eta in cfg.etas:
-        _check_positive(eta, "every eta")
     device = _device(device)
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
     B0 = linalg.basis_at_distance(Bstar, cfg.dist0, seed=cfg.seed + 3)
@@ -381,6 +385,15 @@ class FederationSettings(Settings):
     def paper(cls):
         return cls(ns=(10, 20, 50, 100, 200, 400, 1000), ms=(3, 4, 5, 6, 8, 10, 12, 16, 24, 32), rounds=1000)
 
+    def validate(self) -> None:
+        super().validate()
+        _check_dims(self.d, self.k)
+        check_ints(self.ns, "ns")
+        check_ints(self.ms, "ms")
+        check_int(self.rounds, "rounds", 0)
+        check_positive(self.eta, "eta")
+        check_positive(self.tol, "tol")
+
 
 @dataclass(frozen=True)
 class FederationResult:
@@ -423,12 +436,6 @@ def counting_bound(d: int, k: int, n: int) -> float:
 
 def run_federation(cfg: FederationSettings, device=None) -> FederationResult:
     """FedRep over an (m, n) grid against local-only least squares (book 5.3)."""
-    _check_dims(cfg.d, cfg.k)
-    _check_ints(cfg.ns, "ns")
-    _check_ints(cfg.ms, "ms")
-    check_int(cfg.rounds, "rounds", 0)
-    _check_positive(cfg.eta, "eta")
-    _check_positive(cfg.tol, "tol")
     device = _device(device)
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
     dist = torch.zeros(len(cfg.ms), len(cfg.ns), dtype=torch.float64)

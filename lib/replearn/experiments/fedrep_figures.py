@@ -35,7 +35,8 @@ from .. import federated, fedrep
 from ..backend import DTYPE, default_device, make_generator, randn
 from ..linalg import principal_angle_distance, random_orthonormal
 from ..linear import SampledTasks, ground_truth_representation, predict, sample_tasks, targets
-from ..profiles import Settings, check_int
+from ..checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive
+from ..profiles import Settings
 
 #: Reading N(., 10^-3) in Sec. 5.1 as a variance: the noise standard deviation sqrt(1e-3) ~ 0.032.
 PAPER_NOISE_STD = 1e-3**0.5
@@ -55,14 +56,10 @@ def _seed(*keys: int) -> int:
 
 
 def _check_common(d, k, noise_std, eta, rounds, seeds, seed) -> None:
-    check_int(d, "d", 1)
     check_int(k, "k", 1)
-    if k >= d:
-        raise ValueError(f"need k < d, got d={d}, k={k}")
-    if not (isinstance(noise_std, (int, float)) and 0 <= noise_std < math.inf):
-        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
-    if not (isinstance(eta, (int, float)) and 0 < eta < math.inf):
-        raise ValueError(f"eta must be a positive finite step size, got {eta!r}")
+    check_int(d, "d (needs k < d)", k + 1)
+    check_nonnegative(noise_std, "noise_std")
+    check_positive(eta, "eta")
     check_int(rounds, "rounds", 1)
     check_int(seeds, "seeds (independent repetitions)", 1)
     check_int(seed, "seed", 0)
@@ -117,6 +114,14 @@ class Fig1Settings(Settings):
         not stated, we use 1000 rounds and 10 repetitions."""
         return cls(rounds=1000, seeds=10)
 
+    def validate(self) -> None:
+        super().validate()
+        _check_common(self.d, self.k, self.noise_std, self.eta, self.rounds, self.seeds, self.seed)
+        check_int(self.n, "n (clients)", 1)
+        check_ints(self.ms, "ms (samples per client)", each_name="every m in ms (samples per client)")
+        check_fraction(self.r, "r (participation rate)")
+        check_nonnegative(self.ridge, "ridge")
+
 
 @dataclass(frozen=True)
 class Fig1Result:
@@ -140,14 +145,6 @@ class Fig1Result:
 
 def run_fig1(cfg: Fig1Settings, device=None) -> Fig1Result:
     """Global error (3) of local-only, the single model of (4) and FedRep at every m (Fig. 1)."""
-    _check_common(cfg.d, cfg.k, cfg.noise_std, cfg.eta, cfg.rounds, cfg.seeds, cfg.seed)
-    check_int(cfg.n, "n (clients)", 1)
-    if len(cfg.ms) == 0:
-        raise ValueError("ms (samples per client) must not be empty")
-    for m in cfg.ms:
-        check_int(m, "every m in ms (samples per client)", 1)
-    if not (isinstance(cfg.ridge, (int, float)) and cfg.ridge >= 0):
-        raise ValueError(f"ridge must be >= 0, got {cfg.ridge!r}")
     device = default_device() if device is None else torch.device(device)
     errors = {name: torch.zeros(cfg.seeds, len(cfg.ms), dtype=DTYPE) for name in FIG1_METHODS}
     dist0 = torch.zeros(cfg.seeds, len(cfg.ms), dtype=DTYPE)
@@ -197,6 +194,14 @@ class Fig3Settings(Settings):
         and 5 repetitions (not stated)."""
         return cls(ns=(10, 100, 1000, 10000), noise_std=PAPER_NOISE_STD, rounds=1000, seeds=5)
 
+    def validate(self) -> None:
+        super().validate()
+        _check_common(self.d, self.k, self.noise_std, self.eta, self.rounds, self.seeds, self.seed)
+        check_int(self.m, "m (fresh samples per round)", 1)
+        check_ints(self.ns, "ns (numbers of clients)", each_name="every n in ns (clients)")
+        check_fraction(self.r, "the participation rate r")
+        check_positive(self.head_lr, "head_lr")
+
 
 @dataclass(frozen=True)
 class Fig3Result:
@@ -216,16 +221,6 @@ def run_fig3(cfg: Fig3Settings, device=None) -> Fig3Result:
     The three methods share the method-of-moments start (from one initial batch of m samples
     per client) and the seed of the client sampling. GD heads start at zero.
     """
-    _check_common(cfg.d, cfg.k, cfg.noise_std, cfg.eta, cfg.rounds, cfg.seeds, cfg.seed)
-    check_int(cfg.m, "m (fresh samples per round)", 1)
-    if len(cfg.ns) == 0:
-        raise ValueError("ns (numbers of clients) must not be empty")
-    for n in cfg.ns:
-        check_int(n, "every n in ns (clients)", 1)
-    if not (isinstance(cfg.r, (int, float)) and 0 < cfg.r <= 1):
-        raise ValueError(f"the participation rate r must lie in (0, 1], got {cfg.r!r}")
-    if not (isinstance(cfg.head_lr, (int, float)) and 0 < cfg.head_lr < math.inf):
-        raise ValueError(f"head_lr must be a positive finite step size, got {cfg.head_lr!r}")
     device = default_device() if device is None else torch.device(device)
     out = {}
     for n in cfg.ns:
@@ -291,6 +286,16 @@ class Fig4Settings(Settings):
         stated; we keep m = 10 and use 1000 rounds, 1000 new clients, 5 repetitions)."""
         return cls(rounds=1000, new=1000, seeds=5)
 
+    def validate(self) -> None:
+        super().validate()
+        _check_common(self.d, self.k, self.noise_std, self.eta, self.rounds, self.seeds, self.seed)
+        check_int(self.n, "n (clients)", 1)
+        check_int(self.m, "m (samples per training client)", 1)
+        check_int(self.new, "new (new clients per sample size)", 1)
+        check_ints(self.m_news, "m_news", each_name="every m_new in m_news")
+        check_int(self.fedavg_tau, "fedavg_tau (FedAvg's local steps)", 1)
+        check_positive(self.fedavg_alpha, "fedavg_alpha")
+
 
 @dataclass(frozen=True)
 class Fig4Result:
@@ -325,17 +330,6 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
     Haar-random Q, scaled to B_0 = Q/sqrt(fedavg_alpha) ("FedAvg") or not ("FedAvg, unscaled
     start"); the new clients fit their heads on its final B.
     """
-    _check_common(cfg.d, cfg.k, cfg.noise_std, cfg.eta, cfg.rounds, cfg.seeds, cfg.seed)
-    check_int(cfg.n, "n (clients)", 1)
-    check_int(cfg.m, "m (samples per training client)", 1)
-    check_int(cfg.new, "new (new clients per sample size)", 1)
-    if len(cfg.m_news) == 0:
-        raise ValueError("m_news must not be empty")
-    for m in cfg.m_news:
-        check_int(m, "every m_new in m_news", 1)
-    check_int(cfg.fedavg_tau, "fedavg_tau (FedAvg's local steps)", 1)
-    if not (isinstance(cfg.fedavg_alpha, (int, float)) and 0 < cfg.fedavg_alpha < math.inf):
-        raise ValueError(f"fedavg_alpha must be a positive finite step size, got {cfg.fedavg_alpha!r}")
     device = default_device() if device is None else torch.device(device)
     errors = {name: torch.zeros(cfg.seeds, len(cfg.m_news), cfg.new, dtype=DTYPE) for name in FIG4_METHODS}
     dist = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}

@@ -27,6 +27,7 @@ import torch
 from .. import federated, linalg, linear
 from ..backend import DTYPE, check_finite, default_device, randn, make_generator
 from ..linear import PopulationTasks
+from ..checks import check_int, check_ints, check_nonnegative, check_positive
 from ..profiles import Settings
 
 
@@ -144,6 +145,14 @@ class LocalFitsSettings(Settings):
         """A larger ambient dimension (the paper has no such instance; d = 100 as in its Fig. 1)."""
         return cls(d=100, rounds=1000)
 
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.d, "d", 2)
+        check_positive(self.alpha, "alpha")
+        check_int(self.rounds, "rounds", 1)
+        check_ints(self.taus, "taus")
+        check_nonnegative(self.perturbation, "perturbation")
+
 
 @dataclass(frozen=True)
 class LocalFitsResult:
@@ -176,10 +185,6 @@ def run(cfg: LocalFitsSettings, device=None) -> LocalFitsResult:
     random B_0 with orthonormal columns scaled by 1/sqrt(alpha) and w_0 = 0 (the normalisation
     of Collins et al. 2022), (ii) the averaged local fits and (iii) those plus a Gaussian kick
     of size ``cfg.perturbation``."""
-    if not cfg.taus or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in cfg.taus):
-        raise ValueError(f"taus must be a non-empty tuple of integers >= 1, got {cfg.taus!r}")
-    if not cfg.perturbation >= 0:
-        raise ValueError(f"perturbation must be >= 0, got {cfg.perturbation}")
     device = default_device() if device is None else torch.device(device)
     inst = local_fit_instance(cfg.d, device=device)
     avg = average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=inst.W)

@@ -25,6 +25,7 @@ import torch
 
 from .. import linear, maml, meta
 from ..backend import default_device, make_generator, randn
+from ..checks import check_int, check_nonnegative, check_number, check_positive, check_positives, check_sequence
 from ..profiles import Settings
 
 METHODS = ("ARM",) + maml.ALGORITHMS
@@ -66,27 +67,27 @@ class MamlDynamicsSettings(Settings):
         Gaussian draws so that mu_*^2 is known."""
         return cls(d=100, k=5, n=100, iterations=500, sweep_iterations=1000)
 
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.k, "k", 1)
+        check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
+        check_int(self.n, "n (tasks; diverse heads need n >= k + 1)", self.k + 1)
+        check_number(self.cond, "cond (a condition number)", low=1.0)
+        check_positive(self.scale, "scale")
+        check_nonnegative(self.mean_norm, "mean_norm")
+        check_number(self.delta0, "delta0 (a distance)", low=0.0, high=1.0, high_open=True)
+        check_positive(self.alpha, "the step size alpha")
+        check_positive(self.beta, "the step size beta")
+        check_int(self.iterations, "iterations", 1)
+        check_int(self.sweep_iterations, "sweep_iterations", 1)
+        check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
+        for name in ("alphas", "betas", "hessian_alphas"):
+            check_positives(getattr(self, name), name)
+
     @property
     def mu2(self) -> float:
         """mu_*^2, the smallest eigenvalue of (1/n) sum_i w_*_i w_*_i^T (mean_norm = 0)."""
         return self.scale**2 / self.cond
-
-
-def _check(cfg: MamlDynamicsSettings) -> None:
-    if not (isinstance(cfg.k, int) and isinstance(cfg.d, int) and 1 <= cfg.k < cfg.d):
-        raise ValueError(f"need integers 1 <= k < d, got d={cfg.d}, k={cfg.k}")
-    if not (isinstance(cfg.n, int) and cfg.n >= cfg.k + 1):
-        raise ValueError(f"need n >= k + 1 tasks so that the heads can be diverse, got n={cfg.n}, k={cfg.k}")
-    if not 0.0 <= cfg.delta0 < 1.0:
-        raise ValueError(f"delta0 is a distance and must lie in [0, 1), got {cfg.delta0}")
-    for name in ("alpha", "beta"):
-        value = getattr(cfg, name)
-        if not 0.0 < value < float("inf"):
-            raise ValueError(f"the step size {name} must be positive and finite, got {value}")
-    for name in ("iterations", "sweep_iterations"):
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,6 @@ def make_problem(cfg: MamlDynamicsSettings, *, cond: float | None = None, alpha:
     """The instance of ``cfg`` (optionally with another head condition number ``cond`` or inner
     step ``alpha``, which rescales B_0). ``degenerate=True`` projects the heads onto a random
     (k-1)-dimensional subspace of R^k, so that they no longer span it (no task diversity)."""
-    _check(cfg)
     cond = cfg.cond if cond is None else cond
     alpha = cfg.alpha if alpha is None else alpha
     device = default_device() if device is None else torch.device(device)
@@ -163,7 +163,6 @@ def hessian_term(cfg: MamlDynamicsSettings, *, at: int = 10, device=None) -> dic
     trajectory curve (w_0 = 0 makes the exact and first-order representation gradients vanish
     and coincide), where the entry is NaN.
     """
-    _check(cfg)
     if not isinstance(at, int) or at < 1:
         raise ValueError(f"at must be a positive integer (an iterate of the run), got {at!r}")
     pairs = {"MAML": "FO-MAML", "ANIL": "FO-ANIL"}
@@ -249,7 +248,6 @@ def rate_sweep(cfg: MamlDynamicsSettings, algorithms=("ANIL", "FO-ANIL"), device
     ``{sweep: {"values": (p,), "x": beta alpha mu^2 (p,), algorithm: rates (p,)}}`` for
     ``sweep`` in ``"cond"``, ``"alpha"``, ``"beta"``.
     """
-    _check(cfg)
     for algorithm in algorithms:
         if algorithm not in maml.ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; choose from {maml.ALGORITHMS}")

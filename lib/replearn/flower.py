@@ -1,30 +1,67 @@
-"""The book's FedAvg, D-SGD and FedRep on Flower (``flwr``; Beutel et al., 2020).
+"""The book's federated algorithms on Flower (``flwr``; Beutel et al., 2020).
 
-The same algorithms as :mod:`replearn.neural`, with Flower doing the orchestration: the
-server's round loop, message passing, failure handling and the weighted average are Flower's
-(``flwr.serverapp.strategy.FedAvg``); the local updates are the library's own
-(``neural._Worker.sgd``, the code behind :func:`replearn.neural.run_rounds`).
+FedAvg, D-SGD, FedRep, FedPer and LG-FedAvg -- the algorithms of :mod:`replearn.neural` that
+share parameters -- with Flower doing the orchestration: the server's round loop, message
+passing and the weighted average are Flower's (``flwr.serverapp.strategy.FedAvg``). What
+each algorithm shares, keeps local and trains, the client sampling, the minibatch plans and
+the local SGD are the engine's public pieces (:func:`replearn.neural.algorithm_spec`,
+:func:`replearn.neural.plan_round`, :class:`replearn.neural.LocalSGD`), the code behind
+:func:`replearn.neural.run_spec`, so a Flower run reproduces the in-process one.
 
 - :func:`client_app`: a Flower ``ClientApp``. ``train`` runs the algorithm's local phases
-  on the node's data; FedRep's head (Collins et al., 2021, Alg. 1) stays on the node, in its
-  ``Context.state``, and only the body is sent back. ``evaluate`` tests the server's shared
+  on the node's data; local parameters (FedRep's and FedPer's heads, Collins et al., 2021,
+  Alg. 1; LG-FedAvg's bodies) stay on the node, in its ``Context.state``, and only the
+  shared ones are sent back. ``evaluate`` tests the server's shared
   parameters with the node's own local ones; ``query`` reports the node's partition id and
-  training-set size (and, when asked with ``send-local``, its local parameters).
+  training- and test-set sizes (and, when asked with ``send-local``, its local parameters).
 - :class:`ReplayFedAvg`: Flower's FedAvg (McMahan et al., 2017): the n_i-weighted average of
-  the returned parameters. It samples clients and draws each client's minibatch order with
-  one generator seeded with ``cfg.seed``, in the same order as ``run_rounds``, and sends the
-  batch indices with the round's configuration, so that a Flower run reproduces the
-  in-process run. Replies that carry an error (the client raised) or parameters with other
-  names, shapes or dtypes than the global ones are dropped, as Flower drops failures.
-- :func:`server_app`: a Flower ``ServerApp`` that asks every node for its partition id and
-  data size, then runs :class:`ReplayFedAvg` for ``cfg.rounds`` rounds.
+  the returned parameters. It draws each round's clients and minibatch orders with
+  ``plan_round`` from one generator seeded with ``cfg.seed``, as ``run_spec`` does, and sends
+  the batch indices with the round's configuration. It screens every reply first (the
+  contract below).
+- :func:`server_app`: a Flower ``ServerApp`` that waits for the nodes, asks each for its
+  partition id and data sizes (:func:`discover`), then runs :class:`ReplayFedAvg` for
+  ``cfg.rounds`` rounds.
 - :func:`run_inprocess`: runs the two apps in this process through :class:`InProcessGrid`,
   a ``Grid`` that hands each message to the ``ClientApp`` (no Ray, no network).
 - :func:`run_simulation`: runs the same two apps on Flower's simulation engine
   (``flwr.simulation.run_simulation``, Ray backend): the ``ClientApp`` in Ray actors, one
   virtual SuperNode per client. Needs the ``simulation`` extra (Ray).
 
-Client data augmentation (``cfg.augment``) is not supported: in ``run_rounds`` it draws from
+**Fault contract.** One bad node can neither poison the global model nor stop the run:
+
+- *Sizes.* The weights of both averages are the sizes each node reported at discovery,
+  before training (n_i for the parameters and the training loss, the test-set size for
+  the evaluation metrics); the ``num-examples`` a reply claims is ignored (a mismatch is
+  logged). Discovery itself is trusted: a node missing or malformed there is an error.
+- *Screening.* A training reply enters the average only if it carries no error, exactly
+  one ``ArrayRecord`` with the global parameters' names and, for each, the global dtype and
+  shape both in its metadata and in its decoded payload, only finite values, a plausible
+  magnitude, and a finite ``train_loss``. An evaluation reply enters the average only if it
+  carries no error and a finite ``loss >= 0`` and an ``accuracy`` in [0, 1]. Other metric
+  keys are ignored, so replies never disagree on keys inside Flower's aggregation.
+- *Plausible magnitude.* For every shared tensor, the client's value theta_i and the
+  global value theta sent that round must satisfy
+  ``||theta_i - theta||_2 <= max_update_ratio * max(||theta||_2, 1)``
+  (default :data:`MAX_UPDATE_RATIO`; ``math.inf`` turns the rule off). Local SGD with the book's step sizes moves each tensor
+  by a small fraction of its norm; a blown-up or scaled update (1e30) is far outside. This
+  rule is a sanity bound, not a defence against a client that crafts plausible updates
+  (for that, a Byzantine-robust aggregate such as Flower's ``Krum`` or ``FedTrimmedAvg``).
+- *Dropping.* Every reply that fails the screening, raises in ``train`` or ``evaluate``,
+  comes from a node that was not asked, or does not arrive within ``round_timeout`` is left
+  out of that round's average and recorded in ``strategy.dropped[round]`` as a
+  :class:`Dropped` (client, stage, reason), with a warning in the ``flwr`` log. The
+  round's average is then the size-weighted average over the kept replies; a round that
+  keeps no training reply leaves the global model unchanged.
+- *Timeouts.* The server waits at most ``connect_timeout`` seconds (default
+  :data:`CONNECT_TIMEOUT`) for the nodes to connect and ``round_timeout`` seconds (default
+  :data:`ROUND_TIMEOUT`) for each exchange of messages. Too few nodes, or a node silent at
+  discovery, is a ``TimeoutError`` that says what to change; a training or evaluation reply
+  that misses the round's deadline is dropped as above. Training and evaluation messages
+  go to the nodes found at discovery (evaluation only to those with test data), without
+  Flower's waiting for nodes to be connected.
+
+Client data augmentation (``cfg.augment``) is not supported: in ``run_spec`` it draws from
 the engine's one generator in the middle of training, which nodes cannot replay.
 """
 
@@ -32,9 +69,12 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import NamedTuple
 from uuid import uuid4
 
 import numpy as np
@@ -45,46 +85,35 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Result
-from flwr.serverapp.strategy.strategy_utils import sample_nodes
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 from torch import nn
 
 from . import neural
 from .backend import make_generator
-from .neural import ClientData, Params, Phase, TrainConfig
+from .neural import AlgorithmSpec, ClientData, LocalSGD, Params, TrainConfig, plan_round
 
-ALGORITHMS = ("fedavg", "dsgd", "fedrep")
+ALGORITHMS = ("fedavg", "dsgd", "fedrep", "fedper", "lg_fedavg")
+"""The engine's algorithms that share parameters, which is what a Flower server averages."""
+CONNECT_TIMEOUT = 600.0
+"""Default seconds the server waits for the nodes to connect."""
+ROUND_TIMEOUT = 600.0
+"""Default seconds the server waits for one round's replies (Flower's own default is 3600)."""
+MAX_UPDATE_RATIO = 10.0
+"""Default bound of the plausible-magnitude rule (module docstring)."""
 _log = logging.getLogger("flwr")
 
 
-@dataclass(frozen=True)
-class Spec:
-    """What an algorithm shares, keeps local and trains (as in :mod:`replearn.neural`)."""
-
-    cfg: TrainConfig
-    shared: tuple[str, ...]
-    local: tuple[str, ...]
-    phases: tuple[Phase, ...]
-
-
-def algorithm_spec(algorithm: str, model: nn.Module, cfg: TrainConfig) -> Spec:
-    """The parameter split and local phases of ``neural.fedavg``, ``neural.dsgd`` (FedAvg
-    with tau = 1) and ``neural.fedrep`` (head phase, then body phase; bodies averaged)."""
+def algorithm_spec(algorithm: str, model: nn.Module, cfg: TrainConfig) -> AlgorithmSpec:
+    """The engine's :func:`replearn.neural.algorithm_spec` for an algorithm Flower can run
+    (one of :data:`ALGORITHMS`: those that share parameters), without augmentation."""
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+        raise ValueError(f"algorithm must be one of {ALGORITHMS} on Flower, got {algorithm!r} (local-only "
+                         "training and fine-tuning share nothing: run them with replearn.neural)")
     if cfg.augment:
         raise ValueError("augment=True is not supported on Flower: the in-process engine draws the "
                          "augmentation from its shared generator during training")
-    body, head = neural._split(model)
-    if algorithm == "dsgd":
-        cfg = replace(cfg, local_steps=1)
-    if algorithm == "fedrep":
-        if cfg.head_steps is None and cfg.head_epochs < 1:
-            raise ValueError("FedRep needs head_epochs >= 1 or head_steps")
-        return Spec(cfg, body, head, ((head, cfg.head_steps, cfg.head_epochs),
-                                      (body, cfg.local_steps, cfg.local_epochs)))
-    return Spec(cfg, body + head, (), ((body + head, cfg.local_steps, cfg.local_epochs),))
+    return neural.algorithm_spec(algorithm, model, cfg)
 
 
 def to_record(params: Params, names: Sequence[str]) -> ArrayRecord:
@@ -95,6 +124,12 @@ def to_record(params: Params, names: Sequence[str]) -> ArrayRecord:
 def from_record(record: ArrayRecord, device: torch.device) -> Params:
     """A Flower ``ArrayRecord`` as tensors on ``device``."""
     return {n: torch.tensor(np.asarray(a.numpy()), device=device) for n, a in record.items()}
+
+
+def _check_seconds(**values: float) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,7 +147,7 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
     """
     app = ClientApp()
 
-    def setup(context: Context) -> tuple[nn.Module, ClientData, Spec, int]:
+    def setup(context: Context) -> tuple[nn.Module, ClientData, AlgorithmSpec, int]:
         pid = int(context.node_config["partition-id"])
         data = data_fn(pid)
         if data.n_clients != 1:
@@ -120,7 +155,7 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
         model = model_fn()
         return model, data, algorithm_spec(algorithm, model, cfg), pid
 
-    def parameters(model: nn.Module, spec: Spec, msg: Message, context: Context, device) -> Params:
+    def parameters(model: nn.Module, spec: AlgorithmSpec, msg: Message, context: Context, device) -> Params:
         """Initial parameters, overwritten by the server's shared ones and the node's local ones."""
         params = {n: p.detach().to(device) for n, p in model.named_parameters()}
         params.update(from_record(msg.content["arrays"], device))
@@ -131,7 +166,8 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
     @app.query()
     def query(msg: Message, context: Context) -> Message:
         _, data, _, pid = setup(context)
-        info = MetricRecord({"partition-id": pid, "num-examples": int(data.train_sizes[0])})
+        info = MetricRecord({"partition-id": pid, "num-examples": int(data.train_sizes[0]),
+                             "num-test-examples": int(data.test_sizes[0])})
         content = RecordDict({"info": info})
         config = msg.content.config_records.get("config")
         if config is not None and config.get("send-local") and "local" in context.state:
@@ -143,14 +179,13 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
         model, data, spec, _ = setup(context)
         params = parameters(model, spec, msg, context, data.device)
         config = msg.content["config"]
-        worker = neural._Worker(model)
-        unused = torch.Generator()  # the SGD only draws for augmentation, which is off
+        worker = LocalSGD(model)
         loss, steps = 0.0, 0
-        for k, (trainable, _, _) in enumerate(spec.phases):
+        for k, phase in enumerate(spec.phases):
             batches = list(torch.tensor(config[f"batch-indices-{k}"], dtype=torch.int64)
                            .split(list(config[f"batch-sizes-{k}"])))
-            new, loss_sum = worker.sgd(params, trainable, data.x_train[0], data.y_train[0], batches,
-                                       spec.cfg, unused)
+            new, loss_sum = worker.train(params, phase.trainable, data.x_train[0], data.y_train[0], batches,
+                                         spec.cfg)
             params = {**params, **new}
             loss += float(loss_sum)
             steps += len(batches)
@@ -175,133 +210,270 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
 # Server side
 
 
-class ReplayFedAvg(FedAvg):
-    """Flower's FedAvg with the client sampling and minibatch orders of ``run_rounds``.
+class Dropped(NamedTuple):
+    """A reply left out of a round's average: the client (None if the sender is unknown),
+    the stage ("train" or "evaluate") and why."""
 
-    ``nodes[i]`` is the Flower node id of client i and ``train_sizes[i]`` its n_i. Each round
-    samples ``max(1, round(r M))`` clients (all if that is M) with the generator seeded with
-    ``cfg.seed``, then draws each sampled client's batches for every phase in ``phases``,
-    exactly as ``run_rounds`` does, and sends them in the client's ConfigRecord. Flower's
-    ``FedAvg.aggregate_train`` averages the kept replies weighted by ``num-examples``.
-    ``participants[t]`` lists round t's clients; ``dropped[t]`` the (client, reason) pairs
-    of the replies left out of round t's average.
+    client: int | None
+    stage: str
+    reason: str
+
+
+def _number(metrics: MetricRecord, key: str) -> float:
+    """``metrics[key]`` as a finite float (ValueError naming the key otherwise)."""
+    value = metrics.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"metric {key!r} must be a finite number, got {value!r}")
+    return float(value)
+
+
+class ReplayFedAvg(FedAvg):
+    """Flower's FedAvg with the client sampling and minibatch orders of the in-process
+    engine, and the screening of the module docstring's fault contract.
+
+    ``nodes[i]`` is the Flower node id of client i, ``train_sizes[i]`` its n_i and
+    ``test_sizes[i]`` its test-set size, as reported at discovery; they are the weights of
+    the averages. ``spec`` is the algorithm's :class:`replearn.neural.AlgorithmSpec`. Each
+    round draws the sampled clients and their batches for every phase with
+    :func:`replearn.neural.plan_round` from one generator seeded with ``spec.cfg.seed``, as
+    :func:`replearn.neural.run_spec` does, and sends each client its batches in its
+    ConfigRecord. Flower's ``FedAvg.aggregate_train`` averages the kept replies.
+    ``participants[t]`` lists round t's sampled clients; ``dropped[t]`` the :class:`Dropped`
+    replies of round t. ``round_timeout``: seconds to wait for a round's replies (pass it
+    to ``start``, as :func:`server_app` does); ``max_update_ratio``: the plausible-magnitude
+    bound.
     """
 
-    def __init__(self, nodes: Sequence[int], train_sizes: Sequence[int], cfg: TrainConfig,
-                 phases: Sequence[Phase]):
-        if len(nodes) != len(train_sizes) or not nodes:
-            raise ValueError(f"need one train size per node, got {len(nodes)} nodes and "
-                             f"{len(train_sizes)} sizes")
+    def __init__(self, nodes: Sequence[int], train_sizes: Sequence[int], test_sizes: Sequence[int],
+                 spec: AlgorithmSpec, *, round_timeout: float = ROUND_TIMEOUT,
+                 max_update_ratio: float = MAX_UPDATE_RATIO):
+        if len(nodes) != len(train_sizes) or len(nodes) != len(test_sizes) or not nodes:
+            raise ValueError(f"need one train size and one test size per node, got {len(nodes)} nodes, "
+                             f"{len(train_sizes)} train sizes and {len(test_sizes)} test sizes")
+        _check_seconds(round_timeout=round_timeout)
+        if isinstance(max_update_ratio, bool) or not isinstance(max_update_ratio, (int, float)) \
+                or not max_update_ratio > 0:
+            raise ValueError(f"max_update_ratio must be positive (math.inf turns the magnitude rule "
+                             f"off), got {max_update_ratio!r}")
         M = len(nodes)
-        super().__init__(fraction_train=cfg.participation, min_train_nodes=1, min_evaluate_nodes=M,
+        super().__init__(fraction_train=spec.cfg.participation, min_train_nodes=1, min_evaluate_nodes=M,
                          min_available_nodes=M)
         self.nodes = list(nodes)
         self.client_of = {node: i for i, node in enumerate(self.nodes)}
         self.train_sizes = [int(n) for n in train_sizes]
-        self.cfg = cfg
-        self.phases = tuple(phases)
-        self.generator = make_generator(cfg.seed)
+        self.test_sizes = [int(n) for n in test_sizes]
+        self.spec = spec
+        self.round_timeout = float(round_timeout)
+        self.max_update_ratio = float(max_update_ratio)
+        self.generator = make_generator(spec.cfg.seed)
         self.participants: list[tuple[int, ...]] = []
-        self.dropped: dict[int, list[tuple[int | None, str]]] = {}
-        self._expected: dict[str, tuple[tuple[int, ...], str]] = {}
+        self.dropped: dict[int, list[Dropped]] = {}
+        self._global: dict[str, np.ndarray] = {}
+        self._asked: dict[str, list[int]] = {"train": [], "evaluate": []}
+
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3,
+              timeout: float | None = None, **kwargs) -> Result:
+        """Flower's ``Strategy.start`` with ``timeout`` defaulting to ``round_timeout``."""
+        return super().start(grid, initial_arrays, num_rounds,
+                             self.round_timeout if timeout is None else timeout, **kwargs)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        M = len(self.nodes)
-        m = max(1, round(self.cfg.participation * M))
-        selected = (sorted(torch.randperm(M, generator=self.generator)[:m].tolist()) if m < M
-                    else list(range(M)))
-        self.participants.append(tuple(selected))
-        self._expected = {n: (tuple(a.shape), a.dtype) for n, a in arrays.items()}
+        plan = plan_round(self.train_sizes, self.spec.phases, self.spec.cfg, self.generator)
+        self.participants.append(plan.clients)
+        self._global = {n: a.numpy() for n, a in arrays.items()}
+        self._asked["train"] = list(plan.clients)
         messages = []
-        for i in selected:
+        for i in plan.clients:
             client_config = ConfigRecord({**config, "server-round": server_round})
-            for k, (_, steps, epochs) in enumerate(self.phases):
-                batches = neural._batches(self.train_sizes[i], self.cfg.batch_size, steps=steps,
-                                          epochs=epochs, generator=self.generator)
+            for k, batches in enumerate(plan.batches[i]):
                 client_config[f"batch-indices-{k}"] = torch.cat(batches).tolist()
                 client_config[f"batch-sizes-{k}"] = [len(b) for b in batches]
             content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: client_config})
             messages.append(Message(content, dst_node_id=self.nodes[i], message_type=MessageType.TRAIN))
         return messages
 
-    def _problem(self, msg: Message) -> str | None:
-        """Why a reply cannot enter the average (None if it can)."""
-        if msg.has_error():
-            return f"client failed: {msg.error.reason}"
+    def _screen_train(self, client: int, msg: Message) -> RecordDict:
+        """The reply's content re-weighted by the discovered n_i (ValueError if it must be dropped)."""
         arrays, metrics = msg.content.array_records, msg.content.metric_records
         if len(arrays) != 1 or len(metrics) != 1:
-            return "expected one ArrayRecord and one MetricRecord"
-        got = {n: (tuple(a.shape), a.dtype) for n, a in next(iter(arrays.values())).items()}
-        if got != self._expected:
-            return f"parameters {got} do not match the global ones {self._expected}"
-        weight = next(iter(metrics.values())).get(self.weighted_by_key)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
-            return f"{self.weighted_by_key!r} must be a positive number, got {weight!r}"
-        return None
+            raise ValueError(f"expected one ArrayRecord and one MetricRecord, got {len(arrays)} and "
+                             f"{len(metrics)}")
+        record = next(iter(arrays.values()))
+        if set(record) != set(self._global):
+            raise ValueError(f"parameters {sorted(record)} do not match the global ones {sorted(self._global)}")
+        for name, array in record.items():
+            glob = self._global[name]
+            if (tuple(array.shape), array.dtype) != (glob.shape, str(glob.dtype)):
+                raise ValueError(f"{name}: metadata {array.dtype} {tuple(array.shape)} does not match the "
+                                 f"global parameter ({glob.dtype} {glob.shape})")
+            value = array.numpy()
+            if value.shape != glob.shape or value.dtype != glob.dtype:
+                raise ValueError(f"{name}: the payload holds {value.dtype} {value.shape}, its metadata says "
+                                 f"{array.dtype} {tuple(array.shape)}")
+            if not np.isfinite(value).all():
+                raise ValueError(f"{name}: non-finite values (NaN or inf)")
+            glob64 = glob.astype(np.float64)
+            change = float(np.linalg.norm(value.astype(np.float64) - glob64))
+            bound = self.max_update_ratio * max(float(np.linalg.norm(glob64)), 1.0)
+            if not change <= bound:
+                raise ValueError(f"{name}: implausible magnitude: the update moves it by {change:.3g}, more "
+                                 f"than max_update_ratio * max(|global|, 1) = {bound:.3g}")
+        reported = next(iter(metrics.values()))
+        loss = _number(reported, "train_loss")
+        claimed = reported.get(self.weighted_by_key)
+        if claimed != self.train_sizes[client]:
+            _log.warning("client %d claims %s = %r, discovery reported %d: weighting by %d", client,
+                         self.weighted_by_key, claimed, self.train_sizes[client], self.train_sizes[client])
+        return RecordDict({self.arrayrecord_key: record, "metrics": MetricRecord(
+            {"train_loss": loss, self.weighted_by_key: self.train_sizes[client]})})
+
+    def _screen_evaluate(self, client: int, msg: Message) -> RecordDict:
+        """The reply's metrics re-weighted by the discovered test size (ValueError if dropped)."""
+        metrics = msg.content.metric_records
+        if len(metrics) != 1:
+            raise ValueError(f"expected one MetricRecord, got {len(metrics)}")
+        reported = next(iter(metrics.values()))
+        accuracy, loss = _number(reported, "accuracy"), _number(reported, "loss")
+        if not (0 <= accuracy <= 1 and loss >= 0):
+            raise ValueError(f"accuracy {accuracy} must lie in [0, 1] and loss {loss} be >= 0")
+        return RecordDict({"metrics": MetricRecord(
+            {"accuracy": accuracy, "loss": loss, self.weighted_by_key: self.test_sizes[client]})})
+
+    def _kept(self, server_round: int, stage: str, replies: Iterable[Message]) -> list[Message]:
+        """The screened replies of one stage; the others are recorded in ``dropped``."""
+        screen = self._screen_train if stage == "train" else self._screen_evaluate
+        waiting = set(self._asked[stage])
+        kept = []
+        for msg in replies:
+            client = self.client_of.get(msg.metadata.src_node_id)
+            try:
+                if client not in waiting:
+                    raise ValueError(f"node {msg.metadata.src_node_id} was not asked or replied twice")
+                waiting.discard(client)
+                if msg.has_error():
+                    raise ValueError(f"the client failed: {msg.error.reason}")
+                content = screen(client, msg)
+            except Exception as ex:  # noqa: BLE001 -- any fault in one reply drops that reply only
+                reason = str(ex) if isinstance(ex, ValueError) else f"malformed reply ({type(ex).__name__}: {ex})"
+                self._drop(server_round, client, stage, reason)
+                continue
+            kept.append(Message(content=content, metadata=msg.metadata))
+        for client in sorted(waiting):
+            self._drop(server_round, client, stage, f"no reply within round_timeout = {self.round_timeout:g} s")
+        return kept
+
+    def _drop(self, server_round: int, client: int | None, stage: str, reason: str) -> None:
+        self.dropped.setdefault(server_round, []).append(Dropped(client, stage, reason))
+        _log.warning("round %d: dropped the %s reply of client %s: %s", server_round, stage, client, reason)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        kept = []
-        for msg in replies:
-            problem = self._problem(msg)
-            if problem is None:
-                kept.append(msg)
-                continue
-            client = self.client_of.get(msg.metadata.src_node_id)
-            self.dropped.setdefault(server_round, []).append((client, problem))
-            _log.warning("round %d: dropped the update of client %s: %s", server_round, client, problem)
-        return super().aggregate_train(server_round, kept)
+        return super().aggregate_train(server_round, self._kept(server_round, "train", replies))
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
-        """Evaluate on every node on the rounds ``run_rounds`` evaluates."""
-        if server_round % self.cfg.eval_every and server_round != self.cfg.rounds:
+        """Evaluate on the rounds ``run_spec`` evaluates, on every node found at discovery
+        that has test data (without Flower's waiting for nodes to be connected)."""
+        cfg = self.spec.cfg
+        if server_round % cfg.eval_every and server_round != cfg.rounds:
             return []
-        return super().configure_evaluate(server_round, arrays, config, grid)
+        self._asked["evaluate"] = [i for i, n in enumerate(self.test_sizes) if n > 0]
+        content = RecordDict({self.arrayrecord_key: arrays,
+                              self.configrecord_key: ConfigRecord({**config, "server-round": server_round})})
+        return [Message(content, dst_node_id=self.nodes[i], message_type=MessageType.EVALUATE)
+                for i in self._asked["evaluate"]]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return super().aggregate_evaluate(server_round, self._kept(server_round, "evaluate", replies))
 
 
-def discover(grid: Grid, n_clients: int | None = None, *, timeout: float = 600
-             ) -> tuple[list[int], list[int]]:
-    """Ask every node for its partition id and training-set size; returns the node ids and
-    sizes ordered by partition id, which must be 0, ..., M-1. With ``n_clients``, first wait
-    (with Flower's ``sample_nodes``) until that many nodes are connected."""
+def wait_for_nodes(grid: Grid, n_nodes: int, *, timeout: float = CONNECT_TIMEOUT) -> list[int]:
+    """The ids of the ``n_nodes`` nodes connected to ``grid``, waiting up to ``timeout``
+    seconds for them to connect (``TimeoutError`` then; ``ValueError`` if more are connected)."""
+    _check_seconds(connect_timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while len(nodes := list(grid.get_node_ids())) < n_nodes:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"only {len(nodes)} of the n_clients = {n_nodes} nodes connected within "
+                               f"connect_timeout = {timeout:g} s: start the missing SuperNodes, pass "
+                               f"n_clients={len(nodes)}, or wait longer with a larger connect_timeout")
+        _log.info("waiting for nodes to connect: %d of %d", len(nodes), n_nodes)
+        time.sleep(min(1.0, left))
+    if len(nodes) > n_nodes:
+        raise ValueError(f"{len(nodes)} nodes are connected but n_clients = {n_nodes}: pass "
+                         f"n_clients={len(nodes)} or stop the extra SuperNodes")
+    return nodes
+
+
+def discover(grid: Grid, n_clients: int | None = None, *, connect_timeout: float = CONNECT_TIMEOUT,
+             timeout: float = ROUND_TIMEOUT) -> tuple[list[int], list[int], list[int]]:
+    """Ask every node for its partition id, training-set and test-set size; returns the node
+    ids and both sizes ordered by partition id, which must be 0, ..., M-1. With
+    ``n_clients``, first wait (up to ``connect_timeout`` seconds) until that many nodes are
+    connected; each node must reply within ``timeout`` seconds. The sizes become the weights
+    of the averages, so a node that does not reply or replies malformed is an error here."""
+    _check_seconds(timeout=timeout)
     node_ids = (list(grid.get_node_ids()) if n_clients is None
-                else sample_nodes(grid, n_clients, n_clients)[1])
+                else wait_for_nodes(grid, n_clients, timeout=connect_timeout))
+    if not node_ids:
+        raise ValueError("no node is connected to the grid")
     replies = grid.send_and_receive(
         [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in node_ids],
         timeout=timeout)
-    found: dict[int, tuple[int, int]] = {}
+    found: dict[int, tuple[int, int, int]] = {}
     for msg in replies:
         node = msg.metadata.src_node_id
+        if node not in node_ids or any(node == f[0] for f in found.values()):
+            raise ValueError(f"unexpected discovery reply from node {node}")
         if msg.has_error():
             raise ValueError(f"node {node} did not report its partition: {msg.error.reason}")
-        info = msg.content["info"]
-        pid = int(info["partition-id"])
+        info = msg.content.metric_records.get("info")
+        values = [info.get(k) if info is not None else None
+                  for k in ("partition-id", "num-examples", "num-test-examples")]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values) \
+                or values[1] < 1 or values[2] < 0:
+            raise ValueError(f"node {node} must report integers partition-id, num-examples >= 1 and "
+                             f"num-test-examples >= 0, got {dict(info) if info is not None else None}")
+        pid, n_train, n_test = values
         if pid in found:
             raise ValueError(f"nodes {found[pid][0]} and {node} both report partition {pid}")
-        found[pid] = (node, int(info["num-examples"]))
+        found[pid] = (node, n_train, n_test)
+    missing = sorted(set(node_ids) - {f[0] for f in found.values()})
+    if missing:
+        raise TimeoutError(f"nodes {missing} did not answer the discovery query within {timeout:g} s")
     if sorted(found) != list(range(len(node_ids))):
         raise ValueError(f"{len(node_ids)} nodes must report partitions 0..{len(node_ids) - 1}, "
                          f"got {sorted(found)}")
-    return [found[i][0] for i in range(len(found))], [found[i][1] for i in range(len(found))]
+    ordered = [found[i] for i in range(len(found))]
+    return [f[0] for f in ordered], [f[1] for f in ordered], [f[2] for f in ordered]
 
 
 def server_app(model_fn: Callable[[], nn.Module], cfg: TrainConfig, algorithm: str, *,
-               n_clients: int | None = None,
+               n_clients: int | None = None, connect_timeout: float = CONNECT_TIMEOUT,
+               round_timeout: float = ROUND_TIMEOUT, max_update_ratio: float = MAX_UPDATE_RATIO,
                on_result: Callable[[Result, ReplayFedAvg], None] | None = None) -> ServerApp:
     """A Flower ``ServerApp`` running ``algorithm`` for ``cfg.rounds`` rounds from the
-    parameters of ``model_fn()`` on ``n_clients`` nodes (waits for them to connect; default:
-    the nodes connected at the start). The final shared parameters are stored in
-    ``context.state["arrays"]``; ``on_result(result, strategy)`` is called at the end."""
+    parameters of ``model_fn()`` on ``n_clients`` nodes (waits up to ``connect_timeout``
+    seconds for them to connect; default: the nodes connected at the start), waiting up to
+    ``round_timeout`` seconds for each round's replies, with the fault contract of the module
+    docstring. The final shared parameters are stored in ``context.state["arrays"]``;
+    ``on_result(result, strategy)`` is called at the end."""
+    _check_seconds(connect_timeout=connect_timeout, round_timeout=round_timeout)
+    if n_clients is not None and (isinstance(n_clients, bool) or not isinstance(n_clients, int)
+                                  or n_clients < 1):
+        raise ValueError(f"n_clients must be a positive int or None, got {n_clients!r}")
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         model = model_fn()
         spec = algorithm_spec(algorithm, model, cfg)
-        nodes, sizes = discover(grid, n_clients)
-        strategy = ReplayFedAvg(nodes, sizes, spec.cfg, spec.phases)
+        nodes, train_sizes, test_sizes = discover(grid, n_clients, connect_timeout=connect_timeout,
+                                                  timeout=round_timeout)
+        strategy = ReplayFedAvg(nodes, train_sizes, test_sizes, spec,
+                                round_timeout=round_timeout, max_update_ratio=max_update_ratio)
         initial = to_record(dict(model.named_parameters()), spec.shared)
         result = strategy.start(grid, initial, num_rounds=spec.cfg.rounds)
         context.state["arrays"] = result.arrays if result.arrays is not None else initial
@@ -318,7 +490,11 @@ def server_app(model_fn: Callable[[], nn.Module], cfg: TrainConfig, algorithm: s
 class InProcessGrid(Grid):
     """A Flower ``Grid`` whose nodes are ``ClientApp`` calls in this process, one message
     after another, each node with its own persistent ``Context`` (``partition-id`` i). As in
-    Flower's simulation runtime, an exception in the ``ClientApp`` becomes an error reply."""
+    Flower's simulation runtime, an exception in the ``ClientApp`` becomes an error reply.
+    ``send_and_receive(..., timeout=s)`` treats the nodes as if they ran in parallel: a reply
+    whose ``ClientApp`` call took longer than ``s`` seconds is discarded, as a late reply is
+    on a real grid (the call itself cannot be interrupted: a node that never returns hangs
+    this grid, not Flower's)."""
 
     def __init__(self, app: ClientApp, n_nodes: int, *, run_id: int = 1):
         self.app = app
@@ -329,7 +505,7 @@ class InProcessGrid(Grid):
             self.contexts[node] = Context(run_id=run_id, node_id=node, state=RecordDict(),
                                           node_config={"partition-id": i, "num-partitions": n_nodes},
                                           run_config={})
-        self._replies: dict[str, Message] = {}
+        self._replies: dict[str, tuple[Message, float]] = {}
 
     def set_run(self, run: Run) -> None:
         self._run = run
@@ -349,20 +525,35 @@ class InProcessGrid(Grid):
         ids = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's InMemoryGrid does
+            start = time.perf_counter()
             try:
                 reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
             except Exception as ex:  # noqa: BLE001 -- reported to the strategy, as Flower does
                 reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
                                       reason=f"{type(ex).__name__}: {ex}"), reply_to=msg)
-            self._replies[msg.metadata.message_id] = reply
+            self._replies[msg.metadata.message_id] = (reply, time.perf_counter() - start)
             ids.append(msg.metadata.message_id)
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        return [self._replies.pop(i) for i in message_ids if i in self._replies]
+        return [self._replies.pop(i)[0] for i in message_ids if i in self._replies]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
-        return self.pull_messages(self.push_messages(messages))
+        ids = self.push_messages(messages)
+        if timeout is not None:
+            late = [i for i in ids if self._replies[i][1] > timeout]
+            for i in late:
+                del self._replies[i]
+        return self.pull_messages(ids)
+
+    def run_server(self, app: ServerApp) -> Context:
+        """Run the ``ServerApp`` on this grid, with the task identity Flower's runtime sets
+        (``flwr.server.compat.app``); returns the server's ``Context``."""
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, self.run.run_id, SUPERLINK_NODE_ID
+        context = Context(run_id=self.run.run_id, node_id=SUPERLINK_NODE_ID, node_config={},
+                          state=RecordDict(), run_config={})
+        app(self, context)
+        return context
 
 
 @dataclass(frozen=True)
@@ -371,7 +562,7 @@ class FlowerRun:
     :class:`replearn.neural.FedResult`: ``state`` the server's parameters (initial values for
     local names), ``local`` the nodes' local parameters stacked along a first client axis,
     ``result`` Flower's ``Result`` (per-round metrics) and ``strategy`` (participants,
-    dropped updates)."""
+    dropped replies)."""
 
     state: Params
     local: Params
@@ -380,22 +571,23 @@ class FlowerRun:
 
 
 def run_inprocess(model_fn: Callable[[], nn.Module], clients: ClientData, cfg: TrainConfig,
-                  algorithm: str, *, app: ClientApp | None = None) -> FlowerRun:
+                  algorithm: str, *, app: ClientApp | None = None, connect_timeout: float = CONNECT_TIMEOUT,
+                  round_timeout: float = ROUND_TIMEOUT,
+                  max_update_ratio: float = MAX_UPDATE_RATIO) -> FlowerRun:
     """Run ``algorithm`` on Flower with one node per client of ``clients`` in this process:
-    :func:`server_app` drives :func:`client_app` (or ``app``) through :class:`InProcessGrid`."""
+    :func:`server_app` (with the given timeouts and ``max_update_ratio``) drives
+    :func:`client_app` (or ``app``) through :class:`InProcessGrid`."""
     model = model_fn()
     spec = algorithm_spec(algorithm, model, cfg)
     app = app or client_app(model_fn, lambda i: clients.subset([i]), cfg, algorithm)
     grid = InProcessGrid(app, clients.n_clients)
     finished = {}
     server = server_app(model_fn, cfg, algorithm, n_clients=clients.n_clients,
+                        connect_timeout=connect_timeout, round_timeout=round_timeout,
+                        max_update_ratio=max_update_ratio,
                         on_result=lambda result, strategy: finished.update(result=result,
                                                                           strategy=strategy))
-    # The identity Flower's runtime sets before it runs a ServerApp (flwr.server.compat.app)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, grid.run.run_id, SUPERLINK_NODE_ID
-    context = Context(run_id=grid.run.run_id, node_id=SUPERLINK_NODE_ID, node_config={}, state=RecordDict(),
-                      run_config={})
-    server(grid, context)
+    context = grid.run_server(server)
     device = clients.device
     state = {n: p.detach().to(device).clone() for n, p in model.named_parameters()}
     state.update(from_record(context.state["arrays"], device))
@@ -411,10 +603,10 @@ def run_inprocess(model_fn: Callable[[], nn.Module], clients: ClientData, cfg: T
 # Running on Flower's simulation engine (Ray)
 
 
-def fetch_local(grid: Grid, nodes: Sequence[int], *, timeout: float = 600) -> list[ArrayRecord | None]:
+def fetch_local(grid: Grid, nodes: Sequence[int], *, timeout: float = ROUND_TIMEOUT) -> list[ArrayRecord | None]:
     """Ask each node in ``nodes`` for the local parameters it keeps (FedRep's head) with a
     ``query`` message; returns one ``ArrayRecord`` per node, in order (None for a node that
-    has none or replied with an error)."""
+    has none, replied with an error or did not reply within ``timeout`` seconds)."""
     config = ConfigRecord({"send-local": True})
     replies = grid.send_and_receive(
         [Message(RecordDict({"config": config}), dst_node_id=n, message_type=MessageType.QUERY)
@@ -435,17 +627,20 @@ def _ray_defaults(n_clients: int) -> dict:
 
 def run_simulation(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], ClientData],
                    n_clients: int, cfg: TrainConfig, algorithm: str, *,
-                   backend_config: dict | None = None, verbose: bool = False) -> FlowerRun:
+                   backend_config: dict | None = None, verbose: bool = False,
+                   connect_timeout: float = CONNECT_TIMEOUT, round_timeout: float = ROUND_TIMEOUT,
+                   max_update_ratio: float = MAX_UPDATE_RATIO) -> FlowerRun:
     """Run ``algorithm`` on Flower's simulation engine with ``n_clients`` virtual SuperNodes.
 
-    The apps are :func:`server_app` and :func:`client_app`, run by
-    ``flwr.simulation.run_simulation`` with its Ray backend: the ``ServerApp`` runs in a
-    thread of this process, the ``ClientApp`` in a pool of Ray actors (one per CPU given to
-    Ray), and node i's data is ``data_fn(i)`` (``context.node_config["partition-id"]``),
-    called in the actor. ``model_fn``, ``data_fn`` and ``cfg`` are pickled to the actors
-    (with cloudpickle, for every message: let ``data_fn`` load from disk rather than close
-    over large tensors). FedRep's heads, which stay on the nodes, are fetched after training
-    with one ``query`` message per node (:func:`fetch_local`).
+    The apps are :func:`server_app` (with the given timeouts and ``max_update_ratio``) and
+    :func:`client_app`, run by ``flwr.simulation.run_simulation`` with its Ray backend: the
+    ``ServerApp`` runs in a thread of this process, the ``ClientApp`` in a pool of Ray actors
+    (one per CPU given to Ray), and node i's data is ``data_fn(i)``
+    (``context.node_config["partition-id"]``), called in the actor. ``model_fn``, ``data_fn``
+    and ``cfg`` are pickled to the actors (with cloudpickle, for every message: let
+    ``data_fn`` load from disk rather than close over large tensors). FedRep's heads, which
+    stay on the nodes, are fetched after training with one ``query`` message per node
+    (:func:`fetch_local`).
 
     ``backend_config`` updates the defaults key by key (``init_args``, ``client_resources``,
     ``actor``): by default Ray starts a new local instance without dashboard on
@@ -454,13 +649,15 @@ def run_simulation(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], C
     one thread), and Ray's usage statistics are off (``RAY_USAGE_STATS_ENABLED=0`` unless
     set). Flower's own telemetry is governed by ``FLWR_TELEMETRY_ENABLED``, read when
     ``flwr`` is imported. Flower's INFO log lines are hidden unless ``verbose``. Returns a
-    :class:`FlowerRun` as :func:`run_inprocess` does. Flower 1.41 marks its
-    ``run_simulation`` deprecated (in favour of ``flwr run``) and logs a warning.
+    :class:`FlowerRun` as :func:`run_inprocess` does; an exception in the ``ServerApp``
+    (e.g. the ``TimeoutError`` of :func:`discover`) is raised again here as a
+    ``RuntimeError`` from it. Flower 1.41 marks its ``run_simulation`` deprecated (in favour
+    of ``flwr run``) and logs a warning.
     """
     model = model_fn()
     spec = algorithm_spec(algorithm, model, cfg)
-    if n_clients < 1:
-        raise ValueError(f"n_clients must be positive, got {n_clients}")
+    if isinstance(n_clients, bool) or not isinstance(n_clients, int) or n_clients < 1:
+        raise ValueError(f"n_clients must be positive, got {n_clients!r}")
     if importlib.util.find_spec("ray") is None:  # else Flower exits the interpreter
         raise ImportError("Flower's simulation engine needs Ray: pip install -r requirements-flower.txt "
                           '(or pip install "flwr[simulation]==1.41.0")')
@@ -471,17 +668,22 @@ def run_simulation(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], C
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
     finished: dict = {}
-    inner = server_app(model_fn, cfg, algorithm, n_clients=n_clients,
+    inner = server_app(model_fn, cfg, algorithm, n_clients=n_clients, connect_timeout=connect_timeout,
+                       round_timeout=round_timeout, max_update_ratio=max_update_ratio,
                        on_result=lambda result, strategy: finished.update(result=result,
                                                                           strategy=strategy))
     server = ServerApp()
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        inner(grid, context)
+        try:
+            inner(grid, context)
+        except Exception as ex:
+            finished["error"] = ex
+            raise
         finished["arrays"] = context.state["arrays"]
         if spec.local:
-            finished["local"] = fetch_local(grid, finished["strategy"].nodes)
+            finished["local"] = fetch_local(grid, finished["strategy"].nodes, timeout=round_timeout)
 
     level = _log.level
     if not verbose:
@@ -491,6 +693,8 @@ def run_simulation(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], C
                             backend_config=config)
     finally:
         _log.setLevel(level)
+    if "error" in finished:
+        raise RuntimeError(f"the ServerApp failed: {finished['error']}") from finished["error"]
     if "arrays" not in finished:
         raise RuntimeError("the simulation ended before the ServerApp finished")
     device = next(model.parameters()).device

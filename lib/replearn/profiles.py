@@ -68,14 +68,14 @@ class Settings:
                 if not isinstance(value, str):
                     raise ValueError(f"{f.name} must be a string, got {value!r}")
             elif isinstance(default, tuple) and default:
-                kinds = {type(v) for v in default}
+                kinds, name = {type(v) for v in default}, f"{f.name} (a tuple)"
                 if kinds <= {int}:
-                    value = check_sequence(value, f.name, lambda v, n: check_int(v, n, None))
+                    value = check_sequence(value, name, lambda v, n: check_int(v, n, None))
                 elif kinds <= {int, float}:
-                    value = check_sequence(value, f.name, lambda v, n: v if isinstance(v, int)
+                    value = check_sequence(value, name, lambda v, n: v if isinstance(v, int)
                                            and not isinstance(v, bool) else check_number(v, n))
                 else:
-                    value = check_sequence(value, f.name, lambda v, n: v)
+                    value = check_sequence(value, name, lambda v, n: v)
                 object.__setattr__(self, f.name, value)
 
     @classmethod

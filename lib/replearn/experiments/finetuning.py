@@ -37,8 +37,9 @@ from ..linalg import orthonormal_basis, principal_angle_distance, random_orthono
 from ..linear import SampledTasks, ground_truth_representation, make_heads, population_tasks
 from ..lower_bound import adversarial_ground_truth
 from ..meta import arm
+from ..checks import check_int, check_ints, check_nonnegative, check_number, check_positive
 from ..profiles import Settings
-from .sample_complexity import _check_int, expected_ls_error, least_squares
+from .sample_complexity import expected_ls_error, least_squares
 
 LEARNED = ("ARM", "FedAvg", "true representation")
 METHODS = LEARNED + ("from scratch",)
@@ -78,6 +79,22 @@ class FinetuneSettings(Settings):
         """A larger instance (the papers show the fine-tuning gap on images, not in this model)."""
         return cls(d=100, k=10, n=50, rounds=6000, ms=(5, 20, 40, 80, 160, 320, 640),
                    trials=4000, batch=500)
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("k", "n", "arm_iterations", "tau", "rounds", "trials", "batch", "joint_steps"):
+            check_int(getattr(self, name), name, 1)
+        check_int(self.d, "d (needs k < d: a representation that can miss directions)", self.k + 1)
+        check_ints(self.ms, "ms (the sample sizes of the new task)",
+                   each_name="every m in ms (samples of the new task)")
+        if self.delta is not None:
+            check_number(self.delta, "delta (or None for a random B_*)", low=0.0, high=1.0, low_open=True,
+                         high_open=True)
+        for name in ("beta", "alpha", "joint_lr"):
+            check_positive(getattr(self, name), f"the step size {name}")
+        check_nonnegative(self.noise_std, "noise_std")
+        check_number(self.mean_norm, "mean_norm (ARM only sees the mean head)", low=0.0, low_open=True)
+        check_number(self.cond, "cond (a condition number)", low=1.0)
 
 
 @dataclass(frozen=True)
@@ -181,32 +198,11 @@ def _seed_for(seed: int, m: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, m, stream]).generate_state(1)[0])
 
 
-def _validate(cfg: FinetuneSettings) -> None:
-    for name in ("d", "k", "n", "arm_iterations", "tau", "rounds", "trials", "batch", "joint_steps"):
-        _check_int(getattr(cfg, name), name, 1)
-    _check_int(cfg.seed, "seed", 0)
-    if not cfg.k < cfg.d:
-        raise ValueError(f"need k < d (a representation that can miss directions), got k={cfg.k}, d={cfg.d}")
-    if len(cfg.ms) == 0:
-        raise ValueError("ms (the sample sizes of the new task) must not be empty")
-    for m in cfg.ms:
-        _check_int(m, "every m in ms (samples of the new task)", 1)
-    if cfg.delta is not None and not 0 < cfg.delta < 1:
-        raise ValueError(f"delta must lie in (0, 1) (or be None for a random B_*), got {cfg.delta}")
-    for name in ("beta", "alpha", "joint_lr"):
-        if not 0 < getattr(cfg, name) < math.inf:
-            raise ValueError(f"the step size {name} must be positive and finite, got {getattr(cfg, name)}")
-    if not (cfg.noise_std >= 0 and cfg.mean_norm > 0):
-        raise ValueError(f"need noise_std >= 0 and mean_norm > 0 (ARM only sees the mean head), "
-                         f"got {cfg.noise_std}, {cfg.mean_norm}")
-
-
 def train(cfg: FinetuneSettings, device=None) -> tuple[torch.Tensor, dict]:
     """B_* and the final ARM and FedAvg models ``{"ARM": (B, w), "FedAvg": (B, w)}``, trained
     on the population losses of ``cfg.n`` tasks from the same random B_0 (orthonormal) and
     w_0 = 0. With ``cfg.delta`` set, B_* is the adversarial ground truth at distance delta
     from col(B_0)."""
-    _validate(cfg)
     device = default_device() if device is None else torch.device(device)
     gen = make_generator(cfg.seed)
     W = make_heads(cfg.n, cfg.k, mean_norm=cfg.mean_norm, cond=cfg.cond, seed=gen)

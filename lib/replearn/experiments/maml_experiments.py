@@ -28,6 +28,8 @@ from torch.func import grad, jacrev, vmap
 
 from .. import linear, maml, meta
 from ..backend import DTYPE, make_generator
+from ..checks import (check_choice, check_int, check_ints, check_nonnegative, check_number, check_positive,
+                      check_sequence)
 from ..profiles import Settings
 
 ALGORITHMS = maml.ALGORITHMS
@@ -109,6 +111,25 @@ class TightnessSettings(Settings):
     def paper(cls):
         """A larger instance (the talk does not state the settings of its tightness figure)."""
         return cls(d=50, k=5, n=50, iterations=2000, seeds=10)
+
+    def validate(self) -> None:
+        super().validate()
+        _check_linear_setting(self)
+        check_int(self.n, "n (tasks)", 1)
+        check_int(self.iterations, "iterations", 1)
+        check_int(self.seeds, "seeds", 1)
+
+
+def _check_linear_setting(cfg) -> None:
+    """Checks shared by the linear-model settings of chapter 2."""
+    check_int(cfg.k, "k", 1)
+    check_int(cfg.d, "d (needs 1 <= k < d)", cfg.k + 1)
+    check_number(cfg.cond, "cond (a condition number)", low=1.0)
+    if hasattr(cfg, "mean_norm"):
+        check_nonnegative(cfg.mean_norm, "mean_norm")
+    check_positive(cfg.alpha, "the step size alpha")
+    check_positive(cfg.beta, "the step size beta")
+    check_number(cfg.delta0, "delta0", low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 @dataclass(frozen=True)
@@ -210,6 +231,19 @@ class FiniteSampleSettings(Settings):
         return cls(d=100, k=5, iterations=500, tail=50, ms=(16, 32, 64, 128, 256), ns=(10, 20, 40, 80, 160, 320),
                    m_fixed=32, n_fixed=50, seeds=5)
 
+    def validate(self) -> None:
+        super().validate()
+        _check_linear_setting(self)
+        check_nonnegative(self.noise_std, "noise_std")
+        check_int(self.iterations, "iterations", 1)
+        check_int(self.tail, "tail", 1, self.iterations)
+        check_ints(self.ms, "ms (sample sizes)")
+        check_ints(self.ns, "ns (task counts)")
+        check_int(self.n_fixed, "n_fixed", 1)
+        check_int(self.m_fixed, "m_fixed", 1)
+        check_sequence(self.algorithms, "algorithms", lambda v, n: check_choice(v, n, ("ANIL", "FO-ANIL")))
+        check_int(self.seeds, "seeds", 1)
+
 
 @dataclass(frozen=True)
 class FiniteSampleResult:
@@ -238,10 +272,6 @@ def finite_sample_distance(cfg: FiniteSampleSettings, algorithm: str, n: int, m:
 
 def run_finite_samples(cfg: FiniteSampleSettings) -> FiniteSampleResult:
     """The grids of :class:`FiniteSampleSettings` (runs with one torch thread: many tiny ops)."""
-    if not 0 < cfg.tail <= cfg.iterations:
-        raise ValueError(f"tail must lie in [1, iterations], got {cfg.tail}")
-    if min(cfg.ms) < 1 or min(cfg.ns) < 1:
-        raise ValueError("sample sizes and task counts must be positive")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -282,6 +312,14 @@ class NeuralMamlSettings(Settings):
     def paper(cls):
         """Wang et al. (2020) state the theory without this experiment; a larger version."""
         return cls(n=25, widths=(2, 5, 10, 20, 40, 80), steps=4000, restarts=5)
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("n", "m_in", "m_out", "steps", "restarts"):
+            check_int(getattr(self, name), name, 1)
+        check_ints(self.widths, "widths")
+        check_positive(self.eta, "eta")
+        check_positive(self.lr, "lr")
 
 
 @dataclass(frozen=True)
@@ -454,6 +492,13 @@ class FixedFeatureSettings(Settings):
         """More tasks (as :meth:`NeuralMamlSettings.paper`) and a longer run."""
         return cls(n=25, steps=150000)
 
+    def validate(self) -> None:
+        super().validate()
+        for name in ("n", "m_in", "m_out", "width"):
+            check_int(getattr(self, name), name, 1)
+        check_int(self.steps, "steps", 0)
+        check_positive(self.eta, "eta")
+
 
 def random_features(x: torch.Tensor, width: int, seed: int = 0) -> torch.Tensor:
     """phi(x) = (tanh(u_1 x + b_1), ..., tanh(u_w x + b_w), 1), shape (..., width + 1).
@@ -608,8 +653,6 @@ def run_neural_optimality(cfg: NeuralMamlSettings) -> NeuralOptimalityResult:
     final point against the best final point of all runs. The global minimiser of a neural MAML
     objective is unknown; the bound holds for any comparator, and the best point found is the
     sharpest one available (its own gap is 0)."""
-    if not cfg.widths or min(cfg.widths) < 1 or cfg.restarts < 1 or cfg.steps < 1:
-        raise ValueError("need at least one width >= 1, one restart and one step")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -33,6 +33,7 @@ import torch
 
 from ..backend import DTYPE, default_device, make_generator, randn
 from ..linear import ground_truth_representation
+from ..checks import check_int, check_ints, check_nonnegative
 from ..profiles import Settings
 
 METHODS = ("known representation", "from scratch")
@@ -57,6 +58,18 @@ class SampleComplexitySettings(Settings):
         """A larger instance (the papers state this comparison without an experiment)."""
         return cls(d=200, k=10, ms=(20, 30, 40, 60, 80, 120, 160, 190, 210, 250, 300, 400, 600, 800),
                    trials=4000, batch=1000)
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.k, "k", 1)
+        check_int(self.d, "d", 1)
+        if self.k > self.d:
+            raise ValueError(f"k = {self.k} > d = {self.d}: the representation cannot have more columns "
+                             "than dimensions")
+        check_nonnegative(self.noise_std, "noise_std")
+        check_ints(self.ms, "ms (the sample sizes)", each_name="every m in ms (samples of the new task)")
+        check_int(self.trials, "trials", 1)
+        check_int(self.batch, "batch", 1)
 
 
 @dataclass(frozen=True)
@@ -84,11 +97,6 @@ class SampleComplexityResult:
         return torch.where(gap.abs() < 1e-12, torch.zeros_like(gap), gap / sem)
 
 
-def _check_int(value, name: str, low: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
-
 def expected_ls_error(m: int, p: int, noise_var: float, signal_sqnorm: float = 1.0) -> float:
     """E ||theta_hat - theta||^2 of minimum-norm least squares in R^p (book 1.1, Prop. ls).
 
@@ -98,8 +106,8 @@ def expected_ls_error(m: int, p: int, noise_var: float, signal_sqnorm: float = 1
     ``m <= p - 2``; for ``|m - p| <= 1`` the expectation is infinite when ``noise_var > 0``
     (``inf`` is returned) and ``(1 - m/p)_+ signal_sqnorm`` when ``noise_var = 0``.
     """
-    _check_int(m, "m (number of samples)", 1)
-    _check_int(p, "p (dimension)", 1)
+    check_int(m, "m (number of samples)", 1)
+    check_int(p, "p (dimension)", 1)
     if not noise_var >= 0 or not signal_sqnorm >= 0:
         raise ValueError(f"noise_var and signal_sqnorm must be >= 0, got {noise_var}, {signal_sqnorm}")
     bias = max(0.0, 1.0 - m / p) * signal_sqnorm
@@ -150,10 +158,10 @@ def new_task_errors(Bstar: torch.Tensor, w_star: torch.Tensor, m: int, *, noise_
         raise ValueError(f"k = {k} > d = {d}: the representation cannot have more columns than dimensions")
     if w_star.shape != (k,):
         raise ValueError(f"w_* must have shape ({k},), got {tuple(w_star.shape)}")
-    _check_int(m, "m (samples of the new task)", 1)
-    _check_int(trials, "trials", 1)
+    check_int(m, "m (samples of the new task)", 1)
+    check_int(trials, "trials", 1)
     batch = trials if batch is None else batch
-    _check_int(batch, "batch", 1)
+    check_int(batch, "batch", 1)
     if not noise_std >= 0:
         raise ValueError(f"noise_std must be >= 0, got {noise_std}")
     gen = make_generator(seed)
@@ -181,16 +189,6 @@ def run(cfg: SampleComplexitySettings, device=None) -> SampleComplexityResult:
     ``cfg.seed`` (so ``||theta_*|| = 1``); each sample size gets its own seed derived from
     ``(cfg.seed, m)``. Implements the comparison of book 1.1, Proposition ``arm-model-prop-ls``.
     """
-    _check_int(cfg.d, "d", 1)
-    _check_int(cfg.k, "k", 1)
-    if cfg.k > cfg.d:
-        raise ValueError(f"k = {cfg.k} > d = {cfg.d}: the representation cannot have more columns "
-                         "than dimensions")
-    if len(cfg.ms) == 0:
-        raise ValueError("ms (the sample sizes) must not be empty")
-    for m in cfg.ms:
-        _check_int(m, "every m in ms (samples of the new task)", 1)
-    _check_int(cfg.seed, "seed", 0)
     device = default_device() if device is None else torch.device(device)
     gen = make_generator(cfg.seed)
     Bstar = ground_truth_representation(cfg.d, cfg.k, gen).to(device)
@@ -214,7 +212,7 @@ def samples_to_reach(eps: float, p: int, noise_var: float, signal_sqnorm: float 
     """
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
-    _check_int(p, "p (dimension)", 1)
+    check_int(p, "p (dimension)", 1)
     upper = p if noise_var == 0 else max(p + 2, math.ceil(p + 1 + noise_var * p / eps))
     return next(m for m in range(1, upper + 1)
                 if expected_ls_error(m, p, noise_var, signal_sqnorm) <= eps)

@@ -300,12 +300,12 @@ def test_slow_node_is_dropped_after_round_timeout():
 
     def slow(reply, t):
         if t == 1:
-            time.sleep(3.0)
+            time.sleep(4.0)
         return reply
 
     app, log = faulty_app(cfg, "fedavg", train=slow)
-    run = flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app, round_timeout=1.5)
-    assert run.strategy.dropped == {1: [flower.Dropped(BAD, "train", "no reply within round_timeout = 1.5 s")]}
+    run = flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app, round_timeout=2.0)
+    assert run.strategy.dropped == {1: [flower.Dropped(BAD, "train", "no reply within round_timeout = 2 s")]}
     honest = [i for i in range(CLIENTS.n_clients) if i != BAD]
     assert_close(log["sent"][2], expected_average(log["returned"][1], honest), atol=1e-6)
     assert_close({n: run.state[n] for n in log["sent"][2]},
@@ -340,3 +340,25 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="augment"):
         flower.run_simulation(model_fn, lambda i: CLIENTS.subset([i]), 4, neural.TrainConfig(augment=True),
                               "fedavg")
+
+
+class EchoGrid(flower.InProcessGrid):
+    """A grid that delivers client BAD's training replies twice."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = super().send_and_receive(messages, timeout=timeout)
+        bad = list(self.contexts)[BAD]
+        return replies + [r for r in replies if r.metadata.src_node_id == bad
+                          and r.metadata.message_type == "train"]
+
+
+def test_duplicate_reply_is_dropped():
+    """A reply delivered twice counts once: the copy is dropped, the run is the in-process one."""
+    cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=12)
+    grid = EchoGrid(flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "fedavg"), CLIENTS.n_clients)
+    done = {}
+    context = grid.run_server(flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients,
+                                                on_result=lambda result, strategy: done.update(strategy=strategy)))
+    assert_close(flower.from_record(context.state["arrays"], CPU), neural.fedavg(model_fn(), CLIENTS, cfg).state)
+    assert done["strategy"].dropped == {t: [flower.Dropped(BAD, "train", f"node {list(grid.contexts)[BAD]} "
+                                                           "was not asked or replied twice")] for t in (1, 2)}

@@ -1,0 +1,67 @@
+"""Tests of the book's local Sphinx extensions (book/_ext): author-year citation labels and
+per-section numbering of exercises, theorems and figures."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from pybtex.database import parse_string
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import bibstyle  # noqa: E402
+import section_numbers  # noqa: E402
+
+
+def _labels(bib):
+    entries = parse_string(bib, "bibtex").entries
+    return {e.key: e.label for e in bibstyle.AuthorYearStyle().format_entries(entries.values())}
+
+
+def test_author_year_labels_are_distinct_and_follow_the_bibliography_order():
+    labels = _labels(r"""
+    @misc{b, author = {Collins, Liam and Hassani, Hamed and Mokhtari, Aryan}, title = {Zeta}, year = {2022}}
+    @misc{a, author = {Collins, Liam and Mokhtari, Aryan and Oh, Sewoong}, title = {Alpha}, year = {2022}}
+    @misc{c, author = {Collins, Liam and Hassani, Hamed and Mokhtari, Aryan}, title = {Old}, year = {2021}}
+    @misc{d, author = {Golub, Gene H. and Van Loan, Charles F.}, title = {Matrix}, year = {2013}}
+    @misc{e, author = {Kone{\v{c}}n{\'y}, Jakub}, title = {One}, year = {2020}}
+    @misc{f, title = {No author}, organization = {Somebody}, year = {2001}}
+    """)
+    assert labels == {"c": "Collins et al., 2021", "a": "Collins et al., 2022b", "b": "Collins et al., 2022a",
+                      "d": "Golub and Van Loan, 2013", "e": "Konečný, 2020", "f": "Somebody, 2001"}
+    # the real bibliography: no two entries share a label
+    real = _labels((ROOT / "references.bib").read_text())
+    assert len(set(real.values())) == len(real)
+    assert real["collins2022fedavg"] != real["collins2022maml"]
+    assert real["wang2020objective"] != real["wang2020global"]
+
+
+def test_section_number_from_title():
+    assert section_numbers.section_number("5.4 Local-only vs FedAvg") == (5, 4)
+    assert section_numbers.section_number("1. Why ARM fails") == (1,)
+    assert section_numbers.section_number("B. Reproducing the papers' settings") == ("B",)
+    for title in ("Bibliography", "Adaptivity & Shared Representations", "A tour", "5.4Local"):
+        assert section_numbers.section_number(title) is None
+
+
+def test_renumber_per_document_and_kind():
+    numbers = {"exercise": {"ex-b": (98,), "ex-a": (97,), "ex-c": (99,)}, "theorem": {"t": (12,)}}
+    got = section_numbers.renumber(numbers, (5, 4))
+    assert got == {"exercise": {"ex-a": (5, 4, 1), "ex-b": (5, 4, 2), "ex-c": (5, 4, 3)},
+                   "theorem": {"t": (5, 4, 1)}}
+
+
+@pytest.mark.parametrize("title,expected", [("5.4 Local", (5, 4, 1)), ("Bibliography", (7,))])
+def test_per_section_numbers_updates_the_environment(title, expected):
+    class Title:
+        def astext(self):
+            return title
+
+    class Env:
+        titles = {"doc": Title()}
+        toc_fignumbers = {"doc": {"exercise": {"x": (7,)}}}
+
+    env = Env()
+    changed = section_numbers.per_section_numbers(None, env)
+    assert env.toc_fignumbers["doc"]["exercise"]["x"] == expected
+    assert changed == (["doc"] if expected != (7,) else [])

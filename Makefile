@@ -21,7 +21,7 @@ export REPLEARN_DATA := $(SHARED_DATA)
 endif
 endif
 
-.PHONY: book test unit nbval nbval-portable execute bench lab constraints clean
+.PHONY: book test unit nbval nbval-portable execute bench lab launch-check constraints clean
 
 # Notebooks that train CNNs on CIFAR (float32 training on the CPU, minutes each): strict nbval
 # checks them once; the portability pass below re-runs only the others.
@@ -72,6 +72,11 @@ bench: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/python -m pip install --disable-pip-version-check -q jupyterlab
 	$(BIN)/jupyter lab book
+
+# The environments behind the book's Binder and Colab buttons, built offline in a fresh venv
+# from binder/ and the Colab setup cell, then checked (README, "Launching"; takes a few minutes).
+launch-check:
+	PYTHON=$(PYTHON) bash scripts/check_launch_env.sh
 
 constraints:
 	rm -rf /tmp/replearn-constraints && $(PYTHON) -m venv /tmp/replearn-constraints

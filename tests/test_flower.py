@@ -199,12 +199,18 @@ def wrong_payload(n, a):
     return Array(dtype=a.dtype, shape=tuple(a.shape), stype=a.stype, data=Array(np.zeros(3, np.float32)).data)
 
 
+def garbage_payload(n, a):
+    """Metadata of the honest array, bytes that are no NumPy array at all."""
+    return Array(dtype=a.dtype, shape=tuple(a.shape), stype=a.stype, data=b"\x93NUMPY garbage")
+
+
 TRAIN_FAULTS = {
     "nan": (poison_first(np.nan), "non-finite"),
     "inf": (poison_first(np.inf), "non-finite"),
     "huge": (lambda reply, t: replace_arrays(reply, lambda n, a: Array(a.numpy() * np.float32(1e30))),
              "implausible magnitude"),
     "payload": (lambda reply, t: replace_arrays(reply, wrong_payload), "the payload holds"),
+    "garbage": (lambda reply, t: replace_arrays(reply, garbage_payload), "the payload cannot be decoded"),
     "metadata": (lambda reply, t: replace_arrays(reply, lambda n, a: Array(np.zeros(3, np.float32))),
                  "metadata"),
     "renamed": (lambda reply, t: rename_arrays(reply), "do not match the global ones"),
@@ -355,10 +361,13 @@ class EchoGrid(flower.InProcessGrid):
 def test_duplicate_reply_is_dropped():
     """A reply delivered twice counts once: the copy is dropped, the run is the in-process one."""
     cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=12)
-    grid = EchoGrid(flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "fedavg"), CLIENTS.n_clients)
+    app = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "fedavg")
+    grid = EchoGrid(app, CLIENTS.n_clients)
     done = {}
-    context = grid.run_server(flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients,
-                                                on_result=lambda result, strategy: done.update(strategy=strategy)))
-    assert_close(flower.from_record(context.state["arrays"], CPU), neural.fedavg(model_fn(), CLIENTS, cfg).state)
+    server = flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients,
+                               on_result=lambda result, strategy: done.update(strategy=strategy))
+    context = grid.run_server(server)
+    ref = neural.fedavg(model_fn(), CLIENTS, cfg)
+    assert_close(flower.from_record(context.state["arrays"], CPU), ref.state)
     assert done["strategy"].dropped == {t: [flower.Dropped(BAD, "train", f"node {list(grid.contexts)[BAD]} "
                                                            "was not asked or replied twice")] for t in (1, 2)}

@@ -43,10 +43,11 @@ the local SGD are the engine's public pieces (:func:`replearn.neural.algorithm_s
 - *Plausible magnitude.* For every shared tensor, the client's value theta_i and the
   global value theta sent that round must satisfy
   ``||theta_i - theta||_2 <= max_update_ratio * max(||theta||_2, 1)``
-  (default :data:`MAX_UPDATE_RATIO`; ``math.inf`` turns the rule off). Local SGD with the book's step sizes moves each tensor
-  by a small fraction of its norm; a blown-up or scaled update (1e30) is far outside. This
-  rule is a sanity bound, not a defence against a client that crafts plausible updates
-  (for that, a Byzantine-robust aggregate such as Flower's ``Krum`` or ``FedTrimmedAvg``).
+  (default :data:`MAX_UPDATE_RATIO`; ``math.inf`` turns the rule off). Local SGD with the
+  book's step sizes moves each tensor by less than its norm; a blown-up update (1e30) is
+  far outside. This rule is a sanity bound, not a defence against a client that crafts
+  plausible updates (for that, a Byzantine-robust aggregate such as Flower's ``Krum`` or
+  ``FedTrimmedAvg``).
 - *Dropping.* Every reply that fails the screening, raises in ``train`` or ``evaluate``,
   comes from a node that was not asked, or does not arrive within ``round_timeout`` is left
   out of that round's average and recorded in ``strategy.dropped[round]`` as a
@@ -301,13 +302,17 @@ class ReplayFedAvg(FedAvg):
                              f"{len(metrics)}")
         record = next(iter(arrays.values()))
         if set(record) != set(self._global):
-            raise ValueError(f"parameters {sorted(record)} do not match the global ones {sorted(self._global)}")
+            raise ValueError(f"parameters {sorted(record)} do not match the global ones "
+                             f"{sorted(self._global)}")
         for name, array in record.items():
             glob = self._global[name]
             if (tuple(array.shape), array.dtype) != (glob.shape, str(glob.dtype)):
                 raise ValueError(f"{name}: metadata {array.dtype} {tuple(array.shape)} does not match the "
                                  f"global parameter ({glob.dtype} {glob.shape})")
-            value = array.numpy()
+            try:
+                value = array.numpy()
+            except Exception as ex:  # noqa: BLE001 -- whatever the bytes are, they are not the array
+                raise ValueError(f"{name}: the payload cannot be decoded ({type(ex).__name__}: {ex})") from ex
             if value.shape != glob.shape or value.dtype != glob.dtype:
                 raise ValueError(f"{name}: the payload holds {value.dtype} {value.shape}, its metadata says "
                                  f"{array.dtype} {tuple(array.shape)}")
@@ -355,12 +360,14 @@ class ReplayFedAvg(FedAvg):
                     raise ValueError(f"the client failed: {msg.error.reason}")
                 content = screen(client, msg)
             except Exception as ex:  # noqa: BLE001 -- any fault in one reply drops that reply only
-                reason = str(ex) if isinstance(ex, ValueError) else f"malformed reply ({type(ex).__name__}: {ex})"
+                reason = (str(ex) if isinstance(ex, ValueError)
+                          else f"malformed reply ({type(ex).__name__}: {ex})")
                 self._drop(server_round, client, stage, reason)
                 continue
             kept.append(Message(content=content, metadata=msg.metadata))
         for client in sorted(waiting):
-            self._drop(server_round, client, stage, f"no reply within round_timeout = {self.round_timeout:g} s")
+            self._drop(server_round, client, stage,
+                       f"no reply within round_timeout = {self.round_timeout:g} s")
         return kept
 
     def _drop(self, server_round: int, client: int | None, stage: str, reason: str) -> None:
@@ -549,7 +556,8 @@ class InProcessGrid(Grid):
     def run_server(self, app: ServerApp) -> Context:
         """Run the ``ServerApp`` on this grid, with the task identity Flower's runtime sets
         (``flwr.server.compat.app``); returns the server's ``Context``."""
-        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, self.run.run_id, SUPERLINK_NODE_ID
+        TaskIdentity.task_id, TaskIdentity.run_id = 1, self.run.run_id
+        TaskIdentity.node_id = SUPERLINK_NODE_ID
         context = Context(run_id=self.run.run_id, node_id=SUPERLINK_NODE_ID, node_config={},
                           state=RecordDict(), run_config={})
         app(self, context)
@@ -603,7 +611,8 @@ def run_inprocess(model_fn: Callable[[], nn.Module], clients: ClientData, cfg: T
 # Running on Flower's simulation engine (Ray)
 
 
-def fetch_local(grid: Grid, nodes: Sequence[int], *, timeout: float = ROUND_TIMEOUT) -> list[ArrayRecord | None]:
+def fetch_local(grid: Grid, nodes: Sequence[int], *,
+                timeout: float = ROUND_TIMEOUT) -> list[ArrayRecord | None]:
     """Ask each node in ``nodes`` for the local parameters it keeps (FedRep's head) with a
     ``query`` message; returns one ``ArrayRecord`` per node, in order (None for a node that
     has none, replied with an error or did not reply within ``timeout`` seconds)."""

@@ -79,7 +79,8 @@ def assert_finite(params):
     ("fedrep", neural.TrainConfig(rounds=2, local_epochs=1, head_epochs=1, batch_size=7,
                                   weight_decay=1e-3, eval_every=2, seed=6)),
     ("fedper", neural.TrainConfig(rounds=2, local_steps=3, batch_size=5, participation=0.75, seed=10)),
-    ("lg_fedavg", neural.TrainConfig(rounds=2, local_epochs=1, batch_size=6, momentum=0.9, seed=11)),
+    ("lg_fedavg", neural.TrainConfig(rounds=4, local_epochs=1, batch_size=6, momentum=0.9, eval_every=2,
+                                     seed=11)),
 ])
 def test_flower_matches_inprocess(algorithm, cfg):
     ref = IN_PROCESS[algorithm](model_fn(), CLIENTS, cfg)

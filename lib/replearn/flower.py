@@ -383,9 +383,8 @@ class ReplayFedAvg(FedAvg):
         """Evaluate on the rounds ``run_spec`` evaluates, on every node found at discovery
         that has test data (without Flower's waiting for nodes to be connected)."""
         cfg = self.spec.cfg
-        if server_round % cfg.eval_every and server_round != cfg.rounds:
-            return []
-        self._asked["evaluate"] = [i for i, n in enumerate(self.test_sizes) if n > 0]
+        evaluated = not server_round % cfg.eval_every or server_round == cfg.rounds
+        self._asked["evaluate"] = [i for i, n in enumerate(self.test_sizes) if n > 0 and evaluated]
         content = RecordDict({self.arrayrecord_key: arrays,
                               self.configrecord_key: ConfigRecord({**config, "server-round": server_round})})
         return [Message(content, dst_node_id=self.nodes[i], message_type=MessageType.EVALUATE)

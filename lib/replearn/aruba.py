@@ -47,7 +47,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .backend import DTYPE, SeedLike, check_finite, make_generator
+from .backend import DTYPE, SeedLike, make_generator
+from .checks import (check_bool, check_choice, check_int, check_nonnegative, check_number, check_positive,
+                     check_same_kind, check_tensor)
 
 LOSSES = ("squared", "absolute", "logistic")
 INITS = ("fixed", "learned")
@@ -86,18 +88,18 @@ class TaskFamily:
     x_norm: float = 1.0
 
     def __post_init__(self):
-        if not (isinstance(self.d, int) and self.d >= 1 and isinstance(self.m, int) and self.m >= 1):
-            raise ValueError(f"d and m must be positive integers, got d={self.d!r}, m={self.m!r}")
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        check_int(self.d, "d", 1)
+        check_int(self.m, "m (rounds per task)", 1)
+        check_choice(self.loss, "loss", LOSSES)
         for name in ("radius", "x_norm"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 < value < math.inf):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-        if not (0 <= self.noise < math.inf and 0 <= self.center_norm < self.radius):
-            raise ValueError(f"need noise >= 0 and 0 <= center_norm < radius (phi* must lie inside the "
-                             f"ball), got noise={self.noise}, center_norm={self.center_norm}, radius={self.radius}")
-        spread = self.spreads
+            check_positive(getattr(self, name), name)
+        check_nonnegative(self.noise, "noise")
+        check_number(self.center_norm, "center_norm (phi* must lie inside the ball: 0 <= center_norm < radius)",
+                     low=0.0, high=self.radius, high_open=True)
+        try:
+            spread = self.spreads
+        except (TypeError, RuntimeError) as err:
+            raise ValueError(f"spread must be one number or d = {self.d} numbers, got {self.spread!r}") from err
         if not bool(torch.isfinite(spread).all()) or bool((spread < 0).any()):
             raise ValueError(f"spread must be finite and >= 0, got {self.spread!r}")
 
@@ -105,8 +107,8 @@ class TaskFamily:
     def anisotropic(cls, d: int, varying: int, *, high: float = 1.0, low: float = 0.01, **kwargs):
         """A family whose optima vary with std ``high`` on the first ``varying`` coordinates and
         ``low`` on the others (few coordinates task-specific, the rest shared)."""
-        if not (isinstance(varying, int) and 0 <= varying <= d):
-            raise ValueError(f"varying must be an integer in [0, d={d}], got {varying!r}")
+        check_int(d, "d", 1)
+        check_int(varying, "varying", 0, d)
         return cls(d=d, spread=(high,) * varying + (low,) * (d - varying), **kwargs)
 
     @property
@@ -174,12 +176,14 @@ class OnlineTasks:
 def sample_tasks(family: TaskFamily, T: int, *, runs: int = 1, seed: SeedLike = 0,
                  device=None) -> OnlineTasks:
     """Draw ``runs`` x T tasks of ``family`` (same seed -> identical tasks, on any device)."""
-    if not (isinstance(T, int) and T >= 1 and isinstance(runs, int) and runs >= 1):
-        raise ValueError(f"T and runs must be positive integers, got T={T!r}, runs={runs!r}")
+    if not isinstance(family, TaskFamily):
+        raise ValueError(f"family must be a TaskFamily, got {type(family).__name__}")
+    check_int(T, "T (tasks)", 1)
+    check_int(runs, "runs", 1)
     gen = make_generator(seed)
     d, m, D = family.d, family.m, family.radius
     theta = family.phi_star() + family.spreads * torch.randn(runs, T, d, generator=gen, dtype=DTYPE)
-    theta = project_ball(theta, D)
+    theta = _project_ball(theta, D)
     X = torch.randn(runs, T, m, d, generator=gen, dtype=DTYPE)
     X = family.x_norm * X / X.norm(dim=-1, keepdim=True)
     u = (X * theta.unsqueeze(-2)).sum(-1)
@@ -197,8 +201,19 @@ def sample_tasks(family: TaskFamily, T: int, *, runs: int = 1, seed: SeedLike = 
 
 
 def _check_loss(loss: str) -> None:
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    check_choice(loss, "loss", LOSSES)
+
+
+def _check_rounds(X, y) -> torch.Tensor:
+    """X (..., m, d) and y (..., m), finite and on one device; returns y in X's dtype (labels of
+    another float dtype are converted: the obvious intent)."""
+    check_tensor(X, "X", min_ndim=2)
+    check_tensor(y, "y")
+    if y.shape != X.shape[:-1]:
+        raise ValueError(f"need X (..., m, d) and y (..., m); got {tuple(X.shape)} and {tuple(y.shape)}")
+    y = y.to(X.dtype)
+    check_same_kind(("X", X), ("y", y))
+    return y
 
 
 def _value_and_slope(u: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,6 +231,11 @@ def _value_and_slope(u: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torch
 def round_losses(X: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, loss: str) -> torch.Tensor:
     """l_{t,i}(theta) for every round, X (..., m, d), y (..., m), theta (..., d) -> (..., m)."""
     _check_loss(loss)
+    y = _check_rounds(X, y)
+    check_tensor(theta, "theta")
+    if theta.shape[-1:] != X.shape[-1:]:
+        raise ValueError(f"theta must end in d = {X.shape[-1]} coordinates, got shape {tuple(theta.shape)}")
+    check_same_kind(("X", X), ("theta", theta))
     return _value_and_slope((X * theta.unsqueeze(-2)).sum(-1), y, loss)[0]
 
 
@@ -227,10 +247,37 @@ def project_ball(v: torch.Tensor, radius: float | None, weights: torch.Tensor | 
     preconditioned OGD needs: theta_j = v_j / (1 + mu eta_j), with mu >= 0 the root of
     psi(mu) = 1/radius - 1/||theta(mu)|| (convex, decreasing and nearly linear; Moré and
     Sorensen's secular equation), found by Newton's method from mu = 0 (monotone, no overshoot).
+    Norms are computed without overflow, so entries up to the largest float project correctly.
     """
+    check_tensor(v, "v")
+    if radius is not None:
+        check_positive(radius, "radius")
+    if weights is not None:
+        check_tensor(weights, "weights")
+        if weights.shape[-1] not in (1, v.shape[-1]) or not bool((weights > 0).all()):
+            raise ValueError(f"weights must be positive with a last axis of 1 or d = {v.shape[-1]}, got shape "
+                             f"{tuple(weights.shape)}")
+        check_same_kind(("v", v), ("weights", weights))
+    return _project_ball(v, radius, weights)
+
+
+def _norm(v: torch.Tensor) -> torch.Tensor:
+    """||v|| over the last axis (kept), without overflow or underflow of the squares: where the
+    plain norm is not finite (or zero for a nonzero v) it is recomputed from v / max |v_j|."""
+    norm = v.norm(dim=-1, keepdim=True)
+    bad = ~torch.isfinite(norm) | ((norm == 0) & (v != 0).any(dim=-1, keepdim=True))
+    if bool(bad.any()):
+        top = v.abs().amax(dim=-1, keepdim=True)
+        top = torch.where(top > 0, top, torch.ones_like(top))
+        norm = torch.where(bad, (v / top).norm(dim=-1, keepdim=True) * top, norm)
+    return norm
+
+
+def _project_ball(v: torch.Tensor, radius: float | None, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`project_ball` without the argument checks (called every OGD round)."""
     if radius is None:
         return v
-    norm = v.norm(dim=-1, keepdim=True)
+    norm = _norm(v)
     outside = norm > radius
     if weights is None or weights.shape[-1] == 1:
         return torch.where(outside, v * (radius / norm.clamp_min(radius)), v)
@@ -240,7 +287,7 @@ def project_ball(v: torch.Tensor, radius: float | None, weights: torch.Tensor | 
     mu = torch.zeros_like(norm)
     for _ in range(_NEWTON_STEPS):
         scaled = v / (1 + mu * w)
-        length = scaled.norm(dim=-1, keepdim=True)
+        length = _norm(scaled)
         psi = 1 / radius - 1 / length
         slope = -(scaled.pow(2) * w / (1 + mu * w)).sum(-1, keepdim=True) / length ** 3
         step = torch.where(outside, psi / slope, torch.zeros_like(mu))
@@ -259,10 +306,7 @@ def least_squares_in_ball(X: torch.Tensor, y: torch.Tensor, radius: float | None
     with ||theta|| = radius; since b lies in range(H), ||theta(mu)|| decreases from ||H^+ b|| to
     0 and mu in (0, ||b|| / radius] is found by bisection to machine precision.
     """
-    if X.ndim < 2 or y.shape != X.shape[:-1]:
-        raise ValueError(f"need X (..., m, d) and y (..., m); got {tuple(X.shape)} and {tuple(y.shape)}")
-    check_finite(X, "X")
-    check_finite(y, "y")
+    y = _check_rounds(X, y)
     lam, Q = torch.linalg.eigh(X.mT @ X)
     c = (Q.mT @ (X.mT @ y.unsqueeze(-1))).squeeze(-1)
     tol = lam.amax(dim=-1, keepdim=True).clamp_min(1e-300) * X.shape[-1] * torch.finfo(X.dtype).eps
@@ -324,20 +368,20 @@ def ogd(X: torch.Tensor, y: torch.Tensor, phi: torch.Tensor, eta, *, loss: str =
     Raises ValueError on malformed inputs and when an unconstrained run blows up.
     """
     _check_loss(loss)
-    if X.ndim < 2 or y.shape != X.shape[:-1]:
-        raise ValueError(f"need X (..., m, d) and y (..., m); got {tuple(X.shape)} and {tuple(y.shape)}")
+    y = _check_rounds(X, y)
     m, d = X.shape[-2:]
     batch = X.shape[:-2]
+    check_tensor(phi, "phi")
     if phi.shape[-1] != d:
         raise ValueError(f"phi must end in d = {d} coordinates, got shape {tuple(phi.shape)}")
-    check_finite(phi, "phi")
+    check_same_kind(("X", X), ("phi", phi))
     if radius is not None:
-        if not (isinstance(radius, (int, float)) and 0 < radius < math.inf):
-            raise ValueError(f"radius must be a positive finite number or None, got {radius!r}")
-        if bool((phi.norm(dim=-1) > radius * (1 + 1e-9)).any()):
+        check_positive(radius, "radius (or None)")
+        if bool((_norm(phi).squeeze(-1) > radius * (1 + 1e-9)).any()):
             raise ValueError(f"the initialisation phi lies outside the ball of radius {radius}; project it first")
-    if adagrad_delta is not None and not (0 < adagrad_delta < math.inf):
-        raise ValueError(f"adagrad_delta must be a positive finite number, got {adagrad_delta!r}")
+    if adagrad_delta is not None:
+        check_positive(adagrad_delta, "adagrad_delta")
+    check_bool(keep_iterates, "keep_iterates")
     eta = _as_rate(eta, d, X)
     theta = phi.expand(*batch, d).clone()
     acc = torch.zeros(*batch, d, dtype=X.dtype, device=X.device)
@@ -350,7 +394,7 @@ def ogd(X: torch.Tensor, y: torch.Tensor, phi: torch.Tensor, eta, *, loss: str =
         losses[..., i] = value
         acc = acc + g * g
         step = eta / (adagrad_delta + acc).sqrt() if adagrad_delta is not None else eta
-        theta = project_ball(theta - step * g, radius, step)
+        theta = _project_ball(theta - step * g, radius, step)
         if keep_iterates:
             iterates.append(theta)
     limit = _BLOW_UP * (1.0 + float(phi.abs().max()))
@@ -363,6 +407,10 @@ def ogd(X: torch.Tensor, y: torch.Tensor, phi: torch.Tensor, eta, *, loss: str =
 def regret(X: torch.Tensor, y: torch.Tensor, losses: torch.Tensor, comparator: torch.Tensor,
            loss: str = "squared") -> torch.Tensor:
     """R_t = sum_i l_{t,i}(theta_{t,i}) - sum_i l_{t,i}(comparator), shape (...)."""
+    check_tensor(losses, "losses")
+    if losses.shape != X.shape[:-1]:
+        raise ValueError(f"losses must have one entry per round, shape {tuple(X.shape[:-1])}, got "
+                         f"{tuple(losses.shape)}")
     return losses.sum(-1) - round_losses(X, y, comparator, loss).sum(-1)
 
 
@@ -376,6 +424,9 @@ def regret_upper_bound(phi: torch.Tensor, theta_star: torch.Tensor, eta, *, grad
     rate), sum_j eta_j G_j^2 m (per coordinate), max_j eta_j G^2 m or eta m sum_j G_j^2 (mixed).
     eta: a number or tensor with last axis 1 (scalar) or d (per coordinate).
     """
+    check_tensor(phi, "phi", min_ndim=1)
+    check_tensor(theta_star, "theta_star", min_ndim=1)
+    check_same_kind(("phi", phi), ("theta_star", theta_star))
     d = phi.shape[-1]
     if theta_star.shape[-1] != d:
         raise ValueError(f"phi and theta_star must have the same last axis, got {tuple(phi.shape)} "
@@ -385,11 +436,11 @@ def regret_upper_bound(phi: torch.Tensor, theta_star: torch.Tensor, eta, *, grad
     if (grad_sq is None) == (G is None):
         raise ValueError("pass exactly one of grad_sq (data-dependent bound) or G with m (worst case)")
     if grad_sq is not None:
+        check_tensor(grad_sq, "grad_sq")
         if grad_sq.shape[-1] != d:
             raise ValueError(f"grad_sq must end in d = {d} coordinates, got {tuple(grad_sq.shape)}")
         return distance + (eta * grad_sq).sum(-1)
-    if not (isinstance(m, int) and m >= 1):
-        raise ValueError(f"the worst-case bound needs the number of rounds m >= 1, got {m!r}")
+    check_int(m, "m (the worst-case bound's number of rounds)", 1)
     G = _as_rate(G, d, phi, "G")
     if G.shape[-1] == eta.shape[-1]:
         return distance + m * (eta * G * G).sum(-1)
@@ -422,6 +473,7 @@ class MetaRun:
 
 def task_averaged_regret(regret: torch.Tensor) -> torch.Tensor:
     """R-bar_t = (1/t) sum_{s <= t} R_s along the last axis (the blog's task-averaged regret)."""
+    check_tensor(regret, "regret")
     if regret.ndim < 1 or regret.shape[-1] < 1:
         raise ValueError("regret must have a non-empty last (task) axis")
     t = torch.arange(1, regret.shape[-1] + 1, dtype=regret.dtype, device=regret.device)
@@ -430,13 +482,20 @@ def task_averaged_regret(regret: torch.Tensor) -> torch.Tensor:
 
 def task_similarity(theta: torch.Tensor) -> torch.Tensor:
     """Empirical V = sqrt(min_phi (1/T) sum_t ||theta_t - phi||^2) over the task axis (-2)."""
-    if theta.ndim < 2:
-        raise ValueError(f"theta must be (..., T, d), got shape {tuple(theta.shape)}")
+    check_tensor(theta, "theta", min_ndim=2)
+    if theta.shape[-2] == 0:
+        raise ValueError("theta has no tasks (its task axis -2 is empty)")
     return (theta - theta.mean(-2, keepdim=True)).pow(2).sum(-1).mean(-1).sqrt()
 
 
 def aruba_rate(B: torch.Tensor, G: torch.Tensor, eps, zeta) -> torch.Tensor:
     """ARUBA's learning rate eta = sqrt((B + eps) / (G + zeta)) (blog, last section)."""
+    check_tensor(B, "B")
+    check_tensor(G, "G")
+    if bool((B < 0).any()) or bool((G < 0).any()):
+        raise ValueError("B and G are sums of squares and must be >= 0")
+    check_positive(eps, "eps") if not isinstance(eps, torch.Tensor) else check_tensor(eps, "eps")
+    check_positive(zeta, "zeta") if not isinstance(zeta, torch.Tensor) else check_tensor(zeta, "zeta")
     return ((B + eps) / (G + zeta)).sqrt()
 
 
@@ -458,22 +517,29 @@ def meta_learn(tasks: OnlineTasks, *, init: str = "learned", target: str = "opti
     None for unconstrained). Vectorised over runs; with a fixed rate and targets known in
     advance (fixed init, or learned from theta*) all tasks run at once.
     """
+    if not isinstance(tasks, OnlineTasks):
+        raise ValueError(f"tasks must be OnlineTasks (from aruba.sample_tasks), got {type(tasks).__name__}")
     fam = tasks.family
-    if init not in INITS or target not in TARGETS:
-        raise ValueError(f"init must be one of {INITS} and target one of {TARGETS}, got {init!r}, {target!r}")
-    if isinstance(rate, str) and rate not in LEARNED_RATES:
-        raise ValueError(f"rate must be a positive number or one of {LEARNED_RATES}, got {rate!r}")
-    if not isinstance(rate, str) and not (isinstance(rate, (int, float)) and 0 < rate < math.inf):
-        raise ValueError(f"a fixed rate must be a positive finite number, got {rate!r}")
-    if not (smoothing > 0 and 0 <= power < 1):
-        raise ValueError(f"need smoothing > 0 and 0 <= power < 1 (o(t) smoothing), got {smoothing}, {power}")
-    if eta0 is not None and not (0 < eta0 < math.inf):
-        raise ValueError(f"eta0 must be a positive finite number, got {eta0!r}")
+    check_choice(init, "init", INITS)
+    check_choice(target, "target", TARGETS)
+    if isinstance(rate, str):
+        check_choice(rate, "rate (a positive number or a learned rate)", LEARNED_RATES)
+    else:
+        check_positive(rate, "a fixed rate")
+    check_positive(smoothing, "smoothing")
+    check_number(power, "power (o(t) smoothing)", low=0.0, high=1.0, high_open=True)
+    if eta0 is not None:
+        check_positive(eta0, "eta0")
+    check_positive(adagrad_delta, "adagrad_delta")
+    if radius is not None and radius != "family":
+        check_positive(radius, "radius (a number, None or 'family')")
     D = fam.radius if radius == "family" else radius
     X, y, star = tasks.X, tasks.y, tasks.theta_star
     runs, T, m, d = X.shape
-    if phi0 is not None and tuple(phi0.shape) not in ((d,), (runs, d)):
-        raise ValueError(f"phi0 must have shape ({d},) or ({runs}, {d}), got {tuple(phi0.shape)}")
+    if phi0 is not None:
+        check_tensor(phi0, "phi0")
+        if tuple(phi0.shape) not in ((d,), (runs, d)):
+            raise ValueError(f"phi0 must have shape ({d},) or ({runs}, {d}), got {tuple(phi0.shape)}")
     phi = torch.zeros(runs, d, dtype=X.dtype, device=X.device) if phi0 is None else phi0.to(X).expand(runs, d)
     if isinstance(rate, str) and rate != "adagrad" and eta0 is None:
         eta0 = fam.single_task_rate()

@@ -36,6 +36,8 @@ def check_int(value, name: str, low: int | None = 1, high: int | None = None) ->
     when None)."""
     bounds = ("" if low is None and high is None else f" >= {low}" if high is None
               else f" <= {high}" if low is None else f" in [{low}, {high}]")
+    if high is None and low in (0, 1):
+        bounds += " (a positive integer)" if low == 1 else " (a non-negative integer)"
     if (not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_))
             or (low is not None and value < low) or (high is not None and value > high)):
         raise ValueError(f"{name} must be an integer{bounds}, got {_describe(value)}")

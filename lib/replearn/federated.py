@@ -20,7 +20,9 @@ import functools
 
 import torch
 
-from .backend import SeedLike, check_finite, make_generator
+from .backend import SeedLike, make_generator
+from .checks import (check_client_index, check_int, check_positive, check_same_kind, check_tensor,
+                     check_weights)
 from .linear import PopulationTasks, SampledTasks, Tasks, grads, population_tasks
 from .trajectory import Trajectory
 
@@ -28,24 +30,31 @@ _BLOW_UP = 1e8
 _CHECK_EVERY = 16  # rounds between divergence checks (each check synchronises a GPU)
 
 
-def _check_run_inputs(B0, w0, tasks: Tasks, step: float, tau: int, rounds: int, step_name: str):
-    if B0.ndim != 2:
-        raise ValueError(f"B0 must be a (d, k) matrix, got shape {tuple(B0.shape)}")
-    d, k = B0.shape
+def _tasks_data(tasks) -> torch.Tensor:
+    if not isinstance(tasks, (PopulationTasks, SampledTasks)):
+        raise ValueError(f"tasks must be PopulationTasks or SampledTasks (see replearn.linear), got "
+                         f"{type(tasks).__name__}")
+    return tasks.theta if isinstance(tasks, PopulationTasks) else tasks.X
+
+
+def _check_model(B, w, tasks: Tasks, B_name: str = "B0", w_name: str = "w0") -> None:
+    """(B, w) a finite (d, k) / (k,) model for the tasks, on their dtype and device."""
+    data = _tasks_data(tasks)
+    check_tensor(B, B_name, ndim=2)
+    d, k = B.shape
     if k > d:
-        raise ValueError(f"B0 has k = {k} > d = {d} columns; the representation needs k <= d")
+        raise ValueError(f"{B_name} has k = {k} > d = {d} columns; the representation needs k <= d")
     if d != tasks.d:
-        raise ValueError(f"B0 has d = {d} rows but the tasks live in dimension {tasks.d}")
-    if w0.shape != (k,):
-        raise ValueError(f"w0 must have shape ({k},) to match B0 {tuple(B0.shape)}, got {tuple(w0.shape)}")
-    check_finite(B0, "B0")
-    check_finite(w0, "w0")
-    if not (isinstance(step, (int, float)) and 0 < step < float("inf")):
-        raise ValueError(f"the step size {step_name} must be a positive finite number, got {step!r}")
-    if not isinstance(tau, int) or tau < 1:
-        raise ValueError(f"tau (local steps per round) must be an integer >= 1, got {tau!r}")
-    if not isinstance(rounds, int) or rounds < 0:
-        raise ValueError(f"the number of rounds must be a non-negative integer, got {rounds!r}")
+        raise ValueError(f"{B_name} has d = {d} rows but the tasks live in dimension {tasks.d}")
+    check_tensor(w, w_name, shape=(k,))
+    check_same_kind((B_name, B), (w_name, w), ("the tasks' data", data))
+
+
+def _check_run_inputs(B0, w0, tasks: Tasks, step: float, tau: int, rounds: int, step_name: str):
+    _check_model(B0, w0, tasks)
+    check_positive(step, f"the step size {step_name}")
+    check_int(tau, "tau (local steps per round)", 1)
+    check_int(rounds, "the number of rounds", 0)
 
 
 def local_updates(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: torch.Tensor | None, *,
@@ -58,8 +67,20 @@ def local_updates(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: torch.T
     only) each step uses b fresh samples of the client's data drawn from ``generator``
     (local SGD). Returns the local iterates (s, d, k) and (s, k).
     """
-    if batch_size is not None and not isinstance(tasks, SampledTasks):
-        raise ValueError("batch_size needs finite-sample tasks (SampledTasks); population losses have no samples")
+    _check_model(B, w, tasks, "B", "w")
+    index = check_client_index(index, tasks.n)
+    check_positive(alpha, "the step size alpha")
+    check_int(tau, "tau (local steps)", 1)
+    if batch_size is not None:
+        if not isinstance(tasks, SampledTasks):
+            raise ValueError("batch_size needs finite-sample tasks (SampledTasks); population losses have no samples")
+        if not isinstance(generator, torch.Generator):
+            raise ValueError("batch_size needs a torch.Generator to draw the minibatches (generator=...)")
+    return _local_updates(B, w, tasks, index, alpha=alpha, tau=tau, batch_size=batch_size, generator=generator)
+
+
+def _local_updates(B, w, tasks: Tasks, index, *, alpha: float, tau: int, batch_size, generator):
+    """:func:`local_updates` without the argument checks (called every round)."""
     s = tasks.n if index is None else index.shape[0]
     B_loc = B.expand(s, *B.shape)
     w_loc = w.expand(s, *w.shape).unsqueeze(-1)  # (s, k, 1)
@@ -103,6 +124,17 @@ def local_coordinates(B: torch.Tensor, w: torch.Tensor, tasks: PopulationTasks, 
 
     Returns ``A`` (s, k + 1, k) stacking P_i over u_i^T, and the local heads (s, k).
     """
+    if not isinstance(tasks, PopulationTasks):
+        raise ValueError(f"local_coordinates needs PopulationTasks, got {type(tasks).__name__}")
+    _check_model(B, w, tasks, "B", "w")
+    index = check_client_index(index, tasks.n)
+    check_positive(alpha, "the step size alpha")
+    check_int(tau, "tau (local steps)", 1)
+    return _local_coordinates(B, w, tasks, index, alpha=alpha, tau=tau)
+
+
+def _local_coordinates(B, w, tasks: PopulationTasks, index, *, alpha: float, tau: int):
+    """:func:`local_coordinates` without the argument checks (called every round)."""
     theta = tasks.theta if index is None else tasks.theta[index]
     n, k = theta.shape[0], B.shape[1]
     A0, minus_e, minus_one = _start_coordinates(n, k, B.dtype, B.device)
@@ -158,7 +190,7 @@ def _check_blow_up(Bs: list, ws: list, limit: float, alpha: float) -> None:
 def _round(B, w, tasks: Tasks, index, p, alpha: float, tau: int, batch_size, gen):
     """One FedAvg round: local updates of the selected clients, then the (weighted) average."""
     if isinstance(tasks, PopulationTasks):
-        A, w_loc = local_coordinates(B, w, tasks, index, alpha=alpha, tau=tau)
+        A, w_loc = _local_coordinates(B, w, tasks, index, alpha=alpha, tau=tau)
         theta = tasks.theta if index is None else tasks.theta[index]
         k = B.shape[1]
         if p is None:  # plain averages (sums scaled by 1/s: cheaper than mean for these tiny tensors)
@@ -168,8 +200,8 @@ def _round(B, w, tasks: Tasks, index, p, alpha: float, tau: int, batch_size, gen
         p = p / p.sum()
         prior = torch.einsum("s,sjk->jk", p, A[:, :k])
         return torch.addmm(B @ prior, theta.mT, p[:, None] * A[:, k]), p @ w_loc
-    B_loc, w_loc = local_updates(B, w, tasks, index, alpha=alpha, tau=tau, batch_size=batch_size,
-                                 generator=gen)
+    B_loc, w_loc = _local_updates(B, w, tasks, index, alpha=alpha, tau=tau, batch_size=batch_size,
+                                  generator=gen)
     if p is None:
         return B_loc.mean(0), w_loc.mean(0)
     p = p / p.sum()
@@ -190,17 +222,16 @@ def fedavg(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, ta
     """
     _check_run_inputs(B0, w0, tasks, alpha, tau, rounds, "alpha")
     n = tasks.n
-    if clients_per_round is not None and not (isinstance(clients_per_round, int)
-                                              and 1 <= clients_per_round <= n):
-        raise ValueError(f"clients_per_round must be an integer in [1, {n}], got {clients_per_round!r}")
+    if clients_per_round is not None:
+        check_int(clients_per_round, "clients_per_round", 1, n)
     if weights is None:
         weights = torch.ones(n, dtype=B0.dtype, device=B0.device)
     else:
-        weights = torch.as_tensor(weights, dtype=B0.dtype, device=B0.device)
-        if weights.shape != (n,) or not bool(torch.isfinite(weights).all()) or not bool((weights > 0).all()):
-            raise ValueError(f"weights must be {n} positive finite numbers (one per client)")
-    if batch_size is not None and not isinstance(tasks, SampledTasks):
-        raise ValueError("batch_size needs finite-sample tasks (SampledTasks); population losses have no samples")
+        weights = check_weights(weights, n, B0)
+    if batch_size is not None:
+        if not isinstance(tasks, SampledTasks):
+            raise ValueError("batch_size needs finite-sample tasks (SampledTasks); population losses have no samples")
+        check_int(batch_size, "batch_size (the batch size b, at most the smallest n_i)", 1, int(tasks.sizes().min()))
     gen = make_generator(seed)
     uniform = bool((weights == weights[0]).all())
     limit = _BLOW_UP * (1.0 + float(B0.abs().max()) + float(w0.abs().max()))
@@ -239,11 +270,12 @@ def global_gradient_norm(B: torch.Tensor, w: torch.Tensor, tasks: Tasks,
     The global objective is Collins et al. 2022, eq. (5) (weights p_i = n_i / N) or eq. (6)
     (equal weights, the default). Zero exactly at stationary points, e.g. D-GD's limit.
     """
+    _check_model(B, w, tasks, "B", "w")
     gB, gw = grads(B, w, tasks)
     if weights is None:
         p = torch.full((tasks.n,), 1.0 / tasks.n, dtype=B.dtype, device=B.device)
     else:
-        p = torch.as_tensor(weights, dtype=B.dtype, device=B.device)
+        p = check_weights(weights, tasks.n, B)
         p = p / p.sum()
     GB = torch.einsum("s,sdk->dk", p, gB)
     Gw = p @ gw
@@ -267,7 +299,7 @@ def global_update_weights(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor,
     if weights is None:
         p = torch.full((heads.shape[0],), 1.0 / heads.shape[0], dtype=B.dtype, device=B.device)
     else:
-        p = torch.as_tensor(weights, dtype=B.dtype, device=B.device)
+        p = check_weights(weights, W.shape[0], B)
         p = p if index is None else p[index]
         p = p / p.sum()
     k = B.shape[1]

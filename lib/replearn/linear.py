@@ -25,6 +25,8 @@ from functools import cached_property
 import torch
 
 from .backend import DTYPE, SeedLike, make_generator, randn
+from .checks import (check_bool, check_int, check_nonnegative, check_number, check_positive, check_same_kind,
+                     check_tensor)
 from .linalg import random_orthonormal
 
 Index = torch.Tensor | None
@@ -50,12 +52,12 @@ def make_heads(n: int, k: int, *, mean_norm: float = 0.0, cond: float = 1.0, sca
     ``mean_norm = 0`` this is also the uncentred ``mu_*^2 I <= (1/n) W^T W <= L_*^2 I`` with
     ``L_*^2 / mu_*^2 = cond``. ``exact=False`` draws i.i.d. Gaussian ``z_i`` instead.
     """
-    if not isinstance(n, int) or not isinstance(k, int) or n < 1 or k < 1:
-        raise ValueError(f"n and k must be positive integers, got n={n!r}, k={k!r}")
-    if not (cond >= 1.0 and cond < float("inf")):
-        raise ValueError(f"cond is a condition number and must be a finite value >= 1, got {cond}")
-    if not (scale > 0 and mean_norm >= 0):
-        raise ValueError(f"need scale > 0 and mean_norm >= 0, got scale={scale}, mean_norm={mean_norm}")
+    check_int(n, "n (tasks)", 1)
+    check_int(k, "k", 1)
+    check_number(cond, "cond (a condition number)", low=1.0)
+    check_positive(scale, "scale")
+    check_nonnegative(mean_norm, "mean_norm")
+    check_bool(exact, "exact")
     if exact and n < k + 1:
         raise ValueError(f"exact diversity needs n >= k + 1 tasks (got n={n}, k={k}): with fewer, "
                          "the centred heads cannot span R^k; add tasks or pass exact=False")
@@ -75,15 +77,26 @@ def make_heads(n: int, k: int, *, mean_norm: float = 0.0, cond: float = 1.0, sca
 
 
 def targets(Bstar: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """Ground-truth regressors theta_*_i = B_* w_*_i as rows of an (n, d) matrix."""
-    if Bstar.ndim != 2 or W.ndim != 2 or Bstar.shape[1] != W.shape[1]:
+    """Ground-truth regressors theta_*_i = B_* w_*_i as rows of an (n, d) matrix.
+
+    ``ValueError`` (naming the input) unless B_* is (d, k) and W (n, k) with n >= 1, both finite,
+    of the same dtype and device."""
+    check_tensor(Bstar, "Bstar", ndim=2)
+    check_tensor(W, "W (heads)", ndim=2)
+    if Bstar.shape[1] != W.shape[1]:
         raise ValueError(f"need B_* (d, k) and W (n, k) with the same k; got {tuple(Bstar.shape)} "
                          f"and {tuple(W.shape)}")
+    if W.shape[0] == 0:
+        raise ValueError("W (heads) has no rows: there must be at least one task (client)")
+    check_same_kind(("Bstar", Bstar), ("W (heads)", W))
     return W @ Bstar.T
 
 
 def head_second_moment(W: torch.Tensor, centred: bool = False) -> torch.Tensor:
     """(1/n) sum_i w_i w_i^T, or the covariance about the mean head when ``centred``."""
+    check_tensor(W, "W (heads)", ndim=2)
+    if W.shape[0] == 0:
+        raise ValueError("W (heads) has no rows: there must be at least one task")
     V = W - W.mean(0, keepdim=True) if centred else W
     return V.T @ V / W.shape[0]
 
@@ -101,6 +114,12 @@ class PopulationTasks:
     """n tasks with population losses ell_i(theta) = 1/2 ||theta - theta_*_i||^2."""
 
     theta: torch.Tensor  # (n, d)
+
+    def __post_init__(self):
+        check_tensor(self.theta, "theta (the tasks' regressors)", ndim=2)
+        if self.theta.shape[0] == 0 or self.theta.shape[1] == 0:
+            raise ValueError(f"theta must hold at least one task of dimension >= 1, got shape "
+                             f"{tuple(self.theta.shape)}")
 
     @property
     def n(self) -> int:
@@ -134,6 +153,37 @@ class SampledTasks:
     X: torch.Tensor  # (n, m, d)
     Y: torch.Tensor  # (n, m)
     counts: torch.Tensor | None = None  # (n,) samples per task; None means m for every task
+
+    def __post_init__(self):
+        check_tensor(self.X, "X (inputs)", ndim=3)
+        check_tensor(self.Y, "Y (labels)", ndim=2)
+        n, m, d = self.X.shape
+        if self.Y.shape != (n, m):
+            raise ValueError(f"Y (labels) must have shape (n, m) = {(n, m)} to match X {tuple(self.X.shape)}, "
+                             f"got {tuple(self.Y.shape)}")
+        if n == 0 or m == 0 or d == 0:
+            raise ValueError(f"X must hold at least one task with at least one sample of dimension >= 1, "
+                             f"got shape {tuple(self.X.shape)}")
+        check_same_kind(("X (inputs)", self.X), ("Y (labels)", self.Y))
+        if self.counts is not None:
+            c = self.counts
+            if (not isinstance(c, torch.Tensor) or c.shape != (n,) or c.dtype.is_floating_point
+                    or c.dtype == torch.bool):
+                raise ValueError(f"counts must be a 1-D integer tensor of {n} sample counts, got {c!r}")
+            if c.device != self.X.device:
+                raise ValueError(f"counts is on device {c.device} but X (inputs) is on {self.X.device}")
+            if bool((c < 1).any()) or bool((c > m).any()):
+                raise ValueError(f"counts (samples per task) must lie in [1, m = {m}]: a task with 0 samples has "
+                                 f"no loss; got values in [{int(c.min())}, {int(c.max())}]")
+
+    @classmethod
+    def _derived(cls, X: torch.Tensor, Y: torch.Tensor, counts: torch.Tensor | None = None) -> "SampledTasks":
+        """Tasks built from already validated tasks (a subset or minibatch): no checks, since
+        these are made at every local step."""
+        tasks = object.__new__(cls)
+        for name, value in (("X", X), ("Y", Y), ("counts", counts)):
+            object.__setattr__(tasks, name, value)
+        return tasks
 
     @property
     def n(self) -> int:
@@ -174,14 +224,13 @@ class SampledTasks:
     def minibatch(self, index: Index, b: int, generator: torch.Generator) -> "SampledTasks":
         """``b`` samples of each selected task, drawn uniformly without replacement."""
         sizes = self.sizes(index)
-        if not isinstance(b, int) or b < 1 or b > int(sizes.min()):
-            raise ValueError(f"batch size b must be an integer in [1, min n_i = {int(sizes.min())}], got {b!r}")
+        check_int(b, "the batch size b", 1, int(sizes.min()))
         X, Y = self._select(index)
         keys = torch.rand(X.shape[0], X.shape[1], generator=generator, dtype=X.dtype).to(X.device)
         keys = keys.masked_fill(torch.arange(X.shape[1], device=X.device) >= sizes.unsqueeze(-1), 2.0)
         rows = keys.argsort(dim=1)[:, :b]
         clients = torch.arange(X.shape[0], device=X.device).unsqueeze(-1)
-        return SampledTasks(X[clients, rows], Y[clients, rows])
+        return SampledTasks._derived(X[clients, rows], Y[clients, rows])
 
 
 Tasks = PopulationTasks | SampledTasks
@@ -202,18 +251,19 @@ def sample_tasks(Bstar: torch.Tensor, W: torch.Tensor, m, *, noise_std: float = 
     theta = targets(Bstar, W)
     n, d = theta.shape
     counts = None
-    if isinstance(m, int) and not isinstance(m, bool):
-        if m < 1:
-            raise ValueError(f"m (samples per task) must be a positive integer, got {m!r}")
-        size = m
+    if isinstance(m, (int, bool)):
+        size = check_int(m, "m (samples per task)", 1)
     else:
-        counts = torch.as_tensor(m)
-        if counts.shape != (n,) or counts.dtype.is_floating_point or bool((counts < 1).any()):
+        try:
+            counts = torch.as_tensor(m)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(f"m must be a positive integer or {n} positive integer counts, got {m!r}") from err
+        if (counts.shape != (n,) or counts.dtype.is_floating_point or counts.dtype == torch.bool
+                or bool((counts < 1).any())):
             raise ValueError(f"m must be a positive integer or {n} positive integer counts, got {m!r}")
         counts = counts.to(theta.device)
         size = int(counts.max())
-    if noise_std < 0:
-        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+    noise_std = check_nonnegative(noise_std, "noise_std")
     gen = make_generator(seed)
     X = randn(n, size, d, generator=gen, device=theta.device)
     noise = noise_std * randn(n, size, generator=gen, device=theta.device)
@@ -222,23 +272,42 @@ def sample_tasks(Bstar: torch.Tensor, W: torch.Tensor, m, *, noise_std: float = 
         pad = torch.arange(size, device=theta.device) >= counts.unsqueeze(-1)
         X = X.masked_fill(pad.unsqueeze(-1), 0.0)
         Y = Y.masked_fill(pad, 0.0)
-    return SampledTasks(X, Y, counts)
+    return SampledTasks._derived(X, Y, counts)
 
 
 # --------------------------------------------------------------------------- losses and gradients
 
+def _check_model(B: torch.Tensor, w: torch.Tensor, tasks: Tasks | None = None) -> None:
+    """Shape, dtype and device checks of a model (B, w) (cheap: no finiteness pass, these run in loops)."""
+    if not isinstance(B, torch.Tensor) or not isinstance(w, torch.Tensor):
+        raise ValueError(f"B and w must be tensors, got {type(B).__name__} and {type(w).__name__}")
+    if B.ndim < 2 or w.ndim < 1 or B.shape[-1] != w.shape[-1]:
+        raise ValueError(f"need B (..., d, k) and w (..., k) with the same k, got shapes {tuple(B.shape)} "
+                         f"and {tuple(w.shape)}")
+    check_same_kind(("B", B), ("w", w))
+    if tasks is not None:
+        if not isinstance(tasks, (PopulationTasks, SampledTasks)):
+            raise ValueError(f"tasks must be PopulationTasks or SampledTasks, got {type(tasks).__name__}")
+        if B.shape[-2] != tasks.d:
+            raise ValueError(f"B has d = {B.shape[-2]} rows but the tasks live in dimension {tasks.d}")
+        check_same_kind(("B", B), ("the tasks' data", tasks.theta if isinstance(tasks, PopulationTasks) else tasks.X))
+
+
 def predict(B: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """theta = B w, broadcasting over leading dimensions of B (..., d, k) and w (..., k)."""
+    _check_model(B, w)
     return (B @ w.unsqueeze(-1)).squeeze(-1)
 
 
 def losses(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: Index = None) -> torch.Tensor:
     """Per-task losses f_i(B, w) for the selected tasks (shared or per-task parameters)."""
+    _check_model(B, w, tasks)
     return tasks.loss_theta(predict(B, w), index)
 
 
 def grads(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: Index = None):
     """Per-task gradients (grad_B f_i, grad_w f_i), shapes (s, d, k) and (s, k)."""
+    _check_model(B, w, tasks)
     g = tasks.grad_theta(predict(B, w), index)
     w_b = w.expand(g.shape[0], -1) if w.ndim == 1 else w
     B_b = B.expand(g.shape[0], -1, -1) if B.ndim == 2 else B
@@ -253,6 +322,11 @@ def average_grads(B: torch.Tensor, w: torch.Tensor, tasks: Tasks):
 
 def excess_risk(B: torch.Tensor, w: torch.Tensor, theta_star: torch.Tensor) -> torch.Tensor:
     """||B w - theta_*||^2: the test MSE above the noise floor when x ~ N(0, I_d)."""
+    _check_model(B, w)
+    if not isinstance(theta_star, torch.Tensor) or theta_star.shape[-1:] != B.shape[-2:-1]:
+        raise ValueError(f"theta_star must be a tensor (..., d) with d = {B.shape[-2]}, got "
+                         f"{getattr(theta_star, 'shape', theta_star)!r}")
+    check_same_kind(("B", B), ("theta_star", theta_star))
     return (predict(B, w) - theta_star).pow(2).sum(-1)
 
 
@@ -264,10 +338,12 @@ def fit_linear(A: torch.Tensor, y: torch.Tensor, ridge: float = 0.0) -> torch.Te
     With ``ridge = 0`` this is the minimum-norm least-squares solution (pseudo-inverse), so
     it is defined for any number of samples m, including m below the dimension.
     """
+    check_tensor(A, "the design A", min_ndim=2)
+    check_tensor(y, "the targets y", min_ndim=1)
     if A.shape[:-1] != y.shape:
         raise ValueError(f"design {tuple(A.shape)} and targets {tuple(y.shape)} do not match")
-    if ridge < 0:
-        raise ValueError(f"ridge must be >= 0, got {ridge}")
+    check_same_kind(("the design A", A), ("the targets y", y))
+    ridge = check_nonnegative(ridge, "ridge")
     if ridge == 0:
         return (torch.linalg.pinv(A) @ y.unsqueeze(-1)).squeeze(-1)
     m, p = A.shape[-2:]
@@ -280,6 +356,8 @@ def least_squares_heads(B: torch.Tensor, tasks: Tasks, ridge: float = 0.0) -> to
 
     Population: w_i = B^+ theta_*_i. Samples: least squares of y_i on X_i B.
     """
+    check_tensor(B, "B", ndim=2)
+    _check_model(B, B[0], tasks)
     if isinstance(tasks, PopulationTasks):
         return (torch.linalg.pinv(B) @ tasks.theta.T).T
     return fit_linear(tasks.X @ B, tasks.Y, ridge)
@@ -287,6 +365,11 @@ def least_squares_heads(B: torch.Tensor, tasks: Tasks, ridge: float = 0.0) -> to
 
 def finetune_head(B: torch.Tensor, X: torch.Tensor, y: torch.Tensor, ridge: float = 0.0) -> torch.Tensor:
     """Exact head solve for a new task with samples (X, y) on the frozen representation B."""
+    check_tensor(B, "B", min_ndim=2)
+    check_tensor(X, "X", min_ndim=2)
+    if X.shape[-1] != B.shape[-2]:
+        raise ValueError(f"X has {X.shape[-1]} features but B has d = {B.shape[-2]} rows")
+    check_same_kind(("B", B), ("X", X))
     return fit_linear(X @ B, y, ridge)
 
 
@@ -297,10 +380,14 @@ def finetune_gd(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, y: torch.Tens
     Updates (B, w) jointly (as in FedAvg fine-tuning, Collins et al. 2022, Sec. 5) or only w
     when ``update_representation`` is False. Returns the fine-tuned (B, w).
     """
-    if not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr}")
+    steps = check_int(steps, "steps", 0)
+    lr = check_positive(lr, "lr")
+    check_bool(update_representation, "update_representation")
+    check_tensor(B, "B", ndim=2)
+    check_tensor(w, "w", shape=(B.shape[1],))
+    check_tensor(X, "X", shape=(None, B.shape[0]))
+    check_tensor(y, "y", shape=(X.shape[0],))
+    check_same_kind(("B", B), ("w", w), ("X", X), ("y", y))
     task = SampledTasks(X.unsqueeze(0), y.unsqueeze(0))
     for step in range(steps):
         gB, gw = grads(B, w, task)

@@ -372,3 +372,33 @@ def test_duplicate_reply_is_dropped():
     assert_close(flower.from_record(context.state["arrays"], CPU), ref.state)
     assert done["strategy"].dropped == {t: [flower.Dropped(BAD, "train", f"node {list(grid.contexts)[BAD]} "
                                                            "was not asked or replied twice")] for t in (1, 2)}
+
+
+class SilentGrid(flower.InProcessGrid):
+    """A grid on which client BAD's replies never arrive."""
+
+    def send_and_receive(self, messages, *, timeout=None):
+        bad = list(self.contexts)[BAD]
+        replies = super().send_and_receive(messages, timeout=timeout)
+        return [r for r in replies if r.metadata.src_node_id != bad]
+
+
+def test_discovery_faults_stop_the_run_with_a_clear_error():
+    """Discovery is trusted (its sizes become the weights): a node that fails or stays silent
+    there stops the run before training, with an error naming the node."""
+    cfg = neural.TrainConfig(rounds=1, local_steps=1)
+    inner = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "fedavg")
+    app = ClientApp()
+
+    @app.query()
+    def query(msg, context):
+        if context.node_config["partition-id"] == BAD:
+            raise RuntimeError("no data mounted")
+        return inner(msg, context)
+
+    with pytest.raises(ValueError, match=r"node \d+ did not report its partition: RuntimeError: no data"):
+        flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app)
+    grid = SilentGrid(inner, CLIENTS.n_clients)
+    silent = list(grid.contexts)[BAD]
+    with pytest.raises(TimeoutError, match=rf"nodes \[{silent}\] did not answer the discovery"):
+        grid.run_server(flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients))

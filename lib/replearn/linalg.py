@@ -14,9 +14,11 @@ from __future__ import annotations
 import torch
 
 from .backend import DTYPE, SeedLike, make_generator, randn
+from .checks import check_int, check_number, check_same_kind, check_tensor
 
 
 def _check_matrix(B: torch.Tensor, name: str) -> None:
+    check_tensor(B, name, finite=False)
     if B.ndim < 2:
         raise ValueError(f"{name} must be a matrix (..., d, k); got shape {tuple(B.shape)}")
     d, k = B.shape[-2:]
@@ -49,19 +51,40 @@ def orthogonal_complement(B: torch.Tensor, rtol: float = 1e-10) -> torch.Tensor:
     return U[:, rank:]
 
 
+def _checked_bases(B1: torch.Tensor, B2: torch.Tensor, *, full_rank_B1: bool, rtol: float = 1e-10):
+    """Orthonormal bases of col(B1) and col(B2) after checking both inputs: finite matrices in the
+    same R^d, of one dtype and device. B2 (and B1 when ``full_rank_B1``) must have full column
+    rank: a rank-deficient B2, e.g. a zero matrix, has fewer than k directions, and a distance
+    that only measures the ones it has would silently be too small. A rank-deficient B1 is
+    allowed where it only makes the distance larger (its missing directions count as missed)."""
+    _check_matrix(B1, "B1")
+    _check_matrix(B2, "B2")
+    if B1.shape[-2] != B2.shape[-2]:
+        raise ValueError(f"B1 and B2 live in different spaces: d = {B1.shape[-2]} vs {B2.shape[-2]}")
+    check_same_kind(("B1", B1), ("B2", B2))
+    Q1 = _full_rank_basis(B1, "B1", rtol) if full_rank_B1 else orthonormal_basis(B1, rtol)
+    return Q1, _full_rank_basis(B2, "B2", rtol)
+
+
+def _full_rank_basis(B: torch.Tensor, name: str, rtol: float) -> torch.Tensor:
+    """The left singular vectors of B (= :func:`orthonormal_basis` for full rank), or ValueError."""
+    U, S, _ = torch.linalg.svd(B, full_matrices=False)
+    if not bool((S[..., -1] > rtol * S[..., 0]).all()):
+        raise ValueError(f"{name} is rank-deficient (a singular value below {rtol:g} x the largest, e.g. a zero "
+                         f"matrix or repeated columns): it needs full column rank k")
+    return U
+
+
 def principal_angle_distance(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
     """dist(B1, B2) = ||(I - P_{B1}) Q_{B2}||_2, the sine of the largest principal angle.
 
     Invariant to B -> B Q for invertible Q (it depends on column spaces only); 0 for equal
     spans, 1 when some direction of col(B2) is orthogonal to col(B1). Broadcasts over
-    leading dimensions, e.g. a whole trajectory (T, d, k) against one B* (d, k).
+    leading dimensions, e.g. a whole trajectory (T, d, k) against one B* (d, k). B2 must have
+    full column rank (``ValueError`` otherwise); a rank-deficient B1 gives the distance of its
+    column space, whose missing directions count as missed.
     """
-    _check_matrix(B1, "B1")
-    _check_matrix(B2, "B2")
-    if B1.shape[-2] != B2.shape[-2]:
-        raise ValueError(f"B1 and B2 live in different spaces: d = {B1.shape[-2]} vs {B2.shape[-2]}")
-    Q1 = orthonormal_basis(B1)
-    Q2 = orthonormal_basis(B2)
+    Q1, Q2 = _checked_bases(B1, B2, full_rank_B1=False)
     residual = Q2 - Q1 @ (Q1.mT @ Q2)
     return torch.linalg.matrix_norm(residual, ord=2).clamp(0.0, 1.0)
 
@@ -74,8 +97,7 @@ def principal_angles(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
     as accurate as large ones (Golub & Van Loan 2013, Sec. 6.4.3); arccos alone loses about
     half the digits of an angle near zero.
     """
-    Q1 = orthonormal_basis(B1)
-    Q2 = orthonormal_basis(B2)
+    Q1, Q2 = _checked_bases(B1, B2, full_rank_B1=True)
     cosines = torch.linalg.svdvals(Q1.mT @ Q2).clamp(-1.0, 1.0)              # descending
     sines = torch.linalg.svdvals(Q2 - Q1 @ (Q1.mT @ Q2)).clamp(0.0, 1.0).flip(-1)  # ascending
     return torch.where(cosines.square() >= 0.5, torch.arcsin(sines), torch.arccos(cosines))
@@ -84,8 +106,8 @@ def principal_angles(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
 def random_orthonormal(d: int, k: int, seed: SeedLike = 0, *, device=None,
                        dtype: torch.dtype = DTYPE) -> torch.Tensor:
     """A Haar-random (d, k) matrix with orthonormal columns (QR of a Gaussian, signs fixed)."""
-    if not (isinstance(d, int) and isinstance(k, int)) or k < 1 or d < 1:
-        raise ValueError(f"d and k must be positive integers, got d={d!r}, k={k!r}")
+    check_int(d, "d", 1)
+    check_int(k, "k", 1)
     if k > d:
         raise ValueError(f"k = {k} > d = {d}: cannot have more orthonormal columns than dimensions")
     gen = make_generator(seed)
@@ -96,6 +118,7 @@ def random_orthonormal(d: int, k: int, seed: SeedLike = 0, *, device=None,
 
 def condition_number(M: torch.Tensor) -> torch.Tensor:
     """sigma_max / sigma_min of ``M`` (inf for a singular matrix)."""
+    check_tensor(M, "M", min_ndim=2)
     s = torch.linalg.svdvals(M)
     return s[..., 0] / s[..., -1]
 
@@ -108,8 +131,7 @@ def _check_tilt(B0: torch.Tensor, delta: float) -> tuple[int, int]:
         raise ValueError(f"need d > k to tilt col(B0) out of itself; got d={d}, k={k}")
     if torch.linalg.matrix_rank(B0) < k:
         raise ValueError("B0 must have full column rank k")
-    if not 0 <= delta <= 1:
-        raise ValueError(f"delta is a sine and must lie in [0, 1], got {delta}")
+    check_number(delta, "delta (a sine)", low=0.0, high=1.0)
     return d, k
 
 
@@ -131,8 +153,7 @@ def basis_at_distance(B0: torch.Tensor, delta: float, n_tilted: int | None = Non
     """
     d, k = _check_tilt(B0, delta)
     n_tilted = min(k, d - k) if n_tilted is None else n_tilted
-    if not 1 <= n_tilted <= min(k, d - k):
-        raise ValueError(f"n_tilted must be in [1, min(k, d - k)] = [1, {min(k, d - k)}], got {n_tilted}")
+    check_int(n_tilted, "n_tilted (in [1, min(k, d - k)])", 1, min(k, d - k))
     gen = make_generator(seed)
     U = orthonormal_basis(B0)
     G = randn(d, k, generator=gen, dtype=B0.dtype).to(B0.device)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .backend import SeedLike, check_finite, make_generator, randn
+from .checks import check_fraction, check_int, check_nonnegative, check_positive, check_same_kind, check_tensor
 from .linalg import principal_angle_distance
 from .linear import SampledTasks, fit_linear, predict, targets
 
@@ -38,8 +39,8 @@ _CHECK_EVERY = 16  # rounds between divergence checks (each check synchronises a
 
 def paper_heads(n: int, k: int, seed: SeedLike = 0, *, device=None) -> torch.Tensor:
     """Heads of Sec. 5.1: Gaussian rows normalised to ||w_*_i|| = sqrt(k) (Assumption 3), (n, k)."""
-    if not isinstance(n, int) or not isinstance(k, int) or n < 1 or k < 1:
-        raise ValueError(f"n and k must be positive integers, got n={n!r}, k={k!r}")
+    check_int(n, "n (clients)", 1)
+    check_int(k, "k", 1)
     W = randn(n, k, generator=make_generator(seed))
     W = W * (k**0.5 / W.norm(dim=1, keepdim=True))
     return W.to(device) if device is not None else W
@@ -61,12 +62,9 @@ class FreshSamples:
         if self.Bstar.ndim != 2 or self.W.ndim != 2 or self.Bstar.shape[1] != self.W.shape[1]:
             raise ValueError(f"need B_* (d, k) and W (n, k) with the same k; got {tuple(self.Bstar.shape)} "
                              f"and {tuple(self.W.shape)}")
-        check_finite(self.Bstar, "Bstar")
-        check_finite(self.W, "W")
-        if not isinstance(self.m, int) or isinstance(self.m, bool) or self.m < 1:
-            raise ValueError(f"m (fresh samples per client per round) must be a positive integer, got {self.m!r}")
-        if not self.noise_std >= 0:
-            raise ValueError(f"noise_std must be >= 0, got {self.noise_std}")
+        targets(self.Bstar, self.W)  # finite, same dtype and device, at least one client
+        check_int(self.m, "m (fresh samples per client per round)", 1)
+        check_nonnegative(self.noise_std, "noise_std")
 
     @property
     def n(self) -> int:
@@ -82,7 +80,7 @@ class FreshSamples:
         s, d = theta.shape
         X = randn(s, self.m, d, generator=generator, device=theta.device)
         noise = randn(s, self.m, generator=generator, device=theta.device)
-        return SampledTasks(X, torch.einsum("smd,sd->sm", X, theta) + self.noise_std * noise)
+        return SampledTasks._derived(X, torch.einsum("smd,sd->sm", X, theta) + self.noise_std * noise)
 
 
 Data = SampledTasks | FreshSamples
@@ -94,7 +92,7 @@ def _batch(data: Data, index: torch.Tensor | None, generator: torch.Generator) -
     if index is None:
         return data
     counts = None if data.counts is None else data.counts[index]
-    return SampledTasks(data.X[index], data.Y[index], counts)
+    return SampledTasks._derived(data.X[index], data.Y[index], counts)
 
 
 # --------------------------------------------------------------------------- initialisation
@@ -114,8 +112,7 @@ def moment_matrix(data: SampledTasks) -> torch.Tensor:
 
 def method_of_moments_init(data: SampledTasks, k: int) -> torch.Tensor:
     """B_0: orthonormal (d, k) top-k eigenvectors of :func:`moment_matrix` (rank-k SVD of a PSD matrix)."""
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+    check_int(k, "k", 1)
     if not isinstance(data, SampledTasks):
         raise ValueError("the method of moments needs samples: pass a SampledTasks (e.g. from sample_tasks)")
     if k > data.d:
@@ -151,11 +148,6 @@ class FedRepResult:
         return global_error(predict(self.B[-1], self.heads), targets(Bstar, W))
 
 
-def _check_positive(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-
-
 def _check_fedrep_inputs(B0, data, eta, rounds, r, head_steps, head_lr, heads0):
     if not isinstance(data, (SampledTasks, FreshSamples)):
         raise ValueError("data must be a SampledTasks (fixed data per client) or FreshSamples (fresh batches)")
@@ -169,29 +161,30 @@ def _check_fedrep_inputs(B0, data, eta, rounds, r, head_steps, head_lr, heads0):
         raise ValueError(f"B0 has k = {k} > d = {d} columns; the representation needs k <= d")
     if d != data.d:
         raise ValueError(f"B0 has d = {d} rows but the clients' data live in dimension {data.d}")
-    check_finite(B0, "B0")
-    _check_positive(eta, "the representation step size eta")
-    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
-        raise ValueError(f"the number of rounds must be a non-negative integer, got {rounds!r}")
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
-        raise ValueError(f"the participation rate r must lie in (0, 1], got {r!r}")
+    check_tensor(B0, "B0")
+    check_same_kind(("B0", B0), ("the clients' data", data.W if isinstance(data, FreshSamples) else data.X))
+    check_positive(eta, "the representation step size eta")
+    check_int(rounds, "the number of rounds", 0)
+    check_fraction(r, "the participation rate r")
     if head_steps is None:
         if head_lr is not None:
             raise ValueError("head_lr is only used with head_steps = K (GD on the head); "
                              "with head_steps=None the head is solved exactly")
     else:
-        if not isinstance(head_steps, int) or isinstance(head_steps, bool) or head_steps < 1:
-            raise ValueError(f"head_steps must be None (exact head) or an integer K >= 1, got {head_steps!r}")
-        _check_positive(head_lr, "head_lr (needed with head_steps = K)")
+        check_int(head_steps, "head_steps (None for the exact head, or K)", 1)
+        check_positive(head_lr, "head_lr (needed with head_steps = K)")
     if heads0 is not None:
         if heads0.shape != (data.n, k):
             raise ValueError(f"heads0 must have shape ({data.n}, {k}) (one head per client), "
                              f"got {tuple(heads0.shape)}")
-        check_finite(heads0, "heads0")
+        check_tensor(heads0, "heads0")
+        check_same_kind(("B0", B0), ("heads0", heads0))
 
 
 def clients_per_round(n: int, r: float) -> int:
     """|I^t| = rn rounded to the nearest integer, at least one client."""
+    check_int(n, "n (clients)", 1)
+    check_fraction(r, "the participation rate r")
     return max(1, min(n, round(r * n)))
 
 
@@ -202,6 +195,8 @@ def head_solve(B: torch.Tensor, tasks: SampledTasks) -> torch.Tensor:
 
 def head_gd(B: torch.Tensor, tasks: SampledTasks, w: torch.Tensor, *, lr: float, steps: int) -> torch.Tensor:
     """``steps`` GD steps w <- w - lr (X_i B)^T (X_i B w - y_i) / n_i from the heads ``w`` (s, k)."""
+    check_positive(lr, "lr")
+    check_int(steps, "steps", 0)
     A = tasks.X @ B
     scale = lr / tasks.sizes()
     for _ in range(steps):
@@ -325,6 +320,9 @@ def global_error(theta: torch.Tensor, theta_star: torch.Tensor) -> torch.Tensor:
     """(1/2n) sum_i ||theta_i - theta_*_i||^2: eq. (3) for personalised models theta_i = B w_i,
     eq. (4)'s global error for one shared theta (d,) broadcast to every client. With
     x ~ N(0, I_d) twice this is the clients' average test MSE above the noise floor."""
+    check_tensor(theta, "theta")
+    check_tensor(theta_star, "theta_star")
+    check_same_kind(("theta", theta), ("theta_star", theta_star))
     if theta_star.ndim != 2 or theta.shape[-1] != theta_star.shape[-1] or theta.ndim not in (1, 2) \
             or (theta.ndim == 2 and theta.shape != theta_star.shape):
         raise ValueError(f"theta must be (n, d) or (d,) matching theta_star (n, d); got {tuple(theta.shape)} "
@@ -349,6 +347,10 @@ def new_client_head(B: torch.Tensor, X: torch.Tensor, y: torch.Tensor, ridge: fl
 
 def new_client_error(B: torch.Tensor, heads: torch.Tensor, theta_star: torch.Tensor) -> torch.Tensor:
     """||B w_c - theta_*_c||^2 per new client: its test MSE minus the noise variance (x ~ N(0, I_d))."""
+    check_tensor(B, "B", ndim=2)
+    check_tensor(heads, "heads", shape=(None, B.shape[1]))
+    check_tensor(theta_star, "theta_star")
+    check_same_kind(("B", B), ("heads", heads), ("theta_star", theta_star))
     if theta_star.shape != (heads.shape[0], B.shape[0]):
         raise ValueError(f"theta_star must be ({heads.shape[0]}, {B.shape[0]}), got {tuple(theta_star.shape)}")
     return (predict(B, heads) - theta_star).square().sum(-1)

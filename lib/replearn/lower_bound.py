@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .backend import SeedLike
+from .checks import check_number, check_same_kind, check_tensor
 from .linalg import basis_at_distance
 
 
@@ -23,8 +24,10 @@ def adversarial_ground_truth(B0: torch.Tensor, W: torch.Tensor, delta: float,
     ``B_* wbar_*`` points along an untilted direction. ARM from B0 on (B_*, W) then keeps
     dist(B_t, B_*) >= delta at every iteration (module docstring).
     """
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    check_number(delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True)
+    check_tensor(B0, "B0", ndim=2)
+    check_tensor(W, "W (heads)")
+    check_same_kind(("B0", B0), ("W (heads)", W))
     k = B0.shape[-1]
     if k < 2:
         raise ValueError("the construction needs k >= 2: with k = 1 ARM does recover col(B_*)")

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 import torch
 from torch.func import grad, vmap
 
-from .backend import DTYPE, SeedLike, check_finite, make_generator, randn
+from .backend import DTYPE, SeedLike, make_generator, randn
+from .checks import check_bool, check_int, check_nonnegative, check_positive, check_same_kind, check_tensor
 from .linalg import basis_at_distance, condition_number, orthonormal_basis, principal_angle_distance
-from .linear import PopulationTasks, SampledTasks, Tasks, grads, sample_tasks, targets
+from .linear import PopulationTasks, SampledTasks, Tasks, grads, population_tasks, sample_tasks, targets
 from .trajectory import Trajectory
 
 ALGORITHMS = ("MAML", "FO-MAML", "ANIL", "FO-ANIL")
@@ -61,11 +62,8 @@ class FreshSamples:
     def __post_init__(self):
         targets(self.Bstar, self.W)  # validates the shapes
         for name in ("m_in", "m_out"):
-            m = getattr(self, name)
-            if not isinstance(m, int) or isinstance(m, bool) or m < 1:
-                raise ValueError(f"{name} (samples per task) must be a positive integer, got {m!r}")
-        if not self.noise_std >= 0:
-            raise ValueError(f"noise_std must be >= 0, got {self.noise_std}")
+            check_int(getattr(self, name), f"{name} (samples per task)", 1)
+        check_nonnegative(self.noise_std, "noise_std")
 
     @property
     def n(self) -> int:
@@ -88,8 +86,7 @@ def split_tasks(tasks: SampledTasks, m_in: int) -> tuple[SampledTasks, SampledTa
     the remaining ``m - m_in`` its outer data."""
     if not isinstance(tasks, SampledTasks) or tasks.counts is not None:
         raise ValueError("split_tasks needs SampledTasks with the same number m of samples per task")
-    if not isinstance(m_in, int) or not 1 <= m_in < tasks.m:
-        raise ValueError(f"m_in must be an integer in [1, m - 1] = [1, {tasks.m - 1}], got {m_in!r}")
+    check_int(m_in, "m_in (inner samples per task, at most m - 1)", 1, tasks.m - 1)
     return (SampledTasks(tasks.X[:, :m_in], tasks.Y[:, :m_in]),
             SampledTasks(tasks.X[:, m_in:], tasks.Y[:, m_in:]))
 
@@ -137,7 +134,7 @@ def fo_anil_decomposition(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor,
     with the adapted heads w_{t,i} of :func:`adapted_heads`. Returns ``(prior, signal)``, both
     k x k; unlike ARM's, both can have full rank when the adapted heads are diverse.
     """
-    _check_model(B, w, Bstar.shape[0])
+    _check_model(B, w, population_tasks(Bstar, W))
     if W.ndim != 2 or W.shape[1] != B.shape[1] or Bstar.shape != B.shape:
         raise ValueError(f"need B_* {tuple(B.shape)} and heads W (n, {B.shape[1]}); got "
                          f"{tuple(Bstar.shape)} and {tuple(W.shape)}")
@@ -150,28 +147,30 @@ def fo_anil_decomposition(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor,
 
 # --------------------------------------------------------------------------- meta-gradients
 
-def _check_model(B: torch.Tensor, w: torch.Tensor, d: int) -> None:
-    if B.ndim != 2:
-        raise ValueError(f"B must be a (d, k) matrix, got shape {tuple(B.shape)}")
+def _check_model(B: torch.Tensor, w: torch.Tensor, tasks) -> None:
+    """B (d, k) and w (k,) finite, for the tasks' dimension, dtype and device."""
+    d = tasks.d
+    check_tensor(B, "B", ndim=2)
+    check_tensor(w, "w")
+    data = tasks.W if isinstance(tasks, FreshSamples) else (
+        tasks.theta if isinstance(tasks, PopulationTasks) else tasks.X)
+    check_same_kind(("B", B), ("w", w), ("the tasks' data", data))
     if B.shape[1] > B.shape[0]:
         raise ValueError(f"B has k = {B.shape[1]} > d = {B.shape[0]} columns; the representation needs k <= d")
     if B.shape[0] != d:
         raise ValueError(f"B has d = {B.shape[0]} rows but the tasks live in dimension {d}")
     if w.shape != (B.shape[1],):
         raise ValueError(f"w must have shape ({B.shape[1]},) to match B {tuple(B.shape)}, got {tuple(w.shape)}")
-    check_finite(B, "B")
-    check_finite(w, "w")
 
 
 def _check_algorithm(algorithm: str) -> str:
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {ALGORITHMS} (ARM is replearn.meta.arm)")
     return algorithm
 
 
 def _check_step(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise ValueError(f"the step size {name} must be a positive finite number, got {value!r}")
+    check_positive(value, f"the step size {name}")
 
 
 def _check_pair(tasks: Tasks, outer_tasks: Tasks | None) -> Tasks:
@@ -210,7 +209,7 @@ def meta_gradient(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, *, algorithm: 
     algorithm = _check_algorithm(algorithm)
     _check_step(alpha, "alpha")
     outer = _check_pair(tasks, outer_tasks)
-    _check_model(B, w, tasks.d)
+    _check_model(B, w, tasks)
     return _meta_gradient(B, w, tasks, outer, algorithm, alpha, index)
 
 
@@ -235,7 +234,7 @@ def meta_objective(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, *, algorithm:
     algorithm = _check_algorithm(algorithm)
     _check_step(alpha, "alpha")
     outer = _check_pair(tasks, outer_tasks)
-    _check_model(B, w, tasks.d)
+    _check_model(B, w, tasks)
     per_task = vmap(_meta_loss, in_dims=(None, None, 0, 0, None, None))
     return per_task(B, w, _task_data(tasks, None), _task_data(outer, None), alpha,
                     _ADAPTS_REPRESENTATION[algorithm]).mean()
@@ -273,17 +272,16 @@ def meta_train(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks | FreshSamples, 
     algorithm = _check_algorithm(algorithm)
     _check_step(alpha, "alpha")
     _check_step(beta, "beta")
-    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 0:
-        raise ValueError(f"iterations must be a non-negative integer, got {iterations!r}")
+    check_int(iterations, "iterations", 0)
+    check_bool(freeze_representation, "freeze_representation")
     fresh = isinstance(tasks, FreshSamples)
     if fresh and outer_tasks is not None:
         raise ValueError("FreshSamples draws its own outer samples; do not pass outer_tasks with it")
     outer = None if fresh else _check_pair(tasks, outer_tasks)
-    _check_model(B0, w0, tasks.d)
+    _check_model(B0, w0, tasks)
     n = tasks.n
-    if tasks_per_iteration is not None and not (isinstance(tasks_per_iteration, int)
-                                                and 1 <= tasks_per_iteration <= n):
-        raise ValueError(f"tasks_per_iteration must be an integer in [1, {n}], got {tasks_per_iteration!r}")
+    if tasks_per_iteration is not None:
+        check_int(tasks_per_iteration, "tasks_per_iteration", 1, n)
     if freeze_representation and _ADAPTS_REPRESENTATION[algorithm]:
         raise ValueError("freeze_representation is for ANIL / FO-ANIL (head-only inner step); with MAML the "
                          "inner step also moves B and the head objective is no longer a quadratic")
@@ -324,6 +322,8 @@ def hypotheses(traj: Trajectory, Bstar: torch.Tensor, W: torch.Tensor, alpha: fl
       ``perp_ratio``: its per-step ratio (A5: at most rho < 1; entry 0 is NaN);
     - ``dist``: dist(B_t, B_*) (A6: decays like rho^t).
     """
+    check_tensor(Bstar, "Bstar")
+    check_tensor(W, "W (heads)")
     if W.ndim != 2 or Bstar.ndim != 2 or traj.B.shape[-2:] != Bstar.shape or W.shape[1] != Bstar.shape[1]:
         raise ValueError(f"trajectory B {tuple(traj.B.shape)}, B_* {tuple(Bstar.shape)} and heads W "
                          f"{tuple(W.shape)} do not fit together (need B_t and B_* (d, k), W (n, k))")
@@ -351,8 +351,8 @@ def hypotheses(traj: Trajectory, Bstar: torch.Tensor, W: torch.Tensor, alpha: fl
 def random_init(d: int, k: int, alpha: float, *, seed: SeedLike = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Random initialisation: B_0 with i.i.d. N(0, 1/(alpha d)) entries (so alpha B_0^T B_0 ~ I_k
     for d >> k, but col(B_0) is a random subspace, dist ~ 1 from B_*) and w_0 = 0."""
-    if not (isinstance(d, int) and isinstance(k, int)) or not 1 <= k <= d:
-        raise ValueError(f"need integers 1 <= k <= d, got d={d!r}, k={k!r}")
+    check_int(k, "k", 1)
+    check_int(d, "d (needs 1 <= k <= d)", k)
     _check_step(alpha, "alpha")
     B0 = randn(d, k, generator=make_generator(seed), device=device) / (alpha * d) ** 0.5
     return B0, torch.zeros(k, dtype=DTYPE, device=device)
@@ -394,7 +394,7 @@ def head_quadratic(B: torch.Tensor, tasks: Tasks, *, alpha: float,
     """
     _check_step(alpha, "alpha")
     outer = _check_pair(tasks, outer_tasks)
-    _check_model(B, torch.zeros(B.shape[-1], dtype=B.dtype, device=B.device), tasks.d)
+    _check_model(B, torch.zeros(B.shape[-1], dtype=B.dtype, device=B.device), tasks)
     G_in, g_in, _ = _head_quadratics(B, tasks)
     G_out, g_out, c_out = _head_quadratics(B, outer)
     k = B.shape[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .checks import check_positive, check_same_kind, check_tensor
 from .federated import dgd
 from .linalg import orthonormal_basis
 from .linear import Tasks
@@ -29,8 +30,12 @@ def arm_decomposition(w: torch.Tensor, W: torch.Tensor, beta: float) -> tuple[to
     differs from the identity only along w_t, and the signal weight
     ``beta wbar_* w_t^T`` has rank one.
     """
-    if w.ndim != 1 or W.ndim != 2 or W.shape[1] != w.shape[0]:
-        raise ValueError(f"need w (k,) and heads W (n, k); got {tuple(w.shape)} and {tuple(W.shape)}")
+    check_tensor(w, "w")
+    check_tensor(W, "W (heads)")
+    if w.ndim != 1 or W.ndim != 2 or W.shape[1] != w.shape[0] or W.shape[0] == 0:
+        raise ValueError(f"need w (k,) and heads W (n, k) with n >= 1; got {tuple(w.shape)} and {tuple(W.shape)}")
+    check_same_kind(("w", w), ("W (heads)", W))
+    check_positive(beta, "beta")
     k = w.shape[0]
     prior = torch.eye(k, dtype=w.dtype, device=w.device) - beta * torch.outer(w, w)
     signal = beta * torch.outer(W.mean(0), w)
@@ -49,10 +54,14 @@ def arm_subspace_floor(B0: torch.Tensor, Bstar: torch.Tensor, W: torch.Tensor) -
     which is what this returns (B_* with orthonormal columns). It can be computed before
     training and is close to dist(B_0, B_*) when d >> k: one new direction cannot fix k.
     """
+    check_tensor(B0, "B0")
+    check_tensor(Bstar, "Bstar")
+    check_tensor(W, "W (heads)")
+    check_same_kind(("B0", B0), ("Bstar", Bstar), ("W (heads)", W))
     if B0.ndim != 2 or Bstar.ndim != 2 or B0.shape != Bstar.shape:
         raise ValueError(f"B0 and B_* must both be (d, k); got {tuple(B0.shape)} and {tuple(Bstar.shape)}")
-    if W.ndim != 2 or W.shape[1] != Bstar.shape[1]:
-        raise ValueError(f"heads W must have shape (n, {Bstar.shape[1]}), got {tuple(W.shape)}")
+    if W.ndim != 2 or W.shape[1] != Bstar.shape[1] or W.shape[0] == 0:
+        raise ValueError(f"heads W must have shape (n, {Bstar.shape[1]}) with n >= 1, got {tuple(W.shape)}")
     v = Bstar @ W.mean(0)
     S = orthonormal_basis(torch.cat([B0, v.unsqueeze(-1)], dim=1))
     return torch.linalg.matrix_norm(Bstar - S @ (S.mT @ Bstar), ord=2)

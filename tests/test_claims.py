@@ -36,3 +36,24 @@ def test_format_value():
     assert format_value(float("nan")) == "nan"
     with pytest.raises(ValueError, match="must be numbers"):
         format_value([1, 2])
+
+
+def test_round_significant():
+    from replearn.claims import round_significant
+    assert round_significant(5.132895215833068) == 5.13
+    assert round_significant(0.053518619444278936, 2) == 0.054
+    assert round_significant(np.float64(1234.5678), 2) == 1200.0
+    assert round_significant(torch.tensor(-0.00123456)) == -0.00123
+    assert round_significant(7) == 7 and round_significant(0.0) == 0.0
+    with pytest.raises(ValueError, match="digits"):
+        round_significant(1.0, 0)
+    with pytest.raises(ValueError, match="real number"):
+        round_significant("1.0")
+
+
+def test_glue_number_stores_the_rounded_value(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from replearn.claims import glue_number
+    InteractiveShell.instance()
+    assert glue_number("x", 5.132895215833068) == 5.13

@@ -10,6 +10,11 @@ raises :class:`ClaimFailed` (an ``AssertionError``) naming the values when the c
 false. Floats are printed with ``digits`` significant digits (3 unless told), the precision
 that a re-run on another CPU reproduces for the book's well-conditioned statistics; pass a
 string to control the format yourself.
+
+Numbers quoted in the prose are glued with :func:`glue_number`, which rounds them to the digits
+the text shows before handing them to myst-nb: the glued value is stored in the notebook (as the
+text of a hidden output) and strict nbval compares it on CI's machine, so a full-precision float
+would fail there on the last bits.
 """
 
 from __future__ import annotations
@@ -41,6 +46,34 @@ def format_value(value, digits: int = 3) -> str:
             return str(x)
         return f"{x:.{digits}g}"
     raise ValueError(f"claim values must be numbers, bools or strings, got {type(value).__name__}: {value!r}")
+
+
+def round_significant(value, digits: int = 3):
+    """``value`` (a real number, or a 0-d array/tensor) rounded to ``digits`` significant digits;
+    integers and bools are returned unchanged."""
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"digits must be a positive integer, got {digits!r}")
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if isinstance(value, (bool, numbers.Integral)):
+        return value
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"expected a real number, got {type(value).__name__}: {value!r}")
+    x = float(value)
+    if x == 0 or not math.isfinite(x):
+        return x
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+def glue_number(name: str, value, digits: int = 3):
+    """Glue ``value`` under ``name`` for ``{glue:text}`name:FORMAT``` in the prose, rounded to
+    ``digits`` significant digits (format it with no more digits than that). Returns the rounded
+    value. Needs myst-nb (installed with the book's requirements)."""
+    from myst_nb import glue
+
+    rounded = round_significant(value, digits)
+    glue(name, rounded, display=False)
+    return rounded
 
 
 def claim(label: str, condition, *, digits: int = 3, **values) -> None:

@@ -371,6 +371,8 @@ def test_missing_data_error_names_directory_files_and_fixes(tmp_path, monkeypatc
                  "REPLEARN_DOWNLOAD=1", "%env REPLEARN_DOWNLOAD=1", "scripts/make_cifar_subsets.py", "161 MB"):
         assert part in msg
     assert list(tmp_path.iterdir()) == []
+    again = pickle.loads(pickle.dumps(info.value))
+    assert type(again) is data.DataMissingError and str(again) == msg
 
 
 def test_download_switch_from_environment(tmp_path, monkeypatch, server, archives):
@@ -409,6 +411,11 @@ def test_missing_data_in_ipython_shows_one_message_and_skips_later_cells(tmp_pat
         # a cell setting the variables of the fixes runs; once the data are there, every cell runs
         shell.run_cell("import os\nos.environ['REPLEARN_DATA_NOTE'] = 'seen'")
         assert os.environ.pop("REPLEARN_DATA_NOTE") == "seen"
+        monkeypatch.setenv("REPLEARN_DOWNLOAD", "sometimes")  # a bad value: cells run, and say so
+        assert not shell.run_cell("cifar = data.load_cifar('cifar10')").success
+        assert "REPLEARN_DOWNLOAD='sometimes' is not understood" in capsys.readouterr().out
+        monkeypatch.delenv("REPLEARN_DOWNLOAD")
+        assert shell.run_cell("skipped = 1").success and "skipped" not in shell.user_ns
         _write_subset(tmp_path / "cifar10_subset.npz")
         result = shell.run_cell("cifar = data.load_cifar('cifar10')\nprint(cifar.describe())")
         assert result.success and capsys.readouterr().out.startswith("CIFAR-10, offline subset")

@@ -186,6 +186,9 @@ class DataMissingError(FileNotFoundError):
             f"python scripts/make_cifar_subsets.py ARCHIVE_DIR OUT_DIR, then REPLEARN_DATA=OUT_DIR.\n"
             f"The README, section \"Data\", explains each.")
 
+    def __reduce__(self):  # pickle by (name, root), e.g. across worker processes
+        return type(self), (self.name, self.root)
+
     def available(self) -> bool:
         """True once the data can be loaded: found under the (re-read) data directory, or
         downloading switched on."""
@@ -220,7 +223,11 @@ class _SkipCellsWithoutData:
         self.error, self.transformers = error, transformers
 
     def __call__(self, lines: list[str]) -> list[str]:
-        if self.error.available():
+        try:
+            ready = self.error.available()
+        except ValueError:  # REPLEARN_DOWNLOAD set to nonsense: run the cell, so that the error shows
+            return lines
+        if ready:
             if self in self.transformers:
                 self.transformers.remove(self)
             return lines

@@ -284,13 +284,22 @@ def _project_ball(v: torch.Tensor, radius: float | None, weights: torch.Tensor |
     if not bool(outside.any()):
         return v
     w = weights.expand_as(v)
+    # Entries beyond ~1e100 (or below 1e-100) would overflow (underflow) the squares of the
+    # slope; for those the same Newton step is written with the unit vector a = theta / ||theta||:
+    # step = psi / slope = -(||theta|| / radius - 1) / sum_j a_j^2 w_j / (1 + mu w_j).
+    top = float(v.abs().max())
+    extreme = top > 1e100 or 0 < top < 1e-100
     mu = torch.zeros_like(norm)
     for _ in range(_NEWTON_STEPS):
         scaled = v / (1 + mu * w)
         length = _norm(scaled)
-        psi = 1 / radius - 1 / length
-        slope = -(scaled.pow(2) * w / (1 + mu * w)).sum(-1, keepdim=True) / length ** 3
-        step = torch.where(outside, psi / slope, torch.zeros_like(mu))
+        if extreme:
+            a = scaled / length
+            step = -(length / radius - 1) / (a.pow(2) * w / (1 + mu * w)).sum(-1, keepdim=True)
+        else:
+            psi = 1 / radius - 1 / length
+            step = psi / (-(scaled.pow(2) * w / (1 + mu * w)).sum(-1, keepdim=True) / length ** 3)
+        step = torch.where(outside, step, torch.zeros_like(mu))
         mu = mu - step
         if not bool((step.abs() > 1e-13 * mu).any()):
             break

@@ -1,0 +1,367 @@
+"""Bad inputs across the library fail early with a ValueError that names the input.
+
+Every case is a call with one bad argument (non-finite data, a wrong shape, rank, dtype or
+device, a bool or a negative count, an empty client set, an out-of-range setting) and the
+regular expression its message must match: the name of that argument. A case passes only
+if the call raises ``ValueError`` (not a torch/numpy error from deep inside) and the message
+names the input. Below the table: the values that used to come back silently wrong
+(overflowing projections, rank-deficient distances, divergence blamed on the step size).
+"""
+
+import math
+
+import pytest
+import torch
+
+from replearn import aruba, checks, fedrep, federated, linalg, linear, lower_bound, maml, meta, similarity, widgets
+from replearn.experiments import (arm_dynamics, aruba_basics, aruba_neural, aruba_rates, dgd_lower_bound,
+                                  fedavg_convergence, fedavg_generalisation, fedrep_basics, fedrep_figures,
+                                  finetuning, local_fits, maml_dynamics, maml_experiments, sample_complexity)
+from replearn.experiments import lower_bound as lower_bound_experiment
+
+NAN, INF = float("nan"), float("inf")
+F64 = torch.float64
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(*shape, seed=0):
+    return torch.randn(*shape, generator=_gen(seed), dtype=F64)
+
+
+def _with(t, index, value):
+    t = t.clone()
+    t[index] = value
+    return t
+
+
+D, K, N, M = 6, 2, 5, 4
+BSTAR = linalg.random_orthonormal(D, K, seed=0)
+W = _randn(N, K, seed=1)
+POP = linear.population_tasks(BSTAR, W)
+SAMPLED = linear.sample_tasks(BSTAR, W, M, seed=2)
+B0 = linalg.random_orthonormal(D, K, seed=3) / 0.2**0.5
+W0 = torch.zeros(K, dtype=F64)
+X1, Y1 = _randn(M, D, seed=4), _randn(M, seed=5)
+FAMILY = aruba.TaskFamily(d=3, m=5)
+ONLINE = aruba.sample_tasks(FAMILY, 4, runs=2, seed=0)
+OX, OY = _randn(2, 5, 3, seed=6), _randn(2, 5, seed=7)
+CX, CY = _randn(12, 3, seed=8), _randn(12, 2, seed=9)
+
+
+def fedavg(**kw):
+    args = dict(B0=B0, w0=W0, tasks=POP, alpha=0.1, tau=2, rounds=3)
+    args.update(kw)
+    return federated.fedavg(args.pop("B0"), args.pop("w0"), args.pop("tasks"), **args)
+
+
+def update_weights(**kw):
+    args = dict(B=B0, w=W0, Bstar=BSTAR, W=W, alpha=0.1, tau=2)
+    args.update(kw)
+    return federated.global_update_weights(args.pop("B"), args.pop("w"), args.pop("Bstar"), args.pop("W"), **args)
+
+
+def meta_train(**kw):
+    args = dict(B0=B0, w0=W0, tasks=POP, algorithm="ANIL", alpha=0.1, beta=0.1, iterations=2)
+    args.update(kw)
+    return maml.meta_train(args.pop("B0"), args.pop("w0"), args.pop("tasks"), **args)
+
+
+def run_fedrep(**kw):
+    args = dict(B0=linalg.random_orthonormal(D, K, seed=3), data=SAMPLED, eta=0.1, rounds=2)
+    args.update(kw)
+    return fedrep.fedrep(args.pop("B0"), args.pop("data"), **args)
+
+
+def ogd(**kw):
+    args = dict(X=OX, y=OY, phi=torch.zeros(3, dtype=F64), eta=0.1)
+    args.update(kw)
+    return aruba.ogd(args.pop("X"), args.pop("y"), args.pop("phi"), args.pop("eta"), **args)
+
+
+def finetune_gd(**kw):
+    args = dict(B=B0, w=W0, X=X1, y=Y1, lr=0.01, steps=2)
+    args.update(kw)
+    return linear.finetune_gd(args.pop("B"), args.pop("w"), args.pop("X"), args.pop("y"), **args)
+
+
+CASES = [
+    # ------------------------------------------------------------------ linear: ground truth and tasks
+    ("make_heads n=0", lambda: linear.make_heads(0, K), r"n \(tasks\)"),
+    ("make_heads n=True", lambda: linear.make_heads(True, K), r"n \(tasks\)"),
+    ("make_heads cond=nan", lambda: linear.make_heads(N, K, cond=NAN), r"cond"),
+    ("make_heads cond<1", lambda: linear.make_heads(N, K, cond=0.5), r"cond"),
+    ("make_heads scale<0", lambda: linear.make_heads(N, K, scale=-1.0), r"scale"),
+    ("make_heads mean_norm=nan", lambda: linear.make_heads(N, K, mean_norm=NAN), r"mean_norm"),
+    ("make_heads exact='yes'", lambda: linear.make_heads(N, K, exact="yes"), r"exact"),
+    ("population NaN heads", lambda: linear.population_tasks(BSTAR, _with(W, (1, 0), NAN)), r"W \(heads\) contains NaN"),
+    ("population inf Bstar", lambda: linear.population_tasks(_with(BSTAR, (0, 0), INF), W), r"Bstar contains NaN"),
+    ("population dtypes", lambda: linear.population_tasks(BSTAR, W.float()), r"W \(heads\).*float32.*Bstar"),
+    ("population no clients", lambda: linear.population_tasks(BSTAR, W[:0]), r"W \(heads\) has no rows"),
+    ("population 1-D heads", lambda: linear.population_tasks(BSTAR, W[0]), r"W \(heads\) must have 2"),
+    ("population k mismatch", lambda: linear.population_tasks(BSTAR, _randn(N, 3)), r"same k"),
+    ("population numpy Bstar", lambda: linear.population_tasks(BSTAR.numpy(), W), r"Bstar must be a torch.Tensor"),
+    ("population integer heads", lambda: linear.population_tasks(BSTAR, W.long()), r"W \(heads\) must be a floating"),
+    ("sample_tasks noise nan", lambda: linear.sample_tasks(BSTAR, W, M, noise_std=NAN), r"noise_std"),
+    ("sample_tasks noise<0", lambda: linear.sample_tasks(BSTAR, W, M, noise_std=-1.0), r"noise_std"),
+    ("sample_tasks m=0", lambda: linear.sample_tasks(BSTAR, W, 0), r"m \(samples per task\)"),
+    ("sample_tasks m=True", lambda: linear.sample_tasks(BSTAR, W, True), r"m \(samples per task\)"),
+    ("sample_tasks a client with 0", lambda: linear.sample_tasks(BSTAR, W, [3, 0, 2, 2, 2]), r"m must be"),
+    ("sample_tasks float counts", lambda: linear.sample_tasks(BSTAR, W, [1.5] * N), r"m must be"),
+    ("PopulationTasks NaN theta", lambda: linear.PopulationTasks(_with(POP.theta, (0, 0), NAN)), r"theta .*NaN"),
+    ("PopulationTasks empty", lambda: linear.PopulationTasks(torch.zeros(0, D, dtype=F64)), r"theta must hold"),
+    ("SampledTasks NaN Y", lambda: linear.SampledTasks(SAMPLED.X, _with(SAMPLED.Y, (0, 1), NAN)), r"Y \(labels\) contains NaN"),
+    ("SampledTasks inf X", lambda: linear.SampledTasks(_with(SAMPLED.X, (0, 0, 0), INF), SAMPLED.Y), r"X \(inputs\) contains NaN"),
+    ("SampledTasks Y shape", lambda: linear.SampledTasks(SAMPLED.X, SAMPLED.Y[:, :2]), r"Y \(labels\) must have shape"),
+    ("SampledTasks 0-sample client", lambda: linear.SampledTasks(SAMPLED.X, SAMPLED.Y, torch.tensor([4, 0, 4, 4, 4])), r"counts .*0 samples"),
+    ("SampledTasks float counts", lambda: linear.SampledTasks(SAMPLED.X, SAMPLED.Y, torch.full((N,), 4.0)), r"counts must be"),
+    ("SampledTasks dtypes", lambda: linear.SampledTasks(SAMPLED.X.float(), SAMPLED.Y), r"Y \(labels\).*X \(inputs\)"),
+    ("losses k mismatch", lambda: linear.losses(B0, torch.zeros(3, dtype=F64), POP), r"same k"),
+    ("losses d mismatch", lambda: linear.losses(B0[:5], W0, POP), r"B has d = 5"),
+    ("losses dtypes", lambda: linear.losses(B0.float(), W0.float(), POP), r"B.*dtype"),
+    ("grads wrong tasks", lambda: linear.grads(B0, W0, "tasks"), r"tasks must be"),
+    ("fit_linear ridge<0", lambda: linear.fit_linear(_randn(M, 3), Y1, ridge=-1.0), r"ridge"),
+    ("fit_linear NaN design", lambda: linear.fit_linear(_with(_randn(M, 3), (0, 0), NAN), Y1), r"design A contains NaN"),
+    ("fit_linear NaN targets", lambda: linear.fit_linear(_randn(M, 3), _with(Y1, 0, NAN)), r"targets y contains NaN"),
+    ("fit_linear shapes", lambda: linear.fit_linear(_randn(M, 3), Y1[:2]), r"design .* and targets"),
+    ("finetune_gd lr=0", lambda: finetune_gd(lr=0.0), r"lr"),
+    ("finetune_gd lr=nan", lambda: finetune_gd(lr=NAN), r"lr"),
+    ("finetune_gd steps<0", lambda: finetune_gd(steps=-1), r"steps"),
+    ("finetune_gd steps=True", lambda: finetune_gd(steps=True), r"steps"),
+    ("finetune_gd NaN X", lambda: finetune_gd(X=_with(X1, (0, 0), NAN)), r"X contains NaN"),
+    ("finetune_gd NaN y", lambda: finetune_gd(y=_with(Y1, 0, NAN)), r"y contains NaN"),
+    ("finetune_head X width", lambda: linear.finetune_head(B0, _randn(M, 5), Y1), r"X has 5 features"),
+    ("head_second_moment empty", lambda: linear.head_second_moment(W[:0]), r"W \(heads\) has no rows"),
+    ("excess_risk theta width", lambda: linear.excess_risk(B0, W0, _randn(4)), r"theta_star"),
+    # ------------------------------------------------------------------ federated
+    ("fedavg tau=0", lambda: fedavg(tau=0), r"tau"),
+    ("fedavg tau=-3", lambda: fedavg(tau=-3), r"tau"),
+    ("fedavg tau=2.0", lambda: fedavg(tau=2.0), r"tau"),
+    ("fedavg rounds=True", lambda: fedavg(rounds=True), r"rounds"),
+    ("fedavg rounds<0", lambda: fedavg(rounds=-1), r"rounds"),
+    ("fedavg alpha<0", lambda: fedavg(alpha=-1.0), r"alpha"),
+    ("fedavg alpha=nan", lambda: fedavg(alpha=NAN), r"alpha"),
+    ("fedavg alpha=inf", lambda: fedavg(alpha=INF), r"alpha"),
+    ("fedavg alpha=True", lambda: fedavg(alpha=True), r"alpha"),
+    ("fedavg NaN B0", lambda: fedavg(B0=_with(B0, (0, 0), NAN)), r"B0 contains NaN"),
+    ("fedavg NaN w0", lambda: fedavg(w0=_with(W0, 0, NAN)), r"w0 contains NaN"),
+    ("fedavg dtypes", lambda: fedavg(B0=B0.float()), r"w0 .*dtype.*B0"),
+    ("fedavg w0 shape", lambda: fedavg(w0=torch.zeros(3, dtype=F64)), r"w0 must have shape"),
+    ("fedavg B0 rows", lambda: fedavg(B0=B0[:5]), r"B0 has d = 5"),
+    ("fedavg not tasks", lambda: fedavg(tasks=POP.theta), r"tasks must be"),
+    ("fedavg clients 0", lambda: fedavg(clients_per_round=0), r"clients_per_round"),
+    ("fedavg clients True", lambda: fedavg(clients_per_round=True), r"clients_per_round"),
+    ("fedavg clients > n", lambda: fedavg(clients_per_round=99), r"clients_per_round"),
+    ("fedavg zero weight", lambda: fedavg(weights=[1.0, 0.0, 1.0, 1.0, 1.0]), r"weights"),
+    ("fedavg NaN weight", lambda: fedavg(weights=[1.0, NAN, 1.0, 1.0, 1.0]), r"weights"),
+    ("fedavg weights length", lambda: fedavg(weights=[1.0, 1.0]), r"weights"),
+    ("fedavg batch on population", lambda: fedavg(batch_size=2), r"batch_size"),
+    ("fedavg batch 0", lambda: fedavg(tasks=SAMPLED, batch_size=0), r"batch_size"),
+    ("fedavg batch > samples", lambda: fedavg(tasks=SAMPLED, batch_size=M + 1), r"batch_size"),
+    ("fedavg seed<0", lambda: fedavg(seed=-1), r"seed"),
+    ("dgd alpha=0", lambda: federated.dgd(B0, W0, POP, alpha=0.0, rounds=2), r"alpha"),
+    ("update weights tau=0", lambda: update_weights(tau=0), r"tau"),
+    ("update weights tau=-3", lambda: update_weights(tau=-3), r"tau"),
+    ("update weights alpha=-1", lambda: update_weights(alpha=-1.0), r"alpha"),
+    ("update weights empty index", lambda: update_weights(index=torch.tensor([], dtype=torch.long)), r"index selects no clients"),
+    ("update weights index range", lambda: update_weights(index=torch.tensor([0, 7])), r"index must hold"),
+    ("update weights repeated", lambda: update_weights(index=torch.tensor([1, 1])), r"index lists a client"),
+    ("update weights float index", lambda: update_weights(index=torch.tensor([0.0, 1.0])), r"index must be"),
+    ("update weights NaN heads", lambda: update_weights(W=_with(W, (0, 0), NAN)), r"W \(heads\) contains NaN"),
+    ("update weights negative p", lambda: update_weights(weights=[-1.0, 1.0, 1.0, 1.0, 1.0]), r"weights"),
+    ("local_updates alpha=0", lambda: federated.local_updates(B0, W0, POP, None, alpha=0.0, tau=1), r"alpha"),
+    ("local_updates tau=0", lambda: federated.local_updates(B0, W0, POP, None, alpha=0.1, tau=0), r"tau"),
+    ("local_updates no generator", lambda: federated.local_updates(B0, W0, SAMPLED, None, alpha=0.1, tau=1, batch_size=2), r"generator"),
+    ("local_coordinates sampled", lambda: federated.local_coordinates(B0, W0, SAMPLED, None, alpha=0.1, tau=1), r"PopulationTasks"),
+    ("gradient norm weights", lambda: federated.global_gradient_norm(B0, W0, POP, weights=torch.zeros(N)), r"weights"),
+    # ------------------------------------------------------------------ linalg
+    ("distance to zero matrix", lambda: linalg.principal_angle_distance(BSTAR, torch.zeros(D, K, dtype=F64)), r"B2 is rank-deficient"),
+    ("distance repeated columns", lambda: linalg.principal_angle_distance(BSTAR, BSTAR[:, [0, 0]]), r"B2 is rank-deficient"),
+    ("distance NaN", lambda: linalg.principal_angle_distance(BSTAR, _with(BSTAR, (0, 0), NAN)), r"B2 contains NaN"),
+    ("distance dtypes", lambda: linalg.principal_angle_distance(BSTAR, BSTAR.float()), r"B2 has dtype .* B1"),
+    ("distance spaces", lambda: linalg.principal_angle_distance(BSTAR, _randn(7, K)), r"B1 and B2 live in different"),
+    ("distance vector", lambda: linalg.principal_angle_distance(BSTAR[:, 0], BSTAR), r"B1 must be a matrix"),
+    ("angles rank-deficient B1", lambda: linalg.principal_angles(torch.zeros(D, K, dtype=F64), BSTAR), r"B1 is rank-deficient"),
+    ("random_orthonormal d=True", lambda: linalg.random_orthonormal(True, 1), r"\bd\b"),
+    ("random_orthonormal k=0", lambda: linalg.random_orthonormal(3, 0), r"\bk\b"),
+    ("random_orthonormal k>d", lambda: linalg.random_orthonormal(2, 3), r"k = 3 > d = 2"),
+    ("basis_at_distance delta>1", lambda: linalg.basis_at_distance(BSTAR, 1.5), r"delta"),
+    ("basis_at_distance delta=nan", lambda: linalg.basis_at_distance(BSTAR, NAN), r"delta"),
+    ("basis_at_distance n_tilted", lambda: linalg.basis_at_distance(BSTAR, 0.5, n_tilted=0), r"n_tilted"),
+    ("condition_number vector", lambda: linalg.condition_number(W0), r"\bM\b"),
+    # ------------------------------------------------------------------ aruba
+    ("project_ball radius<0", lambda: aruba.project_ball(OX[0, 0], -1.0), r"radius"),
+    ("project_ball NaN", lambda: aruba.project_ball(_with(OX[0, 0], 0, NAN), 1.0), r"v contains NaN"),
+    ("project_ball weights", lambda: aruba.project_ball(OX[0, 0], 1.0, -torch.ones(3, dtype=F64)), r"weights"),
+    ("TaskFamily d=0", lambda: aruba.TaskFamily(d=0), r"\bd\b"),
+    ("TaskFamily m=True", lambda: aruba.TaskFamily(m=True), r"m \(rounds"),
+    ("TaskFamily loss", lambda: aruba.TaskFamily(loss="hinge"), r"loss"),
+    ("TaskFamily radius nan", lambda: aruba.TaskFamily(radius=NAN), r"radius"),
+    ("TaskFamily noise<0", lambda: aruba.TaskFamily(noise=-1.0), r"noise"),
+    ("TaskFamily centre outside", lambda: aruba.TaskFamily(center_norm=20.0), r"center_norm"),
+    ("TaskFamily spread length", lambda: aruba.TaskFamily(spread=(1.0, 2.0)), r"spread"),
+    ("TaskFamily spread nan", lambda: aruba.TaskFamily(spread=NAN), r"spread"),
+    ("aruba.sample_tasks T=0", lambda: aruba.sample_tasks(FAMILY, 0), r"T \(tasks\)"),
+    ("aruba.sample_tasks family", lambda: aruba.sample_tasks("family", 3), r"family"),
+    ("ogd NaN X", lambda: ogd(X=_with(OX, (0, 0, 0), NAN)), r"X contains NaN"),
+    ("ogd NaN y", lambda: ogd(y=_with(OY, (0, 0), NAN)), r"y contains NaN"),
+    ("ogd NaN phi", lambda: ogd(phi=torch.full((3,), NAN, dtype=F64)), r"phi contains NaN"),
+    ("ogd phi width", lambda: ogd(phi=torch.zeros(4, dtype=F64)), r"phi must end"),
+    ("ogd eta<0", lambda: ogd(eta=-1.0), r"eta"),
+    ("ogd loss", lambda: ogd(loss="hinge"), r"loss"),
+    ("ogd radius=0", lambda: ogd(radius=0.0), r"radius"),
+    ("ogd adagrad_delta=0", lambda: ogd(adagrad_delta=0.0), r"adagrad_delta"),
+    ("meta_learn init", lambda: aruba.meta_learn(ONLINE, init="random"), r"init"),
+    ("meta_learn rate<0", lambda: aruba.meta_learn(ONLINE, rate=-1.0), r"rate"),
+    ("meta_learn rate name", lambda: aruba.meta_learn(ONLINE, rate="adam"), r"rate"),
+    ("meta_learn power=1", lambda: aruba.meta_learn(ONLINE, power=1.0), r"power"),
+    ("meta_learn smoothing=0", lambda: aruba.meta_learn(ONLINE, smoothing=0.0), r"smoothing"),
+    ("meta_learn tasks", lambda: aruba.meta_learn(FAMILY), r"tasks must be OnlineTasks"),
+    ("regret bound m=0", lambda: aruba.regret_upper_bound(OX[0, 0], OX[0, 1], 0.1, G=1.0, m=0), r"\bm\b"),
+    ("task_similarity 1-D", lambda: aruba.task_similarity(OX[0, 0]), r"theta"),
+    ("task_averaged_regret NaN", lambda: aruba.task_averaged_regret(torch.tensor([1.0, NAN])), r"regret contains NaN"),
+    # ------------------------------------------------------------------ maml and meta
+    ("meta_train algorithm", lambda: meta_train(algorithm="Reptile"), r"algorithm"),
+    ("meta_train alpha=0", lambda: meta_train(alpha=0.0), r"alpha"),
+    ("meta_train beta=nan", lambda: meta_train(beta=NAN), r"beta"),
+    ("meta_train iterations=True", lambda: meta_train(iterations=True), r"iterations"),
+    ("meta_train tasks_per_iteration", lambda: meta_train(tasks_per_iteration=0), r"tasks_per_iteration"),
+    ("meta_train NaN B0", lambda: meta_train(B0=_with(B0, (1, 1), NAN)), r"\bB contains NaN"),
+    ("meta_train freeze flag", lambda: meta_train(freeze_representation="yes"), r"freeze_representation"),
+    ("meta_train dtypes", lambda: meta_train(B0=B0.float(), w0=W0.float()), r"tasks' data"),
+    ("maml FreshSamples NaN heads", lambda: maml.FreshSamples(BSTAR, _with(W, (0, 0), NAN), 2, 2), r"W \(heads\) contains NaN"),
+    ("maml FreshSamples noise nan", lambda: maml.FreshSamples(BSTAR, W, 2, 2, noise_std=NAN), r"noise_std"),
+    ("maml FreshSamples m_in=0", lambda: maml.FreshSamples(BSTAR, W, 0, 2), r"m_in"),
+    ("split_tasks m_in=0", lambda: maml.split_tasks(SAMPLED, 0), r"m_in"),
+    ("random_init k>d", lambda: maml.random_init(3, 5, 0.1), r"\bd\b"),
+    ("arm_decomposition beta<0", lambda: meta.arm_decomposition(W0, W, -1.0), r"beta"),
+    ("arm_decomposition NaN w", lambda: meta.arm_decomposition(_with(W0, 0, NAN), W, 0.1), r"w contains NaN"),
+    ("arm_subspace_floor no heads", lambda: meta.arm_subspace_floor(B0, BSTAR, W[:0]), r"heads W"),
+    ("adversarial delta=1", lambda: lower_bound.adversarial_ground_truth(B0, W, 1.0), r"delta"),
+    ("adversarial NaN heads", lambda: lower_bound.adversarial_ground_truth(B0, _with(W, (0, 0), NAN), 0.5), r"W \(heads\) contains NaN"),
+    # ------------------------------------------------------------------ fedrep
+    ("fedrep eta=0", lambda: run_fedrep(eta=0.0), r"eta"),
+    ("fedrep r=0", lambda: run_fedrep(r=0.0), r"participation rate r"),
+    ("fedrep r=nan", lambda: run_fedrep(r=NAN), r"participation rate r"),
+    ("fedrep rounds=True", lambda: run_fedrep(rounds=True), r"rounds"),
+    ("fedrep head_steps=0", lambda: run_fedrep(head_steps=0, head_lr=0.1), r"head_steps"),
+    ("fedrep dtypes", lambda: run_fedrep(B0=linalg.random_orthonormal(D, K, seed=3).float()), r"B0"),
+    ("fedrep FreshSamples NaN heads", lambda: fedrep.FreshSamples(BSTAR, _with(W, (2, 1), NAN), 3), r"W \(heads\) contains NaN"),
+    ("fedrep FreshSamples m=0", lambda: fedrep.FreshSamples(BSTAR, W, 0), r"\bm\b"),
+    ("method_of_moments k=0", lambda: fedrep.method_of_moments_init(SAMPLED, 0), r"\bk\b"),
+    ("clients_per_round r=0", lambda: fedrep.clients_per_round(10, 0.0), r"participation rate r"),
+    ("paper_heads n=True", lambda: fedrep.paper_heads(True, 2), r"\bn\b"),
+    ("head_gd lr=0", lambda: fedrep.head_gd(B0, SAMPLED, torch.zeros(N, K, dtype=F64), lr=0.0, steps=1), r"lr"),
+    ("global_error dtypes", lambda: fedrep.global_error(POP.theta.float(), POP.theta), r"theta_star.*theta"),
+    # ------------------------------------------------------------------ similarity
+    ("cka rows", lambda: similarity.linear_cka(CX, CY[:9]), r"same examples"),
+    ("cka NaN X", lambda: similarity.linear_cka(_with(CX, (0, 0), NAN), CY), r"X contains NaN"),
+    ("cka constant X", lambda: similarity.linear_cka(torch.full((12, 3), 1e10, dtype=F64), CY), r"X is degenerate"),
+    ("cka constant Y unbiased", lambda: similarity.linear_cka(CX, torch.ones(12, 2), unbiased=True), r"Y is degenerate"),
+    ("minibatch batch_size", lambda: similarity.minibatch_cka(CX, CY, batch_size=2), r"batch_size"),
+    ("rbf sigma_frac", lambda: similarity.rbf_cka(CX, CY, sigma_frac=0.0), r"sigma_frac"),
+    ("kernel_cka shape", lambda: similarity.kernel_cka(CX, CX), r"K must be a square"),
+    ("hsic unbiased n", lambda: similarity.hsic(torch.eye(3), torch.eye(3), unbiased=True), r"at least n = 4"),
+    ("cosine n_classes", lambda: similarity.class_cosine_similarity(CX, torch.zeros(12, dtype=torch.long), 0), r"n_classes"),
+    ("cosine float labels", lambda: similarity.class_cosine_similarity(CX, torch.zeros(12), 2), r"labels must be integers"),
+    # ------------------------------------------------------------------ widgets
+    ("fedavg explorer tau", lambda: widgets.fedavg_explorer_curves(0, 0.1, 1.0, 1.0), r"tau"),
+    ("maml explorer algorithm", lambda: widgets.maml_explorer_curves("Reptile", 0.1, 0.1, 1.0, 0.0, "random"), r"algorithm"),
+    ("fedrep explorer r", lambda: widgets.fedrep_explorer_curves(10, 5, 1.5, None), r"\br\b"),
+    # ------------------------------------------------------------------ shared checks
+    ("check_int bool", lambda: checks.check_int(True, "rounds"), r"rounds"),
+    ("check_number string", lambda: checks.check_number("0.1", "alpha"), r"alpha"),
+    ("check_fraction 0", lambda: checks.check_fraction(0.0, "participation"), r"participation"),
+    ("check_same_kind device names both", lambda: checks.check_same_kind(("B", B0), ("w", W0.float())), r"w has dtype .* B has"),
+    ("check_sequence string", lambda: checks.check_ints("123", "ms"), r"ms"),
+    # ------------------------------------------------------------------ settings fail at construction
+    ("FedAvgConvergence fractions=()", lambda: fedavg_convergence.FedAvgConvergenceSettings(fractions=()), r"fractions"),
+    ("FedAvgConvergence fraction 0", lambda: fedavg_convergence.FedAvgConvergenceSettings(fractions=(1.0, 0.0)), r"fractions"),
+    ("FedAvgConvergence tau=0", lambda: fedavg_convergence.FedAvgConvergenceSettings(tau=0), r"tau"),
+    ("FedAvgConvergence rounds=True", lambda: fedavg_convergence.FedAvgConvergenceSettings(rounds=True), r"rounds"),
+    ("FedAvgConvergence alpha=nan", lambda: fedavg_convergence.FedAvgConvergenceSettings(alpha=NAN), r"alpha"),
+    ("FedAvgConvergence alpha str", lambda: fedavg_convergence.FedAvgConvergenceSettings(alpha="0.2"), r"alpha"),
+    ("FedAvgConvergence taus", lambda: fedavg_convergence.FedAvgConvergenceSettings(taus=[1, 0]), r"taus"),
+    ("FedAvgConvergence seed<0", lambda: fedavg_convergence.FedAvgConvergenceSettings(seed=-1), r"seed"),
+    ("ArmDynamics k>=d", lambda: arm_dynamics.ArmDynamicsSettings(k=50), r"\bd\b"),
+    ("ArmDynamics beta<0", lambda: arm_dynamics.ArmDynamicsSettings(beta=-1.0), r"beta"),
+    ("SingleTask ms=()", lambda: aruba_basics.SingleTaskSettings(ms=()), r"ms"),
+    ("MetaInit centre outside", lambda: aruba_basics.MetaInitSettings(center_norm=20.0), r"center_norm"),
+    ("Framework reptile rates", lambda: aruba_basics.FrameworkSettings(reptile_rates=(-1.0,)), r"reptile_rates"),
+    ("ArubaNeural power=1", lambda: aruba_neural.ArubaNeuralSettings(power=1.0), r"power"),
+    ("ArubaRates varying>d", lambda: aruba_rates.ArubaRatesSettings(varying=11), r"varying"),
+    ("DgdLowerBound d_range", lambda: dgd_lower_bound.DgdLowerBoundSettings(d_range=(10,)), r"d_range"),
+    ("Generalisation tau=1", lambda: fedavg_generalisation.GeneralisationSettings(tau=1), r"tau"),
+    ("Personalisation spreads", lambda: fedrep_basics.PersonalisationSettings(spreads=(0.1, -1.0)), r"spreads"),
+    ("Moment noise<0", lambda: fedrep_basics.MomentSettings(noise_std=-1.0), r"noise_std"),
+    ("Trajectory r=0", lambda: fedrep_basics.TrajectorySettings(r=0.0), r"\br\b"),
+    ("Rate window", lambda: fedrep_basics.RateSettings(window=(0.1, 0.01)), r"window"),
+    ("Federation tol=0", lambda: fedrep_basics.FederationSettings(tol=0.0), r"tol"),
+    ("Fig1 ms=()", lambda: fedrep_figures.Fig1Settings(ms=()), r"ms"),
+    ("Fig3 r>1", lambda: fedrep_figures.Fig3Settings(r=1.5), r"\br\b"),
+    ("Fig4 fedavg_alpha=0", lambda: fedrep_figures.Fig4Settings(fedavg_alpha=0.0), r"fedavg_alpha"),
+    ("LocalFits taus=()", lambda: local_fits.LocalFitsSettings(taus=()), r"taus"),
+    ("LowerBoundSweep step_fraction", lambda: lower_bound_experiment.LowerBoundSweepSettings(step_fraction=(0.5,)), r"step_fraction"),
+    ("MamlDynamics n<=k", lambda: maml_dynamics.MamlDynamicsSettings(n=2), r"\bn\b"),
+    ("Tightness delta0=1", lambda: maml_experiments.TightnessSettings(delta0=1.0), r"delta0"),
+    ("FiniteSample algorithms", lambda: maml_experiments.FiniteSampleSettings(algorithms=("MAML",)), r"algorithms"),
+    ("NeuralMaml widths=()", lambda: maml_experiments.NeuralMamlSettings(widths=()), r"widths"),
+    ("FixedFeature eta=0", lambda: maml_experiments.FixedFeatureSettings(eta=0.0), r"eta"),
+    ("SampleComplexity trials=0", lambda: sample_complexity.SampleComplexitySettings(trials=0), r"trials"),
+    ("Finetune delta=1", lambda: finetuning.FinetuneSettings(delta=1.0), r"delta"),
+    ("current() override", lambda: fedrep_basics.MomentSettings.current(repeats=0), r"repeats"),
+]
+
+
+@pytest.mark.parametrize("call, name", [pytest.param(call, name, id=case) for case, call, name in CASES])
+def test_bad_input_raises_value_error_naming_it(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_the_suite_is_large_and_its_ids_are_unique():
+    ids = [case for case, _, _ in CASES]
+    assert len(ids) >= 100 and len(set(ids)) == len(ids)
+
+
+# ---------------------------------------------------------------------- values that used to be silently wrong
+
+def test_project_ball_of_huge_vectors_lands_on_the_sphere():
+    for v in (torch.tensor([1e200, 1e200], dtype=F64), torch.tensor([1e-200, 0.0], dtype=F64) * 1e-120):
+        p = aruba.project_ball(v, 10.0)
+        assert bool(torch.isfinite(p).all())
+    p = aruba.project_ball(torch.tensor([1e200, 1e200], dtype=F64), 10.0)
+    assert torch.allclose(p, torch.full((2,), 10.0 / math.sqrt(2.0), dtype=F64), rtol=1e-14)
+    weighted = aruba.project_ball(torch.tensor([1e200, -3e199], dtype=F64), 2.0, torch.tensor([1.0, 2.0], dtype=F64))
+    assert float(weighted.norm()) == pytest.approx(2.0, rel=1e-9)
+    small = torch.tensor([0.3, 0.4], dtype=F64)
+    assert torch.equal(aruba.project_ball(small, 10.0), small)  # inside: unchanged, bit for bit
+
+
+def test_nan_heads_are_reported_as_heads_not_as_a_step_size():
+    bad = _with(W, (0, 0), NAN)
+    for make in (lambda: linear.population_tasks(BSTAR, bad), lambda: maml.FreshSamples(BSTAR, bad, 2, 2),
+                 lambda: fedrep.FreshSamples(BSTAR, bad, 2)):
+        with pytest.raises(ValueError) as info:
+            make()
+        assert "W (heads)" in str(info.value) and "step size" not in str(info.value)
+
+
+def test_divergence_is_still_reported_for_finite_inputs():
+    with pytest.raises(ValueError, match="diverged"):
+        fedavg(alpha=50.0, rounds=40)
+    with pytest.raises(ValueError, match="diverged"):
+        aruba.ogd(OX * 100, OY, torch.zeros(3, dtype=F64), 1e6)
+
+
+def test_valid_calls_are_unchanged_by_the_checks():
+    run = fedavg(rounds=5)
+    assert run.B.shape == (6, D, K) and bool(torch.isfinite(run.B).all())
+    assert float(linalg.principal_angle_distance(BSTAR, BSTAR @ _randn(K, K, seed=11))) == pytest.approx(0.0, abs=1e-12)
+    zero_col = torch.cat([BSTAR[:, :1], torch.zeros(D, 1, dtype=F64)], dim=1)
+    assert float(linalg.principal_angle_distance(zero_col, BSTAR)) == pytest.approx(1.0)  # rank-deficient B1 is allowed
+    labels = aruba.ogd(OX, OY.float(), torch.zeros(3, dtype=F64), 0.1)  # float32 labels: converted
+    assert labels.losses.dtype == F64
+    assert fedavg_convergence.FedAvgConvergenceSettings(taus=[1, 2]).taus == (1, 2)  # a list becomes a tuple

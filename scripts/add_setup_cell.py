@@ -7,8 +7,9 @@ A notebook opened from the book's Colab button runs on a machine without the boo
 The setup cell, placed before a notebook's first code cell, installs ``replearn`` from the
 book's repository (``repository.url`` / ``branch`` in ``_config.yml``) and ``myst-nb`` (the
 notebooks pass numbers to the text with ``myst_nb.glue``; version from constraints.txt) -- only
-those of the two that cannot be imported -- and then lets the CIFAR sections download their data
-(``REPLEARN_DOWNLOAD=1``). Where both import, as in the book's own environment and on Binder, it
+those of the two that cannot be imported -- and, when it installed something or runs on Colab
+(where a restarted runtime keeps the packages but not the environment), lets the CIFAR sections
+download their data (``REPLEARN_DOWNLOAD=1``). Where both import, as in the book's own environment and on Binder, it
 does nothing and prints nothing, so the stored outputs and nbval are unaffected. The cell is
 tagged ``remove-cell`` (the HTML book does not show it) and ``replearn-setup`` (how this script
 finds it again): running the script twice changes nothing, and a changed template replaces the
@@ -33,18 +34,21 @@ CELL_ID = "replearn-setup"
 
 TEMPLATE = '''\
 # Setup for Colab (or any Jupyter without the book's environment): installs the book's library
-# replearn and myst-nb only if they are missing, and lets the CIFAR sections download their data.
-# Where both are installed it does nothing and prints nothing.
+# replearn and myst-nb only if they are missing, and lets the CIFAR sections download their data
+# there and on Colab. Where both are installed it does nothing and prints nothing.
 import importlib.util as _util
+import os as _os
+import sys as _sys
 _needed = {{"replearn": {replearn!r},
            "myst_nb": {myst_nb!r}}}
 _missing = [req for mod, req in _needed.items() if _util.find_spec(mod) is None]
 if _missing:
-    import importlib, os, subprocess, sys
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *_missing], check=True)
+    import importlib, subprocess
+    subprocess.run([_sys.executable, "-m", "pip", "install", "-q", *_missing], check=True)
     importlib.invalidate_caches()
-    os.environ.setdefault("REPLEARN_DOWNLOAD", "1")
-del _util, _needed, _missing'''
+if _missing or "google.colab" in _sys.modules:
+    _os.environ.setdefault("REPLEARN_DOWNLOAD", "1")
+del _util, _os, _sys, _needed, _missing'''
 
 
 def pinned(name: str) -> str:

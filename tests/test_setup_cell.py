@@ -80,6 +80,10 @@ def test_cell_does_nothing_where_everything_imports(monkeypatch):
     monkeypatch.delenv("REPLEARN_DOWNLOAD", raising=False)
     assert _run(setup.setup_source()) == ("", "")
     assert calls == [] and "REPLEARN_DOWNLOAD" not in __import__("os").environ
+    # on Colab (google.colab imported by its kernel) downloads are switched on all the same
+    monkeypatch.setitem(sys.modules, "google.colab", type(sys)("google.colab"))
+    assert _run(setup.setup_source()) == ("", "")
+    assert calls == [] and __import__("os").environ["REPLEARN_DOWNLOAD"] == "1"
 
 
 def test_cell_installs_what_is_missing_and_switches_downloads_on(monkeypatch):

@@ -3,19 +3,19 @@
 Usage: python scripts/add_setup_cell.py [--check] [--source REQUIREMENT] [NOTEBOOK ...]
        (default: every notebook under book/)
 
-A notebook opened from the book's Colab button runs on a machine without the book's library.
-The setup cell, placed before a notebook's first code cell, installs ``replearn`` from the
-book's repository (``repository.url`` / ``branch`` in ``_config.yml``) and ``myst-nb`` (the
-notebooks pass numbers to the text with ``myst_nb.glue``; version from constraints.txt) -- only
-those of the two that cannot be imported -- and, when it installed something or runs on Colab
-(where a restarted runtime keeps the packages but not the environment), lets the CIFAR sections
-download their data (``REPLEARN_DOWNLOAD=1``). Where both import, as in the book's own environment and on Binder, it
-does nothing and prints nothing, so the stored outputs and nbval are unaffected. The cell is
-tagged ``remove-cell`` (the HTML book does not show it) and ``replearn-setup`` (how this script
-finds it again): running the script twice changes nothing, and a changed template replaces the
-old cell instead of adding a second one. ``--check`` changes nothing and exits 1 when a notebook
-lacks the current cell. ``--source`` replaces the pip requirement for replearn (tests install
-from a local checkout).
+A notebook opened from the book's Colab button runs on a machine without the book's library. The
+setup cell, placed before a notebook's first code cell, installs ``replearn`` from the book's
+repository (``repository.url`` / ``branch`` in ``_config.yml``) and ``myst-nb`` (the notebooks pass
+numbers to the text with ``myst_nb.glue``; version from constraints.txt) -- only those of the two
+that cannot be imported -- and, when it installed something or runs on Colab (where a restarted
+runtime keeps the packages but not the environment), lets the CIFAR sections download their data
+(``REPLEARN_DOWNLOAD=1``). Where both import, as in the book's own environment and on Binder, it
+does nothing and prints nothing, so the stored outputs and nbval are unaffected. The cell is tagged
+``remove-cell`` (the HTML book does not show it) and ``replearn-setup`` (how this script finds it
+again): running the script twice changes nothing, and a changed template replaces the old cell
+instead of adding a second one. ``--check`` changes nothing and exits 1 when a notebook lacks the
+current cell. ``--source`` replaces the pip requirement for replearn (tests install from a local
+checkout).
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ def test_outdated_or_misplaced_cell_is_replaced_not_duplicated(tmp_path, capsys)
     path = tmp_path / "nb.ipynb"
     _notebook(path)
     setup.main(["--source", "replearn @ file:///old", str(path)])
-    assert setup.main(["--check", str(path)]) == 1 and "lack the current setup cell" in capsys.readouterr().out
+    assert setup.main(["--check", str(path)]) == 1
+    assert "lack the current setup cell" in capsys.readouterr().out
     setup.main([str(path)])
     nb = nbformat.read(path, as_version=4)
     ours = [c for c in nb.cells if "replearn-setup" in c.metadata.get("tags", [])]
@@ -61,7 +62,8 @@ def test_outdated_or_misplaced_cell_is_replaced_not_duplicated(tmp_path, capsys)
 
 def test_requirements_come_from_the_config_and_constraints():
     source = setup.setup_source()
-    assert "replearn @ git+https://github.com/adaptivity-book/adaptivity-shared-representations.git@main" in source
+    repo = "https://github.com/adaptivity-book/adaptivity-shared-representations"
+    assert f"replearn @ git+{repo}.git@main" in source
     assert "myst-nb==1.4.0" in source
     with pytest.raises(SystemExit, match="not pinned"):
         setup.pinned("no-such-package")
@@ -90,8 +92,10 @@ def test_cell_installs_what_is_missing_and_switches_downloads_on(monkeypatch):
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda cmd, **k: calls.append((cmd, k)))
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "replearn" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "replearn" else real(name, *a))
     monkeypatch.delenv("REPLEARN_DOWNLOAD", raising=False)
     _run(setup.setup_source("replearn @ file:///checkout"))
-    assert calls == [([sys.executable, "-m", "pip", "install", "-q", "replearn @ file:///checkout"], {"check": True})]
+    pip = [sys.executable, "-m", "pip", "install", "-q", "replearn @ file:///checkout"]
+    assert calls == [(pip, {"check": True})]
     assert __import__("os").environ["REPLEARN_DOWNLOAD"] == "1"

@@ -1,13 +1,13 @@
 """Author-year citation labels that tell papers apart: ``[Collins et al., 2022a]``.
 
 A pybtex formatting style, ``authoryear``, for sphinxcontrib-bibtex: the bibliography is sorted by
-author, year and title (pybtex's ``plain`` order) and every entry is labelled ``Last, year``
-(one author), ``Last and Last, year`` (two) or ``Last et al., year`` (three or more). Labels
-that would coincide get the suffixes a, b, ... in bibliography order, as natbib does. The referencing style ``authoryear_label`` is sphinxcontrib-bibtex's ``label``
-style with citations of several papers separated by semicolons. The book sets
-``bibtex_default_style: authoryear`` and ``bibtex_reference_style: authoryear_label``, so a
-``{cite}`` in the text prints exactly the label of the bibliography entry it links to:
-``[Collins et al., 2022a; Collins et al., 2022b]``.
+author, year and title (pybtex's ``plain`` order) and every entry is labelled ``Last, year`` (one
+author), ``Last and Last, year`` (two) or ``Last et al., year`` (three or more). Labels that would
+coincide get the suffixes a, b, ... in bibliography order, as natbib does. The referencing style
+``authoryear_label`` is sphinxcontrib-bibtex's ``label`` style with citations of several papers
+separated by semicolons. The book sets ``bibtex_default_style: authoryear`` and
+``bibtex_reference_style: authoryear_label``, so a ``{cite}`` in the text prints exactly the label
+of the bibliography entry it links to: ``[Collins et al., 2022a; Collins et al., 2022b]``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ import hashlib
 import http.client
 import os
 import pickle
-import shutil
 import tarfile
 import tempfile
 import time
@@ -408,7 +407,8 @@ def _load_subset(name: str, base: Path) -> CifarData:
         raise ValueError(f"{path} lists {len(arr['class_names'])} classes, expected {spec['n_classes']}")
     t = {k: torch.from_numpy(np.ascontiguousarray(arr[k].transpose(0, 3, 1, 2)))  # HWC -> CHW
          for k in ("x_train", "x_test")}
-    t.update({k: torch.from_numpy(_integer_labels(arr[k], f"{path} {k}")) for k in keys if k.startswith("y_")})
+    t.update({k: torch.from_numpy(_integer_labels(arr[k], f"{path} {k}"))
+              for k in keys if k.startswith("y_")})
     for k in ("y_train", "y_test"):
         _check_labels(t[k], spec["n_classes"], f"{path} {k}")
     extra = {}
@@ -537,25 +537,26 @@ def extract_archive(archive: str | os.PathLike, root: str | os.PathLike, folder:
 #: README next to the subsets); the masks record the outcome exactly.
 _SUBSET_MASKS = {
     "cifar10": dict(
-        train="eNr7/3+wg/c4Ze5Tz5K//4c5qCfVr/eHlfd/DyK33MfuwHqaplg6JfB/+BIeZQYNVfB+uBYp92leVNz/PwpGwYgBwDI6H0jlAWu"
-              "Dnb/+70//+eXz+vP/l+77///c9fW77t59V/U//vO8/1+81te9XM0YsryoIslFerLszVfsnAtFv/Jc0LOUXukSoKjkxMEgoTtjSYDoQTG"
-              "m1gaPBQwNrAwcDQ4CCxgYOBRcGLgiFBSY+yQYWAQ4GNgkWBkYGhgYmBgYFBiAQICRQYCBk4GBpYGjA8hj4AFihoYGBgVHhlEwCkbBKBg"
-              "Fo2AUjIJRMApGwSgYBaOAGAAAR4W7FA==",
-        test="eNr7/38Qg/covP1g8i+6ou80sfo3Rbr34xD/R5tw+osw/i/NfVlPfCjc/3//vfzr/W+AWtT/z82sP9+8P+95XU+IrTQn14F/CVNVGh"
-             "hGwSigLQAAGVVtaQ=="),
+        train=("eNr7/3+wg/c4Ze5Tz5K//4c5qCfVr/eHlfd/DyK33MfuwHqaplg6JfB/+BIeZQYNVfB+uBYp92leVNz/PwpGwYgB"
+               "wDI6H0jlAWuDnb/+70//+eXz+vP/l+77///c9fW77t59V/U//vO8/1+81te9XM0YsryoIslFerLszVfsnAtFv/Jc"
+               "0LOUXukSoKjkxMEgoTtjSYDoQTGm1gaPBQwNrAwcDQ4CCxgYOBRcGLgiFBSY+yQYWAQ4GNgkWBkYGhgYmBgYFBiA"
+               "QICRQYCBk4GBpYGjA8hj4AFihoYGBgVHhlEwCkbBKBgFo2AUjIJRMApGwSgYBaOAGAAAR4W7FA=="),
+        test=("eNr7/38Qg/covP1g8i+6ou80sfo3Rbr34xD/R5tw+osw/i/NfVlPfCjc/3//vfzr/W+AWtT/z82sP9+8P+95XU+I"
+              "rTQn14F/CVNVGhhGwSigLQAAGVVtaQ==")),
     "cifar100": dict(
-        train="eNrtz+9LU1EYB/BnY8ptQdx+gBqI9wbVyiCDoDTCsISoGMs/wBczSXqzRokx2e6UBa0X5WBmmFBEP0ir9cq9GHg0aPqqQVAGi920In"
-              "DaeTHa7e5u93Suc8kG9rrgfOCee89znu855xLCMAzDMAzDMP8Y3RgwIfJGDcrf82jj3OrWqfWKVrkpMg6mk0JZKlesJo3402JRlkrr"
-              "F0tXpp0a6tM7SWqFZGd1SbnvldKklUiKbjTQ39F0D6GTNJHoQcilJuUMJhEk4R/aCqZ30RV8UPHRFTnhw660qhZGUL9LvycVsgQrkqwo"
-              "KDaMvX2xRZxVSCbTn0UykUam8i0IL+XlyZ8o2vztSiJh982ffYkaUtGW72+11uhrnLy6V0/Gtdmot6t38pMr414O26o89bnscfPzUe/W"
-              "x2Ohxs7bb9rn1aW7ZOrIyUxBjeQnPtx6MdMQSVlHv8R459zXXsg1LndUne+ID9XXHfK8n34XfDTeFZ64+XkOntnbnMHh3UQE0Ro/MNB8"
-              "5+gvddw+VrMQ2B4N+YIXQlAD4jHYzAcHH4rc5R2natv3Qbd5C2ziQAgLbmvbdceA6UlgD98zKF6qBTdA0yvLjWvnDjvBXyfu2un4CH7w"
-              "C0NmEIBGegQ6AxOYbNXcaYD9AAGBg+4z1WCwTYOF9llghuN5gRb8aw8PNAzbeNH4AnAYAy0Iqy8zwAP4gzNamgQo4y9tYbCUqiYotp1Y"
-              "m1eEKq0vm41sWT8PDMMwDMMwDPM/+g0Nayug",
-        test="eNr7/38UjETw9x+M8f/9/9sgxufzIA4QfH/8vx4s9fz//8d///z/ff8/UGD7/+/////b///9/t319n+/2f7/X3p/////3+rervn//u"
-             "r19j97a+v23C9v3lpes/z0QfX7aW8eut2brjF/Y9XupLgNb69b/n4/6cfrOQ9NHxx9+5Bhg6badNdLDuIvxVzL2/+smlmWpMScN4GVY"
-             "YKClBCDkIbDMTcGzhWMHswCSkxMAgxMLHMYjBgYNRokHFwcDjEIKDAwiDg08TA0MDA4MjgwcCgAGSDAwsDAxMAFZjIpgGQXMMCAAgM"
-             "jEwMRwAGJzcGApH0UDFEAAOWIcYw="),
+        train=("eNrtz+9LU1EYB/BnY8ptQdx+gBqI9wbVyiCDoDTCsISoGMs/wBczSXqzRokx2e6UBa0X5WBmmFBEP0ir9cq9GHg0"
+               "aPqqQVAGi920InDaeTHa7e5u93Suc8kG9rrgfOCee89znu855xLCMAzDMAzDMP8Y3RgwIfJGDcrf82jj3OrWqfWK"
+               "VrkpMg6mk0JZKlesJo3402JRlkrrF0tXpp0a6tM7SWqFZGd1SbnvldKklUiKbjTQ39F0D6GTNJHoQcilJuUMJhEk"
+               "4R/aCqZ30RV8UPHRFTnhw660qhZGUL9LvycVsgQrkqwoKDaMvX2xRZxVSCbTn0UykUam8i0IL+XlyZ8o2vztSiJh"
+               "982ffYkaUtGW72+11uhrnLy6V0/Gtdmot6t38pMr414O26o89bnscfPzUe/Wx2Ohxs7bb9rn1aW7ZOrIyUxBjeQn"
+               "Ptx6MdMQSVlHv8R459zXXsg1LndUne+ID9XXHfK8n34XfDTeFZ64+XkOntnbnMHh3UQE0Ro/MNB85+gvddw+VrMQ"
+               "2B4N+YIXQlAD4jHYzAcHH4rc5R2natv3Qbd5C2ziQAgLbmvbdceA6UlgD98zKF6qBTdA0yvLjWvnDjvBXyfu2un4"
+               "CH7wC0NmEIBGegQ6AxOYbNXcaYD9AAGBg+4z1WCwTYOF9llghuN5gRb8aw8PNAzbeNH4AnAYAy0Iqy8zwAP4gzNa"
+               "mgQo4y9tYbCUqiYotp1Ym1eEKq0vm41sWT8PDMMwDMMwDPM/+g0Nayug"),
+        test=("eNr7/38UjETw9x+M8f/9/9sgxufzIA4QfH/8vx4s9fz//8d///z/ff8/UGD7/+/////b///9/t319n+/2f7/X3p/"
+              "////3+rervn//ur19j97a+v23C9v3lpes/z0QfX7aW8eut2brjF/Y9XupLgNb69b/n4/6cfrOQ9NHxx9+5Bhg6ba"
+              "dNdLDuIvxVzL2/+smlmWpMScN4GVYYKClBCDkIbDMTcGzhWMHswCSkxMAgxMLHMYjBgYNRokHFwcDjEIKDAwiDg0"
+              "8TA0MDA4MjgwcCgAGSDAwsDAxMAFZjIpgGQXMMCAAgMjEwMRwAGJzcGApH0UDFEAAOWIcYw=")),
 }
 
 #: :func:`content_digest` of the shipped subsets; :func:`make_subsets` checks what it builds from
@@ -655,8 +656,8 @@ def make_subsets(source: str | os.PathLike, out: str | os.PathLike, *, names=("c
             ix = np.asarray(index[name][split], dtype=np.int64)
             x, y = getattr(full, f"x_{split}"), getattr(full, f"y_{split}")
             if ix.ndim != 1 or not len(ix) or np.any(np.diff(ix) <= 0) or ix[0] < 0 or ix[-1] >= len(y):
-                raise ValueError(f"index[{name!r}][{split!r}] must be increasing positions in 0..{len(y) - 1}, "
-                                 f"got {len(ix)} entries")
+                raise ValueError(f"index[{name!r}][{split!r}] must be increasing positions in "
+                                 f"0..{len(y) - 1}, got {len(ix)} entries")
             take = torch.from_numpy(ix)
             arrays[f"x_{split}"] = x[take].permute(0, 2, 3, 1).contiguous().numpy()  # CHW -> HWC
             arrays[f"y_{split}"] = y[take].numpy()

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import torch
 
 from .backend import SeedLike, check_finite, make_generator, randn
-from .checks import check_fraction, check_int, check_nonnegative, check_positive, check_same_kind, check_tensor
+from .checks import (check_fraction, check_int, check_nonnegative, check_positive, check_same_kind,
+                     check_tensor)
 from .linalg import principal_angle_distance
 from .linear import SampledTasks, fit_linear, predict, targets
 

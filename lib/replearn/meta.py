@@ -33,7 +33,8 @@ def arm_decomposition(w: torch.Tensor, W: torch.Tensor, beta: float) -> tuple[to
     check_tensor(w, "w")
     check_tensor(W, "W (heads)")
     if w.ndim != 1 or W.ndim != 2 or W.shape[1] != w.shape[0] or W.shape[0] == 0:
-        raise ValueError(f"need w (k,) and heads W (n, k) with n >= 1; got {tuple(w.shape)} and {tuple(W.shape)}")
+        raise ValueError(f"need w (k,) and heads W (n, k) with n >= 1; got {tuple(w.shape)} and "
+                         f"{tuple(W.shape)}")
     check_same_kind(("w", w), ("W (heads)", W))
     check_positive(beta, "beta")
     k = w.shape[0]

@@ -12,10 +12,11 @@ for the static figures of the book) and a thin ipywidgets front end that redraws
 from __future__ import annotations
 
 import io
-import math
 
 import numpy as np
 
+from .checks import (check_choice, check_fraction, check_int, check_nonnegative, check_number, check_positive,
+                     check_seed)
 from .experiments.fedavg_convergence import FedAvgConvergenceSettings, make_problem
 from .experiments.lower_bound import make_instance
 from .federated import dgd, fedavg
@@ -36,10 +37,10 @@ def arm_explorer_curves(delta: float, beta: float, T: int, cond: float, *, d: in
     Returns numpy arrays ``{"iteration": (T + 1,), "ARM": (T + 1,), "FedAvg": (T + 1,)}``.
     Raises ValueError on bad input, and FedAvg's ValueError when its iterates diverge.
     """
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
-    if not (isinstance(T, int) and not isinstance(T, bool) and T >= 1):
-        raise ValueError(f"T (iterations) must be an integer >= 1, got {T!r}")
+    check_number(delta, "delta", low=0.0, high=1.0, low_open=True, high_open=True)
+    check_positive(beta, "beta")
+    check_number(cond, "cond (a condition number)", low=1.0)
+    check_int(T, "T (iterations)", 1)
     inst = make_instance(d, k, n, delta, cond=cond, seed=seed)
     tasks = inst.tasks
     dist_arm = arm(inst.B0, inst.w0, tasks, beta=beta, iterations=T).dist(inst.Bstar)
@@ -60,10 +61,6 @@ def draw_arm_explorer(ax, curves: dict, delta: float) -> None:
 _FEDAVG_EXPLORER_DEFAULTS = {"tau": 2, "alpha": 0.2, "cond": 1.0, "participation": 1.0}
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def fedavg_explorer_curves(tau: int, alpha: float, cond: float, participation: float, *, d: int = 30,
                            k: int = 3, M: int = 20, rounds: int = 300, seed: int = 0) -> dict:
     """dist(B_t, B_*) of FedAvg with ``tau`` local steps and of D-GD (tau = 1), t = 0..rounds.
@@ -76,20 +73,15 @@ def fedavg_explorer_curves(tau: int, alpha: float, cond: float, participation: f
     are identical. Returns numpy arrays ``{"round", "FedAvg", "D-GD"}``, each (rounds + 1,).
     Raises ValueError on bad input and when the iterates diverge (step size too large).
     """
-    if not (_is_int(tau) and tau >= 1):
-        raise ValueError(f"tau (local steps) must be an integer >= 1, got {tau!r}")
-    if not (isinstance(alpha, (int, float)) and 0 < alpha < math.inf):
-        raise ValueError(f"alpha must be a positive finite step size, got {alpha!r}")
-    if not (isinstance(cond, (int, float)) and 1 <= cond < math.inf):
-        raise ValueError(f"cond is a condition number and must be a finite value >= 1, got {cond!r}")
-    if not (isinstance(participation, (int, float)) and 0 < participation <= 1):
-        raise ValueError(f"participation is a fraction of clients and must lie in (0, 1], got {participation!r}")
-    if not (_is_int(rounds) and rounds >= 1):
-        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-    if not (_is_int(d) and _is_int(k) and _is_int(M) and 1 <= k < d and M >= k + 1):
-        raise ValueError(f"need integers 1 <= k < d and M >= k + 1, got d={d!r}, k={k!r}, M={M!r}")
-    if not (_is_int(seed) and seed >= 0):
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_int(tau, "tau (local steps)", 1)
+    check_positive(alpha, "alpha")
+    check_number(cond, "cond (a condition number)", low=1.0)
+    check_fraction(participation, "participation (a fraction of clients)")
+    check_int(rounds, "rounds", 1)
+    check_int(k, "k", 1)
+    check_int(d, "d (needs 1 <= k < d)", k + 1)
+    check_int(M, "M (clients, at least k + 1)", k + 1)
+    check_seed(seed)
     cfg = FedAvgConvergenceSettings(d=d, k=k, M=M, alpha=float(alpha), tau=tau, rounds=rounds)
     pb = make_problem(cfg, seed, cond=float(cond))
     m = max(1, round(participation * M))
@@ -229,25 +221,18 @@ def fedrep_explorer_curves(n: int, m: int, r: float, head_steps: int | None, *, 
     """
     from .experiments.fedrep_figures import dist_curves
 
-    if not (_is_int(n) and n >= 1):
-        raise ValueError(f"n (clients) must be an integer >= 1, got {n!r}")
-    if not (_is_int(m) and m >= 1):
-        raise ValueError(f"m (fresh samples per round) must be an integer >= 1, got {m!r}")
-    if not (isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r <= 1):
-        raise ValueError(f"r (fraction of clients per round) must lie in (0, 1], got {r!r}")
-    if not (head_steps is None or (_is_int(head_steps) and head_steps >= 0)):
-        raise ValueError(f"head_steps must be 0 or None (exact head) or an integer K >= 1, got {head_steps!r}")
-    if not (_is_int(rounds) and rounds >= 1):
-        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-    if not (_is_int(d) and _is_int(k) and 1 <= k < d):
-        raise ValueError(f"need integers 1 <= k < d, got d={d!r}, k={k!r}")
-    for value, name in ((eta, "eta"), (head_lr, "head_lr")):
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf):
-            raise ValueError(f"{name} must be a positive finite step size, got {value!r}")
-    if not (isinstance(noise_std, (int, float)) and 0 <= noise_std < math.inf):
-        raise ValueError(f"noise_std must be a finite number >= 0, got {noise_std!r}")
-    if not (_is_int(seed) and seed >= 0):
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_int(n, "n (clients)", 1)
+    check_int(m, "m (fresh samples per round)", 1)
+    check_fraction(r, "r (fraction of clients per round)")
+    if head_steps is not None:
+        check_int(head_steps, "head_steps (0 or None: exact head; K >= 1: K GD steps)", 0)
+    check_int(rounds, "rounds", 1)
+    check_int(k, "k", 1)
+    check_int(d, "d (needs 1 <= k < d)", k + 1)
+    check_positive(eta, "eta")
+    check_positive(head_lr, "head_lr")
+    check_nonnegative(noise_std, "noise_std")
+    check_seed(seed)
     K = None if not head_steps else head_steps
     variants = {"exact": None} if K is None else {"exact": None, "dist": K}
     curves = dist_curves(n, m, float(r), variants, d=d, k=k, rounds=rounds, eta=float(eta),
@@ -321,23 +306,18 @@ def maml_explorer_curves(algorithm: str, alpha: float, beta: float, cond: float,
     from .experiments.maml_experiments import make_tightness_problem
     from .maml import ALGORITHMS, meta_train
 
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {ALGORITHMS}")
-    if init not in ("structured", "random"):
-        raise ValueError(f"init must be 'structured' or 'random', got {init!r}")
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf):
-            raise ValueError(f"{name} must be a positive finite step size, got {value!r}")
-    if not (isinstance(cond, (int, float)) and 1 <= cond < math.inf):
-        raise ValueError(f"cond is a condition number and must be a finite value >= 1, got {cond!r}")
-    if not (isinstance(mean_norm, (int, float)) and 0 <= mean_norm < math.inf):
-        raise ValueError(f"mean_norm must be a finite value >= 0, got {mean_norm!r}")
-    if not (_is_int(T) and T >= 1):
-        raise ValueError(f"T (iterations) must be an integer >= 1, got {T!r}")
-    if not (_is_int(d) and _is_int(k) and _is_int(n) and 1 <= k < d and n >= k + 1):
-        raise ValueError(f"need integers 1 <= k < d and n >= k + 1, got d={d!r}, k={k!r}, n={n!r}")
-    if not (_is_int(seed) and seed >= 0):
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_choice(init, "init", ("structured", "random"))
+    check_positive(alpha, "alpha")
+    check_positive(beta, "beta")
+    check_number(cond, "cond (a condition number)", low=1.0)
+    check_nonnegative(mean_norm, "mean_norm")
+    check_int(T, "T (iterations)", 1)
+    check_int(k, "k", 1)
+    check_int(d, "d (needs 1 <= k < d)", k + 1)
+    check_int(n, "n (tasks, at least k + 1)", k + 1)
+    check_seed(seed)
     pb = make_tightness_problem(d, k, n, cond=float(cond), mean_norm=float(mean_norm), alpha=float(alpha),
                                 seed=seed)
     B0, w0 = pb.starts[init]
@@ -410,18 +390,14 @@ def aruba_explorer_curves(V: float, anisotropy: float, m: int, T: int, method: s
     """
     from .aruba import TaskFamily, meta_learn, sample_tasks, single_task_ogd
 
-    if method not in _ARUBA_EXPLORER_METHODS:
+    if not isinstance(method, str) or method not in _ARUBA_EXPLORER_METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {_ARUBA_EXPLORER_METHODS}")
-    if not (isinstance(V, (int, float)) and not isinstance(V, bool) and 0 < V <= 5):
-        raise ValueError(f"V (task similarity) must lie in (0, 5], got {V!r}")
-    if not (isinstance(anisotropy, (int, float)) and not isinstance(anisotropy, bool) and 1 <= anisotropy < math.inf):
-        raise ValueError(f"anisotropy is a ratio of spreads and must be a finite value >= 1, got {anisotropy!r}")
-    if not (_is_int(m) and m >= 1 and _is_int(T) and T >= 1):
-        raise ValueError(f"m (rounds) and T (tasks) must be integers >= 1, got m={m!r}, T={T!r}")
-    if not (_is_int(d) and d >= 2):
-        raise ValueError(f"d must be an integer >= 2, got {d!r}")
-    if not (_is_int(seed) and seed >= 0):
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_number(V, "V (task similarity)", low=0.0, high=5.0, low_open=True)
+    check_number(anisotropy, "anisotropy (a ratio of spreads)", low=1.0)
+    check_int(m, "m (rounds)", 1)
+    check_int(T, "T (tasks)", 1)
+    check_int(d, "d", 2)
+    check_seed(seed)
     varying = max(1, d // 5)
     shape = np.array([float(anisotropy)] * varying + [1.0] * (d - varying))
     spread = tuple((float(V) * shape / np.linalg.norm(shape)).tolist())

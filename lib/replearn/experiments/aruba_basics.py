@@ -28,7 +28,8 @@ import torch
 
 from .. import aruba
 from ..backend import DTYPE, make_generator
-from ..checks import check_int, check_nonnegative, check_number, check_positive, check_positives, check_ints, check_sequence
+from ..checks import (check_int, check_ints, check_nonnegative, check_number, check_positive, check_positives,
+                      check_sequence)
 from ..profiles import Settings
 
 

@@ -27,7 +27,8 @@ import torch
 
 from .. import fedrep, linalg, linear
 from ..backend import default_device
-from ..checks import check_fraction, check_int, check_ints, check_nonnegative, check_number, check_positive, check_positives, check_sequence
+from ..checks import (check_fraction, check_int, check_ints, check_nonnegative, check_number, check_positive,
+                      check_positives, check_sequence)
 from ..profiles import Settings
 
 

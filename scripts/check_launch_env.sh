@@ -8,8 +8,8 @@
 # index that binder/requirements.txt adds is not reachable here, so that line is dropped and
 # pip's configured indexes (which hold the same CPU build of torch) serve torch instead.
 # Colab: the setup cell of scripts/add_setup_cell.py, run where replearn is missing, must install
-# it (here from this checkout instead of the repository URL, and not in editable mode, as on
-# Colab), and print nothing once it is there.
+# it (here from a copy of this checkout's package files instead of the repository URL, and not in
+# editable mode, as on Colab), and print nothing once it is there.
 # Then one notebook runs in the Binder environment, and `pip check` must find no conflict.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,11 +31,15 @@ grep -v 'download.pytorch.org' binder/requirements.txt | sed "s#^-r \.\./#-r $RO
 "$PY" -m pip install -q -r "$WORK/requirements.txt"
 
 step "Colab setup cell where replearn is missing: installs it"
-"$PY" - "$ROOT" <<'PY'
+# from a copy of what the package build reads (a non-editable build writes build/ into its source)
+mkdir "$WORK/src"
+cp -r pyproject.toml README.md lib "$WORK/src/"
+find "$WORK/src" \( -name '*.egg-info' -o -name __pycache__ \) -prune -exec rm -rf {} +
+"$PY" - "$ROOT" "$WORK/src" <<'PY'
 import subprocess, sys
 sys.path.insert(0, sys.argv[1] + "/scripts")
 import add_setup_cell
-source = add_setup_cell.setup_source(f"replearn @ file://{sys.argv[1]}")
+source = add_setup_cell.setup_source(f"replearn @ file://{sys.argv[2]}")
 run = lambda: subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, check=True)
 first = run()
 check = subprocess.run([sys.executable, "-c", "import replearn, replearn.experiments, replearn.data; "

@@ -65,3 +65,27 @@ def test_per_section_numbers_updates_the_environment(title, expected):
     changed = section_numbers.per_section_numbers(None, env)
     assert env.toc_fignumbers["doc"]["exercise"]["x"] == expected
     assert changed == (["doc"] if expected != (7,) else [])
+
+
+def test_local_mathjax_points_sphinx_at_the_shipped_component(tmp_path):
+    import local_mathjax
+
+    es5 = local_mathjax.mathjax_es5()
+    assert (es5 / "tex-mml-chtml.js").is_file() and (es5 / "output" / "chtml" / "fonts").is_dir()
+
+    class Config:
+        mathjax_path = "https://cdn.example/mathjax.js"
+
+    config = Config()
+    local_mathjax.use_local_mathjax(None, config)
+    assert config.mathjax_path == "mathjax/tex-mml-chtml.js"  # relative: under _static/
+
+    class App:
+        outdir = str(tmp_path)
+
+        class builder:
+            format = "html"
+
+    local_mathjax.copy_mathjax(App, None)
+    assert (tmp_path / "_static" / "mathjax" / "tex-mml-chtml.js").is_file()
+    local_mathjax.copy_mathjax(App, None)  # a rebuild copies over the old copy

@@ -76,10 +76,16 @@ def _run(source):
     return out.getvalue(), err.getvalue()
 
 
+def _unset_download(monkeypatch):
+    """Unset REPLEARN_DOWNLOAD such that the variable the cell sets is removed after the test."""
+    monkeypatch.setenv("REPLEARN_DOWNLOAD", "0")
+    monkeypatch.delenv("REPLEARN_DOWNLOAD")
+
+
 def test_cell_does_nothing_where_everything_imports(monkeypatch):
     calls = []
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
-    monkeypatch.delenv("REPLEARN_DOWNLOAD", raising=False)
+    _unset_download(monkeypatch)
     assert _run(setup.setup_source()) == ("", "")
     assert calls == [] and "REPLEARN_DOWNLOAD" not in __import__("os").environ
     # on Colab (google.colab imported by its kernel) downloads are switched on all the same
@@ -94,7 +100,7 @@ def test_cell_installs_what_is_missing_and_switches_downloads_on(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "replearn" else real(name, *a))
-    monkeypatch.delenv("REPLEARN_DOWNLOAD", raising=False)
+    _unset_download(monkeypatch)
     _run(setup.setup_source("replearn @ file:///checkout"))
     pip = [sys.executable, "-m", "pip", "install", "-q", "replearn @ file:///checkout"]
     assert calls == [(pip, {"check": True})]

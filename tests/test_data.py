@@ -398,7 +398,11 @@ def test_missing_data_in_ipython_shows_one_message_and_skips_later_cells(tmp_pat
 
     monkeypatch.setenv("REPLEARN_DATA", str(tmp_path))
     monkeypatch.delenv("REPLEARN_DOWNLOAD", raising=False)
-    shell = InteractiveShell.instance()
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False  # no history database, no saving thread
+    shell = InteractiveShell.instance(config=config)
     try:
         result = shell.run_cell("from replearn import data\ncifar = data.load_cifar('cifar10')")
         assert isinstance(result.error_in_exec, data.DataMissingError)

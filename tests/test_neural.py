@@ -233,7 +233,9 @@ def test_bad_client_data_is_rejected():
     empty = (torch.zeros(0, 3, 8, 8),) + x[1:]
     with pytest.raises(ValueError, match="no training data"):
         neural.ClientData(empty, (torch.zeros(0, dtype=torch.int64),) + y[1:], CLIENTS.x_test, CLIENTS.y_test)
-    with pytest.raises(ValueError, match="float32"):
+    with pytest.raises(ValueError, match="float32 or float64"):
+        neural.ClientData(tuple(t.to(torch.int32) for t in x), y, CLIENTS.x_test, CLIENTS.y_test)
+    with pytest.raises(ValueError, match="all must agree"):  # float64 train, float32 test
         neural.ClientData(tuple(t.double() for t in x), y, CLIENTS.x_test, CLIENTS.y_test)
     with pytest.raises(ValueError, match="one entry per client"):
         neural.ClientData(x[:2], y, CLIENTS.x_test, CLIENTS.y_test)
@@ -418,3 +420,98 @@ def test_local_sgd_is_torch_optim_sgd():
     assert torch.equal(params_of(model)["head.weight"], tiny_model().head.weight.detach())  # model untouched
     with pytest.raises(ValueError, match="augment"):
         neural.LocalSGD(model).train(params_of(model), HEAD, x, y, batches, replace(cfg, augment=True))
+
+
+# --------------------------------------------------------------------------------------------
+# Faults: divergence, bad inputs, bad settings
+
+
+def test_divergence_is_reported_with_round_client_and_lr():
+    cfg = neural.TrainConfig(rounds=3, lr=1e4, momentum=0.0, batch_size=BIG, local_steps=5)
+    with pytest.raises(FloatingPointError, match=r"round \d+: client \d+.*lr = 10000"):
+        neural.fedavg(tiny_model(), CLIENTS, cfg)
+    with pytest.raises(FloatingPointError, match="client"):  # personal parts are checked too
+        neural.local_only(tiny_model(), CLIENTS, cfg)
+
+
+def test_non_finite_images_are_rejected_naming_the_client():
+    x = list(CLIENTS.x_train)
+    x[2] = x[2].clone()
+    x[2][1, 0, 3, 3] = float("nan")  # one NaN pixel
+    with pytest.raises(ValueError, match="client 2 train images contain NaN"):
+        neural.ClientData(tuple(x), CLIENTS.y_train, CLIENTS.x_test, CLIENTS.y_test)
+
+
+def test_clients_without_test_data_are_left_out_of_the_average():
+    xt, yt = list(CLIENTS.x_test), list(CLIENTS.y_test)
+    xt[1], yt[1] = xt[1][:0], yt[1][:0]
+    clients = neural.ClientData(CLIENTS.x_train, CLIENTS.y_train, tuple(xt), tuple(yt))
+    result = neural.fedrep(tiny_model(), clients, neural.TrainConfig(rounds=2, lr=0.1, batch_size=5))
+    ev = result.final
+    assert torch.isnan(ev.accuracy[1]) and ev.test_sizes[1] == 0
+    keep = [0, 2, 3]
+    n = ev.test_sizes[keep].double()
+    assert ev.average == pytest.approx(float((n * ev.accuracy[keep].double()).sum() / n.sum()))
+    assert not torch.isnan(result.test_accuracy).any()
+    none = tuple(x[:0] for x in CLIENTS.x_test), tuple(y[:0] for y in CLIENTS.y_test)
+    with pytest.raises(ValueError, match="no client has test data"):
+        neural.ClientData(CLIENTS.x_train, CLIENTS.y_train, *none)
+
+
+def test_labels_image_sizes_and_devices_must_fit_the_model():
+    model = tiny_model()  # 3 classes, 3x8x8 images
+    cfg = neural.TrainConfig(rounds=1, batch_size=5)
+    yt = list(CLIENTS.y_test)
+    yt[3] = yt[3].clone()
+    yt[3][0] = 3
+    bad_labels = neural.ClientData(CLIENTS.x_train, CLIENTS.y_train, CLIENTS.x_test, tuple(yt))
+    with pytest.raises(ValueError, match="client 3 test labels go up to 3.*3 outputs"):
+        neural.fedavg(model, bad_labels, cfg)
+    with pytest.raises(ValueError, match="client 3 test labels"):
+        neural.evaluate(model, bad_labels)
+    ys = list(CLIENTS.y_train)
+    ys[0] = -ys[0] - 1
+    with pytest.raises(ValueError, match="client 0 train labels must be >= 0"):
+        neural.ClientData(CLIENTS.x_train, tuple(ys), CLIENTS.x_test, CLIENTS.y_test)
+    big = neural.ClientData(*(tuple(torch.nn.functional.pad(x, (4, 4, 4, 4)) for x in xs) if k % 2 == 0 else xs
+                              for k, xs in enumerate((CLIENTS.x_train, CLIENTS.y_train, CLIENTS.x_test,
+                                                      CLIENTS.y_test))))
+    with pytest.raises(ValueError, match=r"images of shape \(3, 16, 16\) do not fit the model"):
+        neural.fedrep(model, big, cfg)
+    mixed = CLIENTS.x_train[:1] + (CLIENTS.x_train[1][:, :, :4],) + CLIENTS.x_train[2:]
+    with pytest.raises(ValueError, match="client 1 train images .* all must agree"):
+        neural.ClientData(mixed, CLIENTS.y_train, CLIENTS.x_test, CLIENTS.y_test)
+    with pytest.raises(ValueError, match="one floating dtype"):
+        neural.fedavg(copy.deepcopy(model).to(torch.float16), CLIENTS, cfg)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="the model is on"):
+            neural.fedavg(copy.deepcopy(model).cuda(), CLIENTS, cfg)
+
+
+def test_dtype_follows_the_model_float64_matches_float32():
+    cfg = neural.TrainConfig(rounds=2, lr=0.1, momentum=0.5, batch_size=5, local_steps=3, seed=2)
+    r32 = neural.fedavg(tiny_model(), CLIENTS, cfg)
+    m64 = tiny_model().double()
+    r64 = neural.fedavg(m64, CLIENTS, cfg)  # float32 data converted to the model's float64
+    assert all(p.dtype == torch.float64 for p in r64.state.values())
+    assert r64.train_loss.isfinite().all()
+    assert_close({n: p.float() for n, p in r64.state.items()}, r32.state, atol=1e-4)
+    c64 = CLIENTS.to(torch.float64)
+    assert c64.dtype == torch.float64 and CLIENTS.to(torch.float32) is CLIENTS
+    r64b = neural.fedavg(tiny_model().double(), c64, cfg)
+    assert_close(r64b.state, r64.state, atol=0)
+    assert neural.evaluate(tiny_model(), c64).accuracy.isfinite().all()  # float64 data, float32 model
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(rounds=2.0), "rounds"), (dict(rounds=True), "rounds"), (dict(head_epochs=-1), "head_epochs"),
+    (dict(head_epochs=1.5), "head_epochs"), (dict(head_steps=0), "head_steps"), (dict(eval_every=0), "eval_every"),
+    (dict(last_rounds=0), "last_rounds"), (dict(vmap_clients=0), "vmap_clients"), (dict(local_epochs=0), "local_epochs"),
+    (dict(lr=float("nan")), "lr"), (dict(lr="0.1"), "lr"), (dict(lr=float("inf")), "lr"),
+    (dict(momentum=-0.1), "momentum"), (dict(momentum=float("nan")), "momentum"),
+    (dict(weight_decay=-1e-3), "weight_decay"), (dict(weight_decay=float("inf")), "weight_decay"),
+    (dict(participation=True), "participation"), (dict(augment=1), "augment"), (dict(seed=1.0), "seed"),
+])
+def test_every_config_field_is_validated(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        neural.TrainConfig(**kwargs)

@@ -65,8 +65,11 @@ Params = dict[str, torch.Tensor]
 
 @dataclass(frozen=True)
 class ClientData:
-    """Per-client train and test tensors on one device: images float32 (n_i, C, H, W),
-    already normalised, labels int64 (n_i,)."""
+    """Per-client train and test tensors on one device: images float32 or float64 (n_i, C, H,
+    W), already normalised and finite, all of one dtype and one image shape; labels int64
+    (n_i,), non-negative. Every client needs training data; a client may have no test data
+    (it is then left out of the test averages, see :class:`Evaluation`), but at least one
+    client must have some. The training runs cast the images to the model's dtype."""
 
     x_train: tuple[torch.Tensor, ...]
     y_train: tuple[torch.Tensor, ...]
@@ -75,28 +78,60 @@ class ClientData:
 
     def __post_init__(self):
         lists = (self.x_train, self.y_train, self.x_test, self.y_test)
+        if not all(isinstance(t, tuple) for t in lists):
+            raise ValueError("x_train, y_train, x_test and y_test must be tuples of tensors (one per client)")
         if len({len(t) for t in lists}) != 1 or not self.x_train:
             raise ValueError("x_train, y_train, x_test and y_test need one entry per client "
                              "(at least one client)")
+        first = self.x_train[0]
         for i, (xa, ya, xb, yb) in enumerate(zip(*lists)):
             for x, y, split in ((xa, ya, "train"), (xb, yb, "test")):
-                if x.ndim != 4 or x.dtype != torch.float32:
-                    raise ValueError(f"client {i} {split} images must be float32 (n, C, H, W), got "
-                                     f"{x.dtype} {tuple(x.shape)}; normalise uint8 images first")
-                if y.shape != (x.shape[0],) or y.dtype != torch.int64:
-                    raise ValueError(f"client {i} {split} labels must be int64 of shape ({x.shape[0]},)")
+                if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+                    raise ValueError(f"client {i} {split} images and labels must be tensors")
+                if x.ndim != 4 or x.dtype not in (torch.float32, torch.float64):
+                    raise ValueError(f"client {i} {split} images must be float32 or float64 (n, C, H, W), "
+                                     f"got {x.dtype} {tuple(x.shape)}; normalise uint8 images first "
+                                     f"(ClientData.from_partition does)")
+                if x.dtype != first.dtype or x.shape[1:] != first.shape[1:] or x.device != first.device:
+                    raise ValueError(f"client {i} {split} images are {x.dtype} {tuple(x.shape[1:])} on "
+                                     f"{x.device}, client 0's train images {first.dtype} "
+                                     f"{tuple(first.shape[1:])} on {first.device}: all must agree")
+                if y.shape != (x.shape[0],) or y.dtype != torch.int64 or y.device != x.device:
+                    raise ValueError(f"client {i} {split} labels must be int64 of shape ({x.shape[0]},) on "
+                                     f"{x.device}, got {y.dtype} {tuple(y.shape)} on {y.device}")
+                if x.shape[0] and not bool(torch.isfinite(x).all()):
+                    raise ValueError(f"client {i} {split} images contain NaN or infinite values")
+                if y.numel() and int(y.min()) < 0:
+                    raise ValueError(f"client {i} {split} labels must be >= 0, got {int(y.min())}")
             if xa.shape[0] == 0:
                 raise ValueError(f"client {i} has no training data; drop it or change the partition")
+        if all(x.shape[0] == 0 for x in self.x_test):
+            raise ValueError("no client has test data; every run evaluates on the clients' test sets")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.x_train[0].dtype
+
+    def to(self, dtype: torch.dtype) -> "ClientData":
+        """The same clients with images of ``dtype`` (float32 or float64); ``self`` if equal."""
+        if dtype == self.dtype:
+            return self
+        return ClientData(tuple(x.to(dtype) for x in self.x_train), self.y_train,
+                          tuple(x.to(dtype) for x in self.x_test), self.y_test)
 
     @classmethod
     def from_partition(cls, x_train: torch.Tensor, y_train: torch.Tensor, train_parts: Sequence[torch.Tensor],
                        x_test: torch.Tensor, y_test: torch.Tensor, test_parts: Sequence[torch.Tensor], *,
-                       dataset: str | None = None, device: torch.device | str | None = None) -> "ClientData":
+                       dataset: str | None = None, device: torch.device | str | None = None,
+                       dtype: torch.dtype = torch.float32) -> "ClientData":
         """Clients from whole arrays and index lists (one index tensor per client).
 
         uint8 images are normalised with :func:`replearn.data.normalise` (``dataset`` names
-        the channel statistics, e.g. ``"cifar10"``); float images are taken as they are.
+        the channel statistics, e.g. ``"cifar10"``); float images are taken as they are. The
+        images are stored as ``dtype`` (float32 or float64: the dtype of the model to train).
         """
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
         if len(train_parts) != len(test_parts):
             raise ValueError(f"{len(train_parts)} train index lists but {len(test_parts)} test index lists")
         device = torch.device(device) if device is not None else default_device()
@@ -107,7 +142,7 @@ class ClientData:
                     raise ValueError("uint8 images need dataset= (e.g. 'cifar10') to pick the normalisation")
                 from .data import normalise
                 x = normalise(x, dataset)
-            return x.to(device=device, dtype=torch.float32)
+            return x.to(device=device, dtype=dtype)
 
         def take(x, y, parts):
             xs, ys = [], []
@@ -191,33 +226,40 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        positive = dict(rounds=self.rounds, batch_size=self.batch_size, local_epochs=self.local_epochs,
-                        eval_every=self.eval_every, last_rounds=self.last_rounds,
-                        vmap_clients=self.vmap_clients)
+        counts = dict(rounds=self.rounds, batch_size=self.batch_size, local_epochs=self.local_epochs,
+                      eval_every=self.eval_every, last_rounds=self.last_rounds, vmap_clients=self.vmap_clients)
         if self.local_steps is not None:
-            positive["local_steps (tau)"] = self.local_steps
+            counts["local_steps (tau)"] = self.local_steps
         if self.head_steps is not None:
-            positive["head_steps"] = self.head_steps
-        for name, value in positive.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if not isinstance(self.head_epochs, int) or self.head_epochs < 0:
-            raise ValueError(f"head_epochs must be an int >= 0, got {self.head_epochs!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
+            counts["head_steps"] = self.head_steps
+        for name, value in counts.items():
+            _check_count(value, name, 1)
+        _check_count(self.head_epochs, "head_epochs", 0)
+        _check_count(self.seed, "seed", 0)
+        reals = dict(lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
+                     participation=self.participation)
+        for name, value in reals.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite real number, got {value!r}")
+        if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+        if not self.weight_decay >= 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
         if not 0 < self.participation <= 1:
             raise ValueError(f"participation must be in (0, 1], got {self.participation!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got {self.seed!r}")
+        if not isinstance(self.augment, bool):
+            raise ValueError(f"augment must be True or False, got {self.augment!r}")
 
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Per-client test accuracy and loss; ``average`` weights clients by test-set size."""
+    """Per-client test accuracy and loss (NaN for a client without test data).
+
+    ``average``: the clients' accuracies weighted by their test-set sizes n_i^test, i.e. the
+    accuracy over all test samples pooled; clients without test data have weight 0 and are
+    left out."""
 
     accuracy: torch.Tensor
     loss: torch.Tensor
@@ -225,8 +267,9 @@ class Evaluation:
 
     @property
     def average(self) -> float:
-        w = self.test_sizes.to(self.accuracy.dtype)
-        return float((w * self.accuracy).sum() / w.sum())
+        has = self.test_sizes > 0
+        w = self.test_sizes[has].to(self.accuracy.dtype)
+        return float((w * self.accuracy[has]).sum() / w.sum())
 
 
 @dataclass(frozen=True)
@@ -468,7 +511,7 @@ class LocalSGD:
                 p.requires_grad_(n in trainable)
         tp = [self.params[n] for n in trainable]
         buf = None
-        loss_sum = torch.zeros((), device=x.device)
+        loss_sum = torch.zeros((), device=x.device, dtype=x.dtype)
         for idx in batches:
             idx = idx.to(x.device)
             for p in tp:
@@ -506,7 +549,7 @@ def _sgd_vmap(model: nn.Module, params: Params, trainable: Sequence[str], xs: Se
     train = {n: params[n] for n in trainable}
     frozen = {n: p for n, p in params.items() if n not in train}
     buf: Params = {}
-    loss_sum = torch.zeros(len(xs), device=xs[0].device)
+    loss_sum = torch.zeros(len(xs), device=xs[0].device, dtype=xs[0].dtype)
     for s, idx in enumerate(batches):
         xb = torch.stack([x[i.to(x.device)] for x, i in zip(xs, idx)])
         yb = torch.stack([y[i.to(y.device)] for y, i in zip(ys, idx)])
@@ -521,12 +564,54 @@ def _sgd_vmap(model: nn.Module, params: Params, trainable: Sequence[str], xs: Se
     return {**params, **train}, loss_sum
 
 
+def model_dtype(model: nn.Module) -> torch.dtype:
+    """The one floating dtype of ``model``'s parameters (the dtype the engine trains in)."""
+    dtypes = {p.dtype for p in model.parameters()}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in (torch.float32, torch.float64):
+        raise ValueError(f"the model's parameters must have one floating dtype, float32 or float64, got "
+                         f"{sorted(map(str, dtypes))}; use model.to(torch.float32) or model.to(torch.float64)")
+    return next(iter(dtypes))
+
+
+@torch.no_grad()
+def check_inputs(model: nn.Module, clients: ClientData) -> ClientData:
+    """Check that ``clients`` fit ``model`` and return them in the model's dtype.
+
+    The images are cast to :func:`model_dtype` (float32 <-> float64: the dtype follows the
+    model). One training image is passed through the model: a ``ValueError`` names the image
+    shape if the model rejects it, and every client's labels must lie in ``[0, C)`` for the
+    model's ``C`` outputs."""
+    clients = clients.to(model_dtype(model))
+    devices = {p.device for p in model.parameters()}
+    if devices != {clients.device}:
+        raise ValueError(f"the model is on {sorted(map(str, devices))} but the clients' data on {clients.device}; "
+                         f"move one of them (model.to(device) or ClientData.from_partition(device=...))")
+    probe = clients.x_train[0][:1]
+    try:
+        out = model(probe)
+    except RuntimeError as err:
+        raise ValueError(f"images of shape {tuple(probe.shape[1:])} do not fit the model ({err}); "
+                         f"resize the images or build the model for this input size") from err
+    if out.ndim != 2:
+        raise ValueError(f"the model must return logits (batch, classes), got shape {tuple(out.shape)}")
+    n_classes = out.shape[1]
+    for split, ys in (("train", clients.y_train), ("test", clients.y_test)):
+        for i, y in enumerate(ys):
+            if y.numel() and int(y.max()) >= n_classes:
+                raise ValueError(f"client {i} {split} labels go up to {int(y.max())}, but the model's head has "
+                                 f"{n_classes} outputs (labels 0..{n_classes - 1}); build the model with "
+                                 f"n_classes > {int(y.max())} or relabel the data")
+    return clients
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, clients: ClientData, state: Params | None = None, local: Params | None = None,
              *, batch_size: int = 1000) -> Evaluation:
     """Per-client test accuracy and mean cross-entropy of ``model`` with parameters ``state``
     (default: the model's own), where client i uses ``local[name][i]`` for the names in
-    ``local`` (personalised heads or bodies)."""
+    ``local`` (personalised heads or bodies). The inputs are checked by :func:`check_inputs`;
+    a client without test data gets NaN (left out of :attr:`Evaluation.average`)."""
+    clients = check_inputs(model, clients)
     params = dict(state) if state is not None else {n: p.detach() for n, p in model.named_parameters()}
     local = local or {}
     acc, loss = [], []
@@ -545,6 +630,19 @@ def evaluate(model: nn.Module, clients: ClientData, state: Params | None = None,
 
 # --------------------------------------------------------------------------------------------
 # The shared round structure
+
+
+def _check_finite(t: int, group: Sequence[int], loss_sum: torch.Tensor, params: Sequence[torch.Tensor],
+                  cfg: TrainConfig) -> None:
+    """Raise ``FloatingPointError`` naming round ``t``, the client and the learning rate if a
+    client's summed loss or trained parameters (stacked along a first client axis) are not
+    finite."""
+    norms = torch.stack([loss_sum] + [p.flatten(1).norm(dim=1) for p in params]) if params else loss_sum[None]
+    bad = ~torch.isfinite(norms).all(dim=0)
+    if bool(bad.any()):
+        client = group[int(bad.nonzero()[0])]
+        raise FloatingPointError(f"round {t}: client {client}'s local training diverged (non-finite loss or "
+                                 f"parameters) with lr = {cfg.lr:g}; lower the learning rate")
 
 
 def _groups(selected: Sequence[int], signatures: dict[int, tuple], size: int) -> list[list[int]]:
@@ -567,13 +665,17 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
     ``test_accuracy``.
     """
     spec.check(model)
+    clients = check_inputs(model, clients)
     cfg, shared, local, phases = spec.cfg, spec.shared, spec.local, spec.phases
     names = [n for n, _ in model.named_parameters()]
     device = clients.device
     if state is None:
         state = {n: p.detach().to(device).clone() for n, p in model.named_parameters()}
     else:
-        state = {n: state[n].detach().to(device).clone() for n in names}
+        missing = [n for n in names if n not in state]
+        if missing:
+            raise ValueError(f"state lacks the model's parameters {missing}")
+        state = {n: state[n].detach().to(device=device, dtype=clients.dtype).clone() for n in names}
     M = clients.n_clients
     local_state = {n: state[n].unsqueeze(0).repeat(M, *([1] * state[n].ndim)) for n in local}
     sizes = clients.train_sizes
@@ -597,7 +699,7 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
                           state[n].unsqueeze(0).expand(G, *state[n].shape)) for n in names}
             xs = [clients.x_train[i] for i in group]
             ys = [clients.y_train[i] for i in group]
-            loss_sum = torch.zeros(G, device=device)
+            loss_sum = torch.zeros(G, device=device, dtype=clients.dtype)
             n_steps = 0
             for k, phase in enumerate(phases):
                 if G == 1:
@@ -609,7 +711,8 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
                     params, ls = _sgd_vmap(model, params, phase.trainable, xs, ys, batches, cfg, gen)
                 loss_sum += ls
                 n_steps += len(plans[group[0]][k])
-            w = sizes[group].to(device=device, dtype=state[names[0]].dtype)  # float64 models too
+            _check_finite(t, group, loss_sum, [params[n] for n in shared + local], cfg)
+            w = sizes[group].to(device=device, dtype=loss_sum.dtype)
             for n in local:
                 local_state[n][group] = params[n]
             for n in shared:

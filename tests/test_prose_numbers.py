@@ -2,8 +2,9 @@
 
 The scan reads every notebook's markdown cells and every ``.md`` page under ``book/``, masks what
 is not prose -- math (``$...$``, ``$$...$$``, ``\\begin{...}`` environments, ``{math}`` roles and
-math directives), MyST roles (``{glue:text}``, ``{cite}``, ``{ref}``, ``{eq}``, ...), code spans and
-code/glue blocks, directive options (``:label:``), targets ``(label)=``, URLs, HTML tags, comments,
+math directives; an inline span that holds nothing but numbers, ``$0.883$`` or
+``$0.57 \\to 0.43$``, is a number typeset as math and stays), MyST roles (``{glue:text}``, ``{cite}``,
+``{ref}``, ``{eq}``, ...), code spans and code/glue blocks, directive options (``:label:``), targets ``(label)=``, URLs, HTML tags, comments,
 headings' section numbers and references such as "Section 2.4" or "Theorem 4.1" -- and reports
 every decimal number (``0.364``, ``1.5``, ``1e-3``) and every percentage (``87.5%``, ``12 %``) left.
 
@@ -57,6 +58,15 @@ _REF_NUM = r"\(?[A-Z]?\d+(?:\.\d+)*[a-z]?\)?"
 REFERENCE = re.compile(rf"(?:{_REF_WORDS})\s*~?\s*{_REF_NUM}(?:\s*(?:,|and|or|to|–|—|-|&)\s*{_REF_NUM})*")
 HEADING_NUMBER = re.compile(r"^(\s*#{1,6}\s+)[A-Z]?\d+(?:\.\d+)*\.?", re.M)
 
+def _numbers_in_math(m: re.Match) -> str:
+    """An inline math span that holds nothing but numbers (``$0.883$``, ``$12\\%$``,
+    ``$0.574 \\to 0.427$``) is a number typeset as math: keep its numbers as prose. Any other
+    span (``$\\beta = 0.3$``, ``$10^{-3}$``) is math and disappears."""
+    plain = re.sub(r"\\%", "%", m.group()[1:-1])
+    plain = re.sub(r"\\(?:to|pm|rightarrow|quad|qquad|[,;:! ])|~", " ", plain)
+    return f" {plain} " if re.fullmatch(r"[\s\d.,%+\-]*\d[\s\d.,%+\-]*", plain) else " "
+
+
 _MASKS = [
     re.compile(r"<!--.*?-->", re.S),                              # HTML comments
     re.compile(r"^\s*%.*$", re.M),                                # MyST comments
@@ -65,7 +75,7 @@ _MASKS = [
     re.compile(r"\\\$"),                                          # escaped dollars (not math)
     re.compile(r"\$\$.*?\$\$(?:\s*\([^)\s]*\))?", re.S),          # display math and its label
     re.compile(r"\\begin\{([\w*]+)\}.*?\\end\{\1\}", re.S),       # amsmath environments
-    re.compile(r"\$(?:\\.|[^$\\])+?\$", re.S),                    # inline math
+    (re.compile(r"\$(?:\\.|[^$\\])+?\$", re.S), _numbers_in_math),  # inline math (numbers alone stay)
     re.compile(r"^\s*\([\w:.-]+\)=\s*$", re.M),                   # targets (label)=
     re.compile(r"\{\{.*?\}\}", re.S),                             # substitutions
     re.compile(r"\]\([^)\s]*\)"),                                 # link targets [text](url)
@@ -127,8 +137,9 @@ def prose(text: str) -> str:
     """The prose of a markdown cell or page: everything that is not math, code, a role, a
     reference, a URL or markup replaced by spaces."""
     text = _strip_blocks(_strip_front_matter(text))
-    for pattern in _MASKS:
-        text = pattern.sub(" ", text)
+    for mask in _MASKS:
+        pattern, replacement = mask if isinstance(mask, tuple) else (mask, " ")
+        text = pattern.sub(replacement, text)
     text = HEADING_NUMBER.sub(r"\1", text)
     return REFERENCE.sub(" ", text)
 
@@ -210,6 +221,13 @@ def test_math_is_not_prose():
     assert numbers("{math}`0.25` and\n\n```{math}\n0.75\n```\n") == []
     assert numbers("costs \\$1.50 only") == ["1.50"]   # an escaped dollar is not math
     assert numbers("set `$DATA` first; 0.5 of it, and $x$") == ["0.5"]
+
+
+def test_numbers_typeset_as_math_are_prose():
+    assert numbers("CKA $0.883$ before and $0.850$ after") == ["0.883", "0.850"]
+    assert numbers("a gap of $12\\%$ and a fall $0.574 \\to 0.499 \\to 0.427$") == ["12%", "0.574", "0.499", "0.427"]
+    assert numbers("between $0.012$ and $-0.5$, at $t = 0.5$ or $\\eta = 0.3$") == ["0.012", "0.5"]
+    assert numbers("$10^{-3}$, $0.7\\,\\delta$, $1/4$ and $2$") == []
 
 
 def test_roles_code_and_glue_are_not_prose():

@@ -236,7 +236,7 @@ def round_losses(X: torch.Tensor, y: torch.Tensor, theta: torch.Tensor, loss: st
     if theta.shape[-1:] != X.shape[-1:]:
         raise ValueError(f"theta must end in d = {X.shape[-1]} coordinates, got shape {tuple(theta.shape)}")
     check_same_kind(("X", X), ("theta", theta))
-    return _value_and_slope((X * theta.unsqueeze(-2)).sum(-1), y, loss)[0]
+    return _round_losses(X, y, theta, loss)
 
 
 def project_ball(v: torch.Tensor, radius: float | None, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -258,7 +258,7 @@ def project_ball(v: torch.Tensor, radius: float | None, weights: torch.Tensor | 
             raise ValueError(f"weights must be positive with a last axis of 1 or d = {v.shape[-1]}, got shape "
                              f"{tuple(weights.shape)}")
         check_same_kind(("v", v), ("weights", weights))
-    return _project_ball(v, radius, weights)
+    return _project_ball(v, radius, weights, safe=True)
 
 
 def _norm(v: torch.Tensor) -> torch.Tensor:
@@ -273,11 +273,13 @@ def _norm(v: torch.Tensor) -> torch.Tensor:
     return norm
 
 
-def _project_ball(v: torch.Tensor, radius: float | None, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`project_ball` without the argument checks (called every OGD round)."""
+def _project_ball(v: torch.Tensor, radius: float | None, weights: torch.Tensor | None = None, *,
+                  safe: bool = False) -> torch.Tensor:
+    """:func:`project_ball` without the argument checks. ``safe`` guards the norms against
+    overflow (public calls); OGD's rounds, whose iterates stay in the ball, skip that cost."""
     if radius is None:
         return v
-    norm = _norm(v)
+    norm = _norm(v) if safe else v.norm(dim=-1, keepdim=True)
     outside = norm > radius
     if weights is None or weights.shape[-1] == 1:
         return torch.where(outside, v * (radius / norm.clamp_min(radius)), v)
@@ -287,12 +289,12 @@ def _project_ball(v: torch.Tensor, radius: float | None, weights: torch.Tensor |
     # Entries beyond ~1e100 (or below 1e-100) would overflow (underflow) the squares of the
     # slope; for those the same Newton step is written with the unit vector a = theta / ||theta||:
     # step = psi / slope = -(||theta|| / radius - 1) / sum_j a_j^2 w_j / (1 + mu w_j).
-    top = float(v.abs().max())
+    top = float(v.abs().max()) if safe else 1.0
     extreme = top > 1e100 or 0 < top < 1e-100
     mu = torch.zeros_like(norm)
     for _ in range(_NEWTON_STEPS):
         scaled = v / (1 + mu * w)
-        length = _norm(scaled)
+        length = _norm(scaled) if extreme else scaled.norm(dim=-1, keepdim=True)
         if extreme:
             a = scaled / length
             step = -(length / radius - 1) / (a.pow(2) * w / (1 + mu * w)).sum(-1, keepdim=True)
@@ -391,7 +393,13 @@ def ogd(X: torch.Tensor, y: torch.Tensor, phi: torch.Tensor, eta, *, loss: str =
     if adagrad_delta is not None:
         check_positive(adagrad_delta, "adagrad_delta")
     check_bool(keep_iterates, "keep_iterates")
-    eta = _as_rate(eta, d, X)
+    return _ogd(X, y, phi, _as_rate(eta, d, X), loss, radius, adagrad_delta, keep_iterates)
+
+
+def _ogd(X, y, phi, eta: torch.Tensor, loss: str, radius, adagrad_delta, keep_iterates: bool = False) -> OGDRun:
+    """:func:`ogd` on checked inputs (``eta`` already a rate tensor): the meta-learners call it once per task."""
+    m, d = X.shape[-2:]
+    batch = X.shape[:-2]
     theta = phi.expand(*batch, d).clone()
     acc = torch.zeros(*batch, d, dtype=X.dtype, device=X.device)
     losses = X.new_empty(*batch, m)
@@ -420,7 +428,16 @@ def regret(X: torch.Tensor, y: torch.Tensor, losses: torch.Tensor, comparator: t
     if losses.shape != X.shape[:-1]:
         raise ValueError(f"losses must have one entry per round, shape {tuple(X.shape[:-1])}, got "
                          f"{tuple(losses.shape)}")
-    return losses.sum(-1) - round_losses(X, y, comparator, loss).sum(-1)
+    return _regret(X, y, losses, round_losses(X, y, comparator, loss))
+
+
+def _regret(X, y, losses: torch.Tensor, comparator_losses: torch.Tensor) -> torch.Tensor:
+    return losses.sum(-1) - comparator_losses.sum(-1)
+
+
+def _round_losses(X, y, theta, loss: str) -> torch.Tensor:
+    """:func:`round_losses` on checked inputs."""
+    return _value_and_slope((X * theta.unsqueeze(-2)).sum(-1), y, loss)[0]
 
 
 def regret_upper_bound(phi: torch.Tensor, theta_star: torch.Tensor, eta, *, grad_sq: torch.Tensor | None = None,
@@ -561,10 +578,10 @@ def meta_learn(tasks: OnlineTasks, *, init: str = "learned", target: str = "opti
         if init == "learned":
             means = star.cumsum(1) / torch.arange(1, T + 1, dtype=X.dtype, device=X.device)[:, None]
             inits = torch.cat([phi.unsqueeze(1), means[:, :-1]], dim=1)
-        run = ogd(X, y, inits, rate, loss=fam.loss, radius=D)
+        run = _ogd(X, y, inits, _as_rate(rate, d, X), fam.loss, D, None)
         rates = torch.full((runs, T, 1), float(rate), dtype=X.dtype, device=X.device)
         final = means[:, -1] if init == "learned" else phi
-        return MetaRun(regret(X, y, run.losses, star, fam.loss),
+        return MetaRun(_regret(X, y, run.losses, _round_losses(X, y, star, fam.loss)),
                        regret_upper_bound(inits, star, rates, grad_sq=run.grad_sq), inits, rates, final)
 
     width = d if rate == "aruba" else 1
@@ -580,9 +597,9 @@ def meta_learn(tasks: OnlineTasks, *, init: str = "learned", target: str = "opti
             eta = aruba_rate(B, Gacc, eta0 ** 2 * zeta, zeta)
         else:
             eta = torch.full((runs, 1), float(rate), dtype=X.dtype, device=X.device)
-        run = ogd(X[:, t], y[:, t], phi, eta, loss=fam.loss, radius=D,
-                  adagrad_delta=adagrad_delta if rate == "adagrad" else None)
-        regrets.append(regret(X[:, t], y[:, t], run.losses, star[:, t], fam.loss))
+        run = _ogd(X[:, t], y[:, t], phi, _as_rate(eta, d, X), fam.loss, D,
+                   adagrad_delta if rate == "adagrad" else None)
+        regrets.append(_regret(X[:, t], y[:, t], run.losses, _round_losses(X[:, t], y[:, t], star[:, t], fam.loss)))
         if rate != "adagrad":
             bounds.append(regret_upper_bound(phi, star[:, t], eta, grad_sq=run.grad_sq))
         inits.append(phi)

@@ -19,6 +19,7 @@ from replearn.experiments import (arm_dynamics, aruba_basics, aruba_neural, arub
                                   fedavg_convergence, fedavg_generalisation, fedrep_basics, fedrep_figures,
                                   finetuning, local_fits, maml_dynamics, maml_experiments, sample_complexity)
 from replearn.experiments import lower_bound as lower_bound_experiment
+from replearn.trajectory import Trajectory
 
 NAN, INF = float("nan"), float("inf")
 F64 = torch.float64
@@ -309,7 +310,12 @@ CASES = [
     ("maml explorer algorithm",
      lambda: widgets.maml_explorer_curves("Reptile", 0.1, 0.1, 1.0, 0.0, "random"), r"algorithm"),
     ("fedrep explorer r", lambda: widgets.fedrep_explorer_curves(10, 5, 1.5, None), r"\br\b"),
+    ("Trajectory shapes", lambda: Trajectory(B0.expand(3, D, K), W0.expand(2, K)), r"need B \(T \+ 1, d, k\)"),
+    ("Trajectory dtypes", lambda: Trajectory(B0.expand(3, D, K), W0.float().expand(3, K)), r"w \(the heads\)"),
+    ("Trajectory 2-D B", lambda: Trajectory(B0, W0), r"B \(the representations\)"),
     # ------------------------------------------------------------------ shared checks
+    ("check_same_kind devices", lambda: checks.check_same_kind(("B", B0), ("w", W0.to("meta"))),
+     r"w is on device meta but B"),
     ("check_int bool", lambda: checks.check_int(True, "rounds"), r"rounds"),
     ("check_number string", lambda: checks.check_number("0.1", "alpha"), r"alpha"),
     ("check_fraction 0", lambda: checks.check_fraction(0.0, "participation"), r"participation"),
@@ -417,3 +423,11 @@ def test_valid_calls_are_unchanged_by_the_checks():
     labels = aruba.ogd(OX, OY.float(), torch.zeros(3, dtype=F64), 0.1)  # float32 labels: converted
     assert labels.losses.dtype == F64
     assert fedavg_convergence.FedAvgConvergenceSettings(taus=[1, 2]).taus == (1, 2)  # a list becomes a tuple
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU to put the inputs on two devices")
+def test_inputs_on_two_devices_are_named():
+    with pytest.raises(ValueError, match="is on device .* but"):
+        fedavg(B0=B0.cuda(), w0=W0.cuda())
+    with pytest.raises(ValueError, match="B2 is on device .* but B1"):
+        linalg.principal_angle_distance(BSTAR, BSTAR.cuda())

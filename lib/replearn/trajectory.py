@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .checks import check_same_kind, check_tensor
 from .linalg import principal_angle_distance
 
 
@@ -15,6 +16,14 @@ class Trajectory:
 
     B: torch.Tensor  # (T + 1, d, k)
     w: torch.Tensor  # (T + 1, k)
+
+    def __post_init__(self):
+        check_tensor(self.B, "B (the representations)", ndim=3, finite=False)
+        check_tensor(self.w, "w (the heads)", ndim=2, finite=False)
+        if self.w.shape != (self.B.shape[0], self.B.shape[2]) or self.B.shape[0] == 0:
+            raise ValueError(f"need B (T + 1, d, k) and w (T + 1, k) with T >= 0, got {tuple(self.B.shape)} "
+                             f"and {tuple(self.w.shape)}")
+        check_same_kind(("B (the representations)", self.B), ("w (the heads)", self.w))
 
     @property
     def rounds(self) -> int:

@@ -58,6 +58,7 @@ _REF_NUM = r"\(?[A-Z]?\d+(?:\.\d+)*[a-z]?\)?"
 REFERENCE = re.compile(rf"(?:{_REF_WORDS})\s*~?\s*{_REF_NUM}(?:\s*(?:,|and|or|to|–|—|-|&)\s*{_REF_NUM})*")
 HEADING_NUMBER = re.compile(r"^(\s*#{1,6}\s+)[A-Z]?\d+(?:\.\d+)*\.?", re.M)
 
+
 def _numbers_in_math(m: re.Match) -> str:
     """An inline math span that holds nothing but numbers (``$0.883$``, ``$12\\%$``,
     ``$0.574 \\to 0.427$``) is a number typeset as math: keep its numbers as prose. Any other

@@ -22,6 +22,7 @@ samples; both cases are reported with the name of the input at fault.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -69,8 +70,8 @@ def _unit_scale(X: torch.Tensor, exponent: int | None = None) -> tuple[torch.Ten
     underflow when squared twice (||X^T X||_F^2 ~ |X|^4).
     """
     if exponent is None:
-        top = X.abs().max() if X.numel() else X.new_zeros(())
-        exponent = int(torch.frexp(top).exponent) if bool(top > 0) else 0
+        top = float(X.abs().max()) if X.numel() else 0.0
+        exponent = math.frexp(top)[1] if top > 0 else 0
     return torch.ldexp(X, X.new_tensor(-exponent)), exponent
 
 
@@ -85,10 +86,11 @@ def _centre_features(X: torch.Tensor, name: str) -> torch.Tensor:
     Xc = X - X.mean(dim=0, keepdim=True)
     rounding = X.shape[0] * torch.finfo(X.dtype).eps * X.abs().amax(dim=0)
     constant = Xc.abs().amax(dim=0) <= rounding
-    if bool(constant.all()):
+    n_constant = int(constant.sum())
+    if n_constant == X.shape[1]:
         raise ValueError(f"{name} is degenerate: every feature is constant across the {X.shape[0]} examples "
                          f"(zero variance), so CKA is undefined; check the layer (e.g. dead ReLUs) or the inputs")
-    if bool(constant.any()):
+    if n_constant:
         Xc = Xc.masked_fill(constant, 0.0)
     return Xc
 

@@ -367,6 +367,14 @@ CASES = [
     ("SampleComplexity trials=0", lambda: sample_complexity.SampleComplexitySettings(trials=0), r"trials"),
     ("Finetune delta=1", lambda: finetuning.FinetuneSettings(delta=1.0), r"delta"),
     ("current() override", lambda: fedrep_basics.MomentSettings.current(repeats=0), r"repeats"),
+    # ------------------------------------------------------------------ driver helpers
+    ("theorem_bound T=0", lambda: aruba_basics.theorem_bound(1.0, 1.0, 10, 0, 1.0, 0.1), r"\bT\b"),
+    ("theorem_bound eta=nan", lambda: aruba_basics.theorem_bound(1.0, 1.0, 10, 5, 1.0, NAN), r"eta"),
+    ("stable_step fraction=nan", lambda: fedavg_generalisation.stable_step(B0[None], W0[None], X1[None], NAN),
+     r"fraction"),
+    ("stable_step shapes", lambda: fedavg_generalisation.stable_step(B0[None], W0[None], X1, 0.5), r"\bX\b"),
+    ("average_risk_minimum NaN", lambda: arm_dynamics.average_risk_minimum(_with(W, (0, 0), NAN)),
+     r"W \(heads\) contains NaN"),
 ]
 
 

@@ -18,7 +18,7 @@ import torch
 
 from .. import federated, linalg, linear, meta
 from ..backend import DTYPE, default_device
-from ..checks import check_int, check_nonnegative, check_number, check_positive
+from ..checks import check_int, check_nonnegative, check_number, check_positive, check_tensor
 from ..profiles import Settings
 
 
@@ -79,6 +79,9 @@ def average_risk_minimum(W: torch.Tensor) -> float:
     With B_* orthonormal, (1/n) sum_i 1/2 ||Bw - B_* w_*_i||^2 = 1/2 ||Bw - B_* wbar_*||^2 plus
     this constant, and the first term vanishes at any (B, w) with B w = B_* wbar_*.
     """
+    check_tensor(W, "W (heads)", ndim=2)
+    if W.shape[0] == 0:
+        raise ValueError("W (heads) has no rows: there must be at least one task")
     return 0.5 * float((W - W.mean(0)).pow(2).sum(-1).mean())
 
 

@@ -236,6 +236,11 @@ def ftl_meta_regret(init: torch.Tensor, theta_star: torch.Tensor) -> tuple[torch
 
 def theorem_bound(D: float, G: float, m: int, T: int, V: float, eta: float) -> float:
     """R-bar_T <= 4 D^2 (1 + ln T)/(eta T) + V^2/(2 eta) + eta G^2 m / 2 (book 3.2)."""
+    for value, name in ((D, "D"), (G, "G"), (eta, "eta")):
+        check_positive(value, name)
+    check_int(m, "m", 1)
+    check_int(T, "T", 1)
+    check_nonnegative(V, "V")
     return 4 * D ** 2 * (1 + math.log(T)) / (eta * T) + V ** 2 / (2 * eta) + eta * G ** 2 * m / 2
 
 

@@ -38,7 +38,7 @@ import torch
 
 from .. import federated, linalg, linear
 from ..backend import DTYPE, default_device, make_generator, randn
-from ..checks import check_int, check_ints, check_nonnegative, check_number, check_positive
+from ..checks import check_int, check_ints, check_nonnegative, check_number, check_positive, check_tensor
 from ..profiles import Settings
 from ..trajectory import Trajectory
 
@@ -139,6 +139,12 @@ def stable_step(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, fraction: flo
     leaves room for the growth of (B, w) during fine-tuning.
     B (s, d, k), w (s, k), X (s, n, d); returns (s,).
     """
+    check_positive(fraction, "fraction")
+    for name, t, ndim in (("B", B, 3), ("w", w, 2), ("X", X, 3)):
+        check_tensor(t, name, ndim=ndim)
+    if w.shape != (B.shape[0], B.shape[2]) or X.shape[0] != B.shape[0] or X.shape[2] != B.shape[1]:
+        raise ValueError(f"need B (s, d, k), w (s, k) and X (s, n, d), got {tuple(B.shape)}, {tuple(w.shape)} "
+                         f"and {tuple(X.shape)}")
     n = X.shape[-2]
     XB = X @ B
     gram = w.pow(2).sum(-1).reshape(-1, 1, 1) * (X @ X.mT) + XB @ XB.mT

@@ -33,7 +33,7 @@ def fake_cifar(n_classes=10, train=40, test=20, seed=0):
 
 
 COMMON = dict(clients=5, classes_per_client=2, train_per_client=20, test_per_client=10, rounds=2,
-              participation=0.4, head_epochs=1, lr=0.05)
+              participation=0.4, head_epochs=1, lr=0.05, batch_size=10, local_steps=None, head_steps=None)
 
 
 def test_make_federation_gives_S_classes_and_matching_test_sets():
@@ -108,7 +108,7 @@ def test_run_epochs_tiny():
 def test_fit_heads_one_epoch_equals_finetune():
     cifar = fake_cifar()
     fed = fc.make_federation(cifar, 5, 2, train_per_client=20, test_per_client=10, seed=1)
-    model = fc._model("cifar10", 10, 0, "cpu")
+    model = fc._model(fc.TableSettings(), "cifar10", 10, 0, "cpu")
     state = {n: p.detach() for n, p in model.named_parameters()}
     a = fc.fit_heads(model, fed.clients, state, epochs=1, lr=0.05, momentum=0.5, batch_size=10, seed=3)
     b = neural.finetune(model, fed.clients, state=state, epochs=1, part="head", lr=0.05, momentum=0.5,
@@ -149,7 +149,28 @@ def test_paper_reference():
 def test_cpu_defaults_of_the_sweeps_leave_the_table_alone():
     # 5.8 and 5.9 run at a larger CPU scale than Table 1 (5.7); their defaults must be valid
     e, n, t = fc.EpochSettings(), fc.NewClientSettings(), fc.TableSettings()
-    assert (t.train_per_client, t.rounds) == (30, 6)
+    assert t.train_per_client >= 200 and t.rounds * t.participation >= 16  # 16 rounds per client
     assert e.train_per_client * e.clients % 10 == 0 and len(set(e.epochs)) == len(e.epochs)
     assert n.train_per_client * n.clients % (10 - n.n_new) == 0 and n.new_train * n.new_clients % n.n_new == 0
     e._check_common(), n._check_common()
+
+
+def test_cpu_profile_trains_the_narrow_net_in_float64_and_paper_profile_restores_the_paper():
+    t, p = fc.TableSettings(), fc.TableSettings.paper()
+    m = fc._model(t, "cifar10", 10, 0, "cpu")
+    assert m.head.weight.dtype == torch.float64 and m.body.conv1.out_channels == 16
+    assert len(t.seeds) >= 3
+    mp = fc._model(p, "cifar10", 10, 0, "cpu")
+    assert mp.head.weight.dtype == torch.float32 and mp.body.conv1.out_channels == 64
+    assert (p.batch_size, p.lr, p.local_steps, p.head_steps, p.head_epochs) == (10, 0.01, None, None, 10)
+    with pytest.raises(ValueError, match="dtype"):
+        replace(t, dtype="float16")._check_common()
+    with pytest.raises(ValueError, match="seeds"):
+        replace(t, seeds=())._check_common()
+
+
+def test_steps_settings_reach_the_train_config():
+    cfg = fc.TableSettings(local_steps=3, head_steps=7).train_config()
+    assert (cfg.local_steps, cfg.head_steps) == (3, 7)
+    cfg = fc.EpochSettings().train_config(head_epochs=4)
+    assert cfg.local_steps is None and cfg.head_epochs == 4

@@ -21,6 +21,11 @@ def test_profile_switch(monkeypatch):
     monkeypatch.setenv("REPLEARN_PROFILE", "paper")
     assert Demo.current() == Demo(d=100, T=500)
     assert Demo.current(T=7) == Demo(d=100, T=7)
+    monkeypatch.setenv("REPLEARN_PROFILE", "long")
+    assert Demo.current() == Demo()          # no long() of its own: the CPU default
+    assert Demo.profile("paper") == Demo(d=100, T=500)
+    with pytest.raises(ValueError, match="unknown profile"):
+        Demo.profile("huge")
     monkeypatch.setenv("REPLEARN_PROFILE", "huge")
     with pytest.raises(ValueError, match="REPLEARN_PROFILE='huge'"):
         Demo.current()

@@ -38,11 +38,12 @@ class SplitModel(nn.Module):
     _capture: tuple[str, ...] = ()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
+        return self.head(self.features(x))
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """The representation h^rep(x): the body's output (input of the head)."""
-        return self.body(x)
+        """The representation h^rep(x): the body's output (input of the head). Inputs are cast
+        to the model's dtype, so a float64 model takes the float32 images of the data module."""
+        return self.body(x.to(self.head.weight.dtype))
 
     def layer_names(self) -> tuple[str, ...]:
         """Names (for ``get_submodule``) of the modules whose outputs are the layers'
@@ -95,14 +96,16 @@ class FedAvgCNN(SplitModel):
         self.feature_dim = width
 
 
-FEDREP_WIDTHS = {"cifar10": (64, 64, 120, 64), "cifar100": (64, 128, 256, 128)}
+#: (conv1, conv2, fc1, fc2) widths; ``"narrow"`` (16/32 channels) is the book's CPU-sized body.
+FEDREP_WIDTHS = {"cifar10": (64, 64, 120, 64), "cifar100": (64, 128, 256, 128), "narrow": (16, 32, 120, 64)}
 
 
 class FedRepCNN(SplitModel):
     """LG-FedAvg/FedRep CIFAR CNN (authors' ``CNNCifar`` / ``CNNCifar100``, without dropout).
 
     ``variant`` picks the widths (conv1, conv2, fc1, fc2): ``"cifar10"`` = (64, 64, 120, 64),
-    ``"cifar100"`` = (64, 128, 256, 128); by default ``"cifar100"`` when ``n_classes > 10``.
+    ``"cifar100"`` = (64, 128, 256, 128), ``"narrow"`` = (16, 32, 120, 64) (not the authors':
+    the CPU-sized body of the book); by default ``"cifar100"`` when ``n_classes > 10``.
     """
 
     def __init__(self, n_classes: int = 10, *, variant: str | None = None):
@@ -127,10 +130,11 @@ class FedRepCNN(SplitModel):
 
 
 def make_model(name: str, n_classes: int, seed: int, *, device: torch.device | str | None = None,
-               **kwargs) -> SplitModel:
+               dtype: torch.dtype = torch.float32, **kwargs) -> SplitModel:
     """Build ``name`` ("fedavg_cnn" or "fedrep_cnn") with PyTorch's default initialisation
     drawn from ``seed`` (inside ``torch.random.fork_rng``, so the global RNG is untouched);
-    float32 on ``device`` (default: :func:`~replearn.backend.default_device`)."""
+    ``dtype`` (float32, or float64 for CPU runs whose printed results must not depend on the
+    CPU's kernels or thread count) on ``device`` (default: :func:`~replearn.backend.default_device`)."""
     if name not in MODEL_NAMES:
         raise ValueError(f"unknown model {name!r}; use one of {MODEL_NAMES}")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
@@ -139,7 +143,9 @@ def make_model(name: str, n_classes: int, seed: int, *, device: torch.device | s
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls(n_classes, **kwargs)
-    return model.to(device=device if device is not None else default_device(), dtype=torch.float32)
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+    return model.to(device=device if device is not None else default_device(), dtype=dtype)
 
 
 def head_parameter_names(model: nn.Module) -> tuple[str, ...]:

@@ -3,7 +3,9 @@
 Each experiment's settings are a frozen dataclass whose field defaults are the CPU profile
 (what CI runs and what the stored notebook outputs show) and whose ``paper()`` classmethod
 returns the paper-scale settings. Readers switch every experiment at once with the
-environment variable ``REPLEARN_PROFILE=paper`` (``default`` when unset)::
+environment variable ``REPLEARN_PROFILE=paper`` (``default`` when unset). A third profile,
+``long``, is a CPU run of up to about half an hour per section (``long()``; the CPU default
+unless a settings class defines it), for the committed results files of ``make results``::
 
     @dataclass(frozen=True)
     class StallSettings(Settings):
@@ -24,7 +26,7 @@ from .checks import check_bool, check_int, check_number, check_sequence
 
 __all__ = ["PROFILES", "Settings", "check_int", "differences", "profile_name"]
 
-PROFILES = ("default", "paper")
+PROFILES = ("default", "long", "paper")
 
 
 def profile_name() -> str:
@@ -87,10 +89,21 @@ class Settings:
         return cls()
 
     @classmethod
+    def long(cls):
+        """A longer CPU run (default: the CPU default itself)."""
+        return cls.default()
+
+    @classmethod
+    def profile(cls, name: str):
+        """The settings of profile ``name`` (one of :data:`PROFILES`)."""
+        if name not in PROFILES:
+            raise ValueError(f"unknown profile {name!r}; use one of {PROFILES}")
+        return getattr(cls, name)()
+
+    @classmethod
     def current(cls, **overrides):
         """Settings of the active profile, with optional field overrides."""
-        base = cls.paper() if profile_name() == "paper" else cls.default()
-        return replace(base, **overrides)
+        return replace(cls.profile(profile_name()), **overrides)
 
 
 def differences(cls: type[Settings]) -> list[tuple[str, object, object]]:

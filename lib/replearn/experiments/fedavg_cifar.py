@@ -28,6 +28,7 @@ silent, the settings of the authors' FedRep code base (SGD, lr 0.01, momentum 0.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -40,12 +41,62 @@ from ..profiles import Settings, check_int
 
 DSGD = 1  # tau of D-SGD
 
-
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def method_name(tau: int) -> str:
     """``"D-SGD"`` for tau = 1, else ``"FedAvg, τ = tau"``."""
     return "D-SGD" if tau == DSGD else f"FedAvg, τ = {tau}"
+
+
+# --------------------------------------------------------------------------- seeds: mean and spread
+
+
+def check_seeds(seeds) -> None:
+    """``seeds`` must be a non-empty tuple of distinct non-negative ints."""
+    if not isinstance(seeds, tuple) or not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty tuple of distinct ints, got {seeds!r}")
+    for k in seeds:
+        check_int(k, "seeds", 0)
+
+
+def over_seeds(run, s, **kwargs) -> list:
+    """``run(replace(s, seed=k), **kwargs)`` for every ``k`` in ``s.seeds``: one result per seed
+    (each seed draws its own partition, initial network, batches and new clients)."""
+    check_seeds(s.seeds)
+    return [run(replace(s, seed=k), **kwargs) for k in s.seeds]
+
+
+def mean_sd(values) -> tuple[float, float]:
+    """Mean and sample standard deviation (``ddof = 1``; 0 for a single value) of ``values``
+    (one number per seed), as Python floats."""
+    x = torch.as_tensor([float(v) for v in values], dtype=torch.float64)
+    if x.numel() == 0 or not bool(torch.isfinite(x).all()):
+        raise ValueError(f"mean_sd needs finite values, got {list(values)!r}")
+    return float(x.mean()), (float(x.std()) if x.numel() > 1 else 0.0)
+
+
+def decimals(sd: float, *, most: int = 3) -> int:
+    """Decimals that show the standard deviation ``sd`` with one significant digit (at most
+    ``most``; 0 for ``sd >= 1``): the precision the spread over seeds supports."""
+    if not sd > 0:
+        return most
+    return max(0, min(most, -math.floor(math.log10(sd))))
+
+
+def pm(values, *, scale: float = 1.0, digits: int | None = None) -> str:
+    """``"mean ± sd"`` over seeds of ``scale * values``, rounded by :func:`decimals` unless
+    ``digits`` is given."""
+    m, sd = mean_sd([scale * float(v) for v in values])
+    d = decimals(sd) if digits is None else digits
+    return f"{m:.{d}f} ± {sd:.{d}f}"
+
+
+def separated(a, b) -> bool:
+    """True when the mean of ``a`` exceeds the mean of ``b`` by more than the sum of their
+    standard deviations over seeds (the criterion for asserting an ordering in the book)."""
+    (ma, sa), (mb, sb) = mean_sd(a), mean_sd(b)
+    return ma - mb > sa + sb
 
 
 # --------------------------------------------------------------------------- shared settings
@@ -56,22 +107,28 @@ class _Common(Settings):
     """Model and optimiser settings shared by the three experiments.
 
     ``model``: ``"fedavg_cnn"`` (the paper's CNN) with ``channels``/``hidden`` widths, or
-    ``"fedrep_cnn"`` with widths ``variant`` (``"cifar10"``: the authors' smaller CIFAR network,
-    used here for CIFAR-100 too, to save time); ``total_steps``: local SGD steps per participating client over the whole
+    ``"fedrep_cnn"`` with widths ``variant`` (CPU default ``"narrow"``: the FedRep authors'
+    network with 16/32 channels); ``total_steps``: local SGD steps per participating client over the whole
     of training (FedAvg: ``total_steps / tau`` rounds of ``tau`` steps; D-SGD: ``total_steps``
-    rounds of one step); ``participation``: fraction of clients per round.
+    rounds of one step); ``participation``: fraction of clients per round; ``dtype``:
+    ``"float64"`` on the CPU (float32 SGD turns last-bit differences between CPUs and thread
+    counts into visible accuracy changes over hundreds of steps; float64 keeps them near
+    1e-16), ``"float32"`` on a GPU; ``seeds``: the seeds :func:`over_seeds` runs (``seed``: the
+    one a single run uses).
     """
 
     model: str = "fedrep_cnn"
     channels: tuple[int, int, int] = (16, 32, 64)
     hidden: tuple[int, int] = (128, 64)
-    variant: str = "cifar10"
+    variant: str = "narrow"
     clients: int = 10
     participation: float = 0.3
     total_steps: int = 400
-    lr: float = 0.05
+    lr: float = 0.02
     momentum: float = 0.5
     batch_size: int = 10
+    dtype: str = "float64"
+    seeds: tuple[int, ...] = (0, 1, 2)
     seed: int = 0
 
     def model_kwargs(self) -> dict:
@@ -79,11 +136,19 @@ class _Common(Settings):
             return dict(channels=tuple(self.channels), hidden=tuple(self.hidden))
         return dict(variant=self.variant)
 
+    def make(self, n_classes: int, seed: int, device):
+        """The network of these settings for ``n_classes`` classes, initialised from ``seed``."""
+        return make_model(self.model, n_classes, seed, device=device, dtype=DTYPES[self.dtype],
+                          **self.model_kwargs())
+
     def _check_common(self, taus) -> None:
         check_int(self.clients, "clients", 1)
         check_int(self.total_steps, "total_steps", 1)
         check_int(self.batch_size, "batch_size", 1)
         check_int(self.seed, "seed", 0)
+        check_seeds(self.seeds)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         if not 0 < self.participation <= 1:
             raise ValueError(f"participation must be in (0, 1], got {self.participation!r}")
         if not (self.lr > 0 and 0 <= self.momentum < 1):
@@ -138,8 +203,8 @@ class SimilaritySettings(_Common):
     ``tau`` in ``taus`` (1 = D-SGD); cosine similarities on ``probe_per_class`` test images of
     each class; ``test_per_client`` test images per client for the (reported) client accuracy."""
 
-    clients: int = 20
-    participation: float = 0.25
+    clients: int = 10
+    participation: float = 0.3
     alpha: float = 0.6
     taus: tuple[int, ...] = (1, 5, 20)
     probe_per_class: int = 100
@@ -151,8 +216,8 @@ class SimilaritySettings(_Common):
         32/64/128, MLP 256/128); optimiser as in the authors' code (lr 0.01, momentum 0.5,
         batch 10, 10% participation); 50,000 local updates (our choice: not in our source)."""
         return cls(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128), clients=100, participation=0.1,
-                   total_steps=50_000, lr=0.01, taus=(1, 5, 10, 50), probe_per_class=1000,
-                   test_per_client=100)
+                   total_steps=50_000, lr=0.01, momentum=0.5, batch_size=10, dtype="float32",
+                   taus=(1, 5, 10, 50), probe_per_class=1000, test_per_client=100)
 
 
 @dataclass(frozen=True)
@@ -199,7 +264,7 @@ def run_similarity(s: SimilaritySettings, *, cifar: D.CifarData | None = None) -
     py = py.to(clients.device)
 
     def model_fn():
-        return make_model(s.model, k, derive_seed(s.seed, 3), device=clients.device, **s.model_kwargs())
+        return s.make(k, derive_seed(s.seed, 3), clients.device)
 
     results = train_matched(model_fn, clients, sorted(s.taus), s)
     matrices, gap, pacc, cacc = {}, {}, {}, {}
@@ -220,31 +285,39 @@ def run_similarity(s: SimilaritySettings, *, cifar: D.CifarData | None = None) -
 
 
 PAPER_PRETRAIN = dict(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128), clients=80,
-                      participation=0.1, tau=50, total_steps=125_000, lr=0.01, ft_lr=0.01)
+                      participation=0.1, tau=50, total_steps=125_000, lr=0.01, momentum=0.5, batch_size=10,
+                      dtype="float32", n_pretrain=None, classes_per_client=5, ft_lr=0.01, ft_batch_size=10)
 
 
 @dataclass(frozen=True)
 class PretrainSettings(_Common):
     """Training on CIFAR-100 for Figs. 2 and 5: ``n_new`` classes are held out
-    (:func:`replearn.data.class_split`), the others are cut into shards of single classes and
-    each of ``clients`` clients gets ``classes_per_client`` of them
-    (:func:`replearn.data.shard_partition`); FedAvg with ``tau`` local steps vs D-SGD with the
-    same ``total_steps``. Fine-tuning: ``ft_epochs`` epochs of SGD on the whole model (a fresh
-    head for the new label set) with ``ft_lr``."""
+    (:func:`replearn.data.class_split`); of the others, the first ``n_pretrain`` (all when
+    ``None``) are cut into shards of single classes and each of ``clients`` clients gets
+    ``classes_per_client`` of them (:func:`replearn.data.shard_partition`); FedAvg with ``tau``
+    local steps vs D-SGD with the same ``total_steps``. Fine-tuning: ``ft_epochs`` epochs of SGD
+    on the whole model (a fresh head for the new label set) with ``ft_lr`` in batches of
+    ``ft_batch_size``. CPU default: 20 pre-training classes (chance 1/20), so that the short
+    CPU pre-training learns a task instead of sitting near 1/80."""
 
     n_new: int = 20
-    classes_per_client: int = 5
-    tau: int = 20
-    clients: int = 16
-    participation: float = 0.25
+    n_pretrain: int | None = 20
+    classes_per_client: int = 4
+    tau: int = 10
+    clients: int = 10
+    participation: float = 0.3
     ft_epochs: int = 10
     ft_lr: float = 0.01
+    ft_batch_size: int = 10
 
     def _check_pretrain(self) -> None:
         self._check_common((self.tau,))
         check_int(self.n_new, "n_new", 1)
+        if self.n_pretrain is not None:
+            check_int(self.n_pretrain, "n_pretrain", 2)
         check_int(self.classes_per_client, "classes_per_client", 1)
         check_int(self.ft_epochs, "ft_epochs", 1)
+        check_int(self.ft_batch_size, "ft_batch_size", 1)
         if self.tau < 2:
             raise ValueError(f"FedAvg's tau must be >= 2 (tau = 1 is D-SGD), got {self.tau}")
         if not self.ft_lr > 0:
@@ -259,7 +332,9 @@ class PretrainSettings(_Common):
 
 @dataclass(frozen=True)
 class Pretrained:
-    """FedAvg's and D-SGD's CIFAR-100 models (``states[tau]``, tau = 1 for D-SGD) and the classes used."""
+    """FedAvg's and D-SGD's CIFAR-100 models (``states[tau]``, tau = 1 for D-SGD), the classes
+    used and each model's accuracy on its clients' test images of the pre-training classes
+    (chance: ``1 / len(train_classes)``)."""
 
     states: dict[int, dict]
     train_classes: torch.Tensor
@@ -272,6 +347,11 @@ def pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
     """Train FedAvg (tau = ``s.tau``) and D-SGD on the CIFAR-100 training classes."""
     s._check_pretrain()
     train_cls, new_cls = D.class_split(cifar100.n_classes, s.n_new, seed=derive_seed(s.seed, 10))
+    if s.n_pretrain is not None:
+        if s.n_pretrain > len(train_cls):
+            raise ValueError(f"n_pretrain = {s.n_pretrain} exceeds the {len(train_cls)} classes left after "
+                             f"holding out n_new = {s.n_new}")
+        train_cls = train_cls[:s.n_pretrain]
     tr_idx, tr_y = D.restrict_classes(cifar100.y_train, train_cls)
     te_idx, te_y = D.restrict_classes(cifar100.y_test, train_cls)
     parts = D.shard_partition(tr_y, s.clients, s.classes_per_client, seed=derive_seed(s.seed, 11))
@@ -281,7 +361,7 @@ def pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
     n_out = len(train_cls)
 
     def model_fn():
-        return make_model(s.model, n_out, derive_seed(s.seed, 13), device=clients.device, **s.model_kwargs())
+        return s.make(n_out, derive_seed(s.seed, 13), clients.device)
 
     results = train_matched(model_fn, clients, (DSGD, s.tau), s)
     return Pretrained({t: r.state for t, r in results.items()}, train_cls, new_cls,
@@ -290,7 +370,7 @@ def pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
 
 def _new_model(s: _Common, state: dict, n_classes: int, seed: int, device):
     """The pre-trained body with a fresh (seeded) head for ``n_classes`` classes: model and state."""
-    model = make_model(s.model, n_classes, seed, device=device, **s.model_kwargs())
+    model = s.make(n_classes, seed, device)
     own = {n: p.detach().clone() for n, p in model.named_parameters()}
     full = {n: (state[n].to(device).clone() if not n.startswith("head.") else own[n]) for n in own}
     return model, full
@@ -319,7 +399,7 @@ def finetune_all(s: PretrainSettings, state: dict, clients: neural.ClientData, n
     """Fine-tune the whole pre-trained model (fresh head) on every new client: ``FedResult``."""
     model, full = _new_model(s, state, n_classes, derive_seed(seed, 5), clients.device)
     return model, neural.finetune(model, clients, state=full, epochs=s.ft_epochs, part="all", lr=s.ft_lr,
-                                  momentum=s.momentum, batch_size=s.batch_size, seed=derive_seed(seed, 6))
+                                  momentum=s.momentum, batch_size=s.ft_batch_size, seed=derive_seed(seed, 6))
 
 
 # --------------------------------------------------------------------------- Fig. 5
@@ -331,14 +411,12 @@ class TransferSettings(PretrainSettings):
     ``new_classes_per_client`` of the held-out CIFAR-100 classes fine-tune on ``samples`` (each
     value in turn) training images; as many CIFAR-10 clients holding all 10 classes fine-tune on
     ``cifar10_samples`` images; ``trials`` draws of new clients (the models are trained once).
-    CPU default ``lr = 0.02`` (the other experiments use 0.05; the paper profile 0.01): with
-    lr 0.05, 20 local steps on 5 classes leave FedAvg's pre-trained model near chance (book 4.8)."""
+    CPU default: new clients hold pairs of held-out classes (chance 1/2)."""
 
-    lr: float = 0.02
-    samples: tuple[int, ...] = (25, 50, 100)
-    cifar10_samples: tuple[int, ...] = (50, 100)
+    samples: tuple[int, ...] = (20, 100)
+    cifar10_samples: tuple[int, ...] = (100,)
     new_clients: int = 4
-    new_classes_per_client: int = 5
+    new_classes_per_client: int = 2
     test_per_client: int = 100
     trials: int = 1
 
@@ -348,7 +426,7 @@ class TransferSettings(PretrainSettings):
         80 clients of C = 5 classes (500 images each on the full dataset); the rest as in
         :data:`PAPER_PRETRAIN`. Sample sizes per new client: our choice."""
         return cls(**PAPER_PRETRAIN, samples=(50, 100, 200, 500), cifar10_samples=(50, 100, 200, 500),
-                   new_clients=5, trials=5, test_per_client=200)
+                   new_clients=5, new_classes_per_client=5, trials=5, test_per_client=200)
 
 
 @dataclass(frozen=True)
@@ -471,7 +549,7 @@ def run_cka(s: CKASettings, *, cifar10: D.CifarData | None = None,
         model, full = _new_model(s, state, cifar10.n_classes, derive_seed(s.seed, 32), cl.device)
         layers = tuple(name for name in model.layer_names() if name != "head")
         res = neural.finetune(model, cl, state=full, epochs=s.ft_epochs, part="all", lr=s.ft_lr,
-                              momentum=s.momentum, batch_size=s.batch_size, seed=derive_seed(s.seed, 33))
+                              momentum=s.momentum, batch_size=s.ft_batch_size, seed=derive_seed(s.seed, 33))
         before[tau] = layer_activations(model, full, px, layers)
         rows = []
         for i in range(cl.n_clients):

@@ -39,6 +39,7 @@ from .. import neural
 from ..backend import derive_seed
 from ..models import make_model
 from ..profiles import Settings, check_int
+from .fedavg_cifar import DTYPES, check_seeds, decimals, mean_sd, over_seeds, pm, separated  # noqa: F401 (re-exported)
 
 #: Methods of Table 1 that we run, in the paper's order.
 TABLE_METHODS = ("Local only", "FedAvg", "FedAvg+FT", "FedPer", "LG-FedAvg", "FedRep")
@@ -75,24 +76,37 @@ class _Common(Settings):
     partitioned, 50,000/n in the paper); ``test_per_client``: test images per client (``None``:
     the whole test set is spread over the clients); ``rounds`` T; ``participation`` r;
     ``local_epochs``: epochs of every method's joint local update and of FedRep's body update;
-    ``head_epochs``: FedRep's head epochs; ``eval_every`` (``None``: only after the last round)
+    ``head_epochs``: FedRep's head epochs; ``local_steps`` / ``head_steps`` (``None``: use the
+    epochs): SGD steps of every method's local update / of FedRep's head phase instead of
+    epochs; ``eval_every`` (``None``: only after the last round)
     and ``last_rounds``: the reported accuracy is the mean of the evaluations in the last
-    ``last_rounds`` rounds (paper: every round, final 10).
+    ``last_rounds`` rounds (paper: every round, final 10); ``dtype``: ``"float64"`` on the CPU
+    (printed results independent of the CPU's kernels and thread count), ``"float32"`` on a
+    GPU; ``seeds``: the seeds :func:`over_seeds` runs.
+
+    CPU default: 5 clients with 200 training images each, 4 sampled per round for 20 rounds
+    (16 rounds per client), 10 local steps of 10 images per round (FedRep's head: 10 steps
+    before them), the narrow (16/32 channel) network in float64.
     """
 
-    clients: int = 10
+    clients: int = 5
     classes_per_client: int = 2
-    train_per_client: int | None = 30
-    test_per_client: int | None = 20
-    rounds: int = 6
-    participation: float = 0.5
+    train_per_client: int | None = 200
+    test_per_client: int | None = 100
+    rounds: int = 20
+    participation: float = 0.8
     lr: float = 0.05
     momentum: float = 0.5
     batch_size: int = 10
     local_epochs: int = 1
     head_epochs: int = 5
+    local_steps: int | None = 10
+    head_steps: int | None = 10
     eval_every: int | None = None
     last_rounds: int = 1
+    variant: str | None = "narrow"
+    dtype: str = "float64"
+    seeds: tuple[int, ...] = (0, 1, 2)
     seed: int = 0
 
     def _check_common(self) -> None:
@@ -100,7 +114,10 @@ class _Common(Settings):
                      "last_rounds"):
             check_int(getattr(self, name), name, 1)
         check_int(self.seed, "seed", 0)
-        for name in ("train_per_client", "test_per_client", "eval_every"):
+        check_seeds(self.seeds)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        for name in ("train_per_client", "test_per_client", "eval_every", "local_steps", "head_steps"):
             if getattr(self, name) is not None:
                 check_int(getattr(self, name), name, 1)
         if not 0 < self.participation <= 1:
@@ -112,14 +129,16 @@ class _Common(Settings):
         """The :class:`~replearn.neural.TrainConfig` of every federated run."""
         cfg = neural.TrainConfig(rounds=self.rounds, lr=self.lr, momentum=self.momentum,
                                  batch_size=self.batch_size, local_epochs=self.local_epochs,
-                                 head_epochs=self.head_epochs, participation=self.participation,
+                                 head_epochs=self.head_epochs, local_steps=self.local_steps,
+                                 head_steps=self.head_steps, participation=self.participation,
                                  eval_every=self.eval_every or self.rounds, last_rounds=self.last_rounds,
                                  seed=derive_seed(self.seed, 4))
         return replace(cfg, **overrides)
 
 
 _PAPER_OPTIM = dict(train_per_client=None, test_per_client=None, rounds=100, participation=0.1, lr=0.01,
-                    momentum=0.5, batch_size=10, local_epochs=1, head_epochs=10, eval_every=1, last_rounds=10)
+                    momentum=0.5, batch_size=10, local_epochs=1, head_epochs=10, local_steps=None, head_steps=None,
+                    eval_every=1, last_rounds=10, variant=None, dtype="float32")
 
 
 # --------------------------------------------------------------------------- data
@@ -171,9 +190,10 @@ def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int,
     return Federation(clients, k, tuple(int(c) for c in classes))
 
 
-def _model(dataset: str, n_classes: int, seed: int, device):
-    variant = "cifar100" if dataset == "cifar100" else "cifar10"
-    return make_model("fedrep_cnn", n_classes, seed, device=device, variant=variant)
+def _model(s: _Common, dataset: str, n_classes: int, seed: int, device):
+    """The FedRep CNN: ``s.variant`` widths (``None``: the authors' widths for ``dataset``) in ``s.dtype``."""
+    variant = s.variant or ("cifar100" if dataset == "cifar100" else "cifar10")
+    return make_model("fedrep_cnn", n_classes, seed, device=device, variant=variant, dtype=DTYPES[s.dtype])
 
 
 # --------------------------------------------------------------------------- Table 1
@@ -185,7 +205,7 @@ class TableSettings(_Common):
     :data:`TABLE_METHODS` runs on each; FedAvg+FT fine-tunes the head for ``ft_epochs`` epochs.
     The ``clients`` and ``classes_per_client`` fields are not used here: each partition names its own."""
 
-    partitions: tuple[tuple[str, int, int], ...] = (("cifar10", 10, 2),)
+    partitions: tuple[tuple[str, int, int], ...] = (("cifar10", 5, 2),)
     ft_epochs: int = 10
 
     @classmethod
@@ -229,7 +249,7 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
         cl = fed.clients
 
         def model_fn():
-            return _model(name, fed.n_classes, derive_seed(s.seed, 3), cl.device)
+            return _model(s, name, fed.n_classes, derive_seed(s.seed, 3), cl.device)
 
         cfg = s.train_config()
         acc[part], cacc[part], curves[part] = {}, {}, {}
@@ -258,15 +278,15 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
 class EpochSettings(_Common):
     """Fig. 5: CIFAR-10, ``clients`` clients with S = ``classes_per_client`` classes; FedRep with
     ``E`` head epochs (and ``local_epochs`` body epochs) and FedAvg with ``E`` local epochs, for
-    every ``E`` in ``epochs``. The CPU default (50 training and 50 test images per client,
-    T = 10) is the smallest scale at which the body learns enough for the head epochs to matter
-    (at 07's scale every personalised method sits at the 1/S floor)."""
+    every ``E`` in ``epochs``. CPU default: 100 training images per client, 15 rounds,
+    epochs (not steps) for both phases, E in {1, 3}."""
 
     dataset: str = "cifar10"
-    epochs: tuple[int, ...] = (1, 2, 5)
-    train_per_client: int | None = 50
-    test_per_client: int | None = 50
-    rounds: int = 10
+    epochs: tuple[int, ...] = (1, 3)
+    train_per_client: int | None = 100
+    rounds: int = 15
+    local_steps: int | None = None
+    head_steps: int | None = None
 
     @classmethod
     def paper(cls):
@@ -307,7 +327,7 @@ def run_epochs(s: EpochSettings, *, cifar: D.CifarData | None = None) -> EpochRe
     curves = {"FedRep": [], "FedAvg": []}
     for e in s.epochs:
         for method in ("FedRep", "FedAvg"):
-            model = _model(s.dataset, fed.n_classes, derive_seed(s.seed, 3), cl.device)
+            model = _model(s, s.dataset, fed.n_classes, derive_seed(s.seed, 3), cl.device)
             if method == "FedRep":
                 r = neural.fedrep(model, cl, s.train_config(head_epochs=e))
             else:
@@ -330,15 +350,14 @@ class NewClientSettings(_Common):
     ``clients`` clients with ``classes_per_client`` of the other classes; then ``new_clients``
     new clients with ``new_classes_per_client`` held-out classes, ``new_train`` training and
     ``new_test`` test images each, fit a fresh head on each body for ``head_epochs_new``
-    epochs (accuracy after every epoch). The CPU default trains on 100 images per client for
-    T = 20 rounds: with less, the trained bodies are barely better than the random one."""
+    epochs (accuracy after every epoch). CPU default: 4 CIFAR-10 classes held out, so the new
+    clients hold different pairs of unseen classes; 6 training clients on the other 6 classes."""
 
     dataset: str = "cifar10"
-    n_new: int = 2
-    clients: int = 8
-    train_per_client: int | None = 100
-    test_per_client: int | None = 50
-    rounds: int = 20
+    n_new: int = 4
+    clients: int = 6
+    participation: float = 0.67
+    rounds: int = 25
     new_clients: int = 4
     new_classes_per_client: int = 2
     new_train: int = 50
@@ -405,12 +424,12 @@ def run_new_clients(s: NewClientSettings, *, cifar: D.CifarData | None = None) -
                           train_per_client=s.new_train, test_per_client=s.new_test,
                           seed=derive_seed(s.seed, 21), classes=new_cls)
     device = fed.clients.device
-    init = _model(s.dataset, fed.n_classes, derive_seed(s.seed, 3), device)
+    init = _model(s, s.dataset, fed.n_classes, derive_seed(s.seed, 3), device)
     cfg = s.train_config()
     runs = {"FedRep": neural.fedrep(init, fed.clients, cfg), "FedAvg": neural.fedavg(init, fed.clients, cfg)}
     bodies = {m: r.state for m, r in runs.items()}
     bodies["random body"] = {n: p.detach() for n, p in init.named_parameters()}
-    new_model = _model(s.dataset, new.n_classes, derive_seed(s.seed, 22), device)
+    new_model = _model(s, s.dataset, new.n_classes, derive_seed(s.seed, 22), device)
     fresh_head = {n: p.detach() for n, p in new_model.named_parameters() if n.startswith("head.")}
     acc, cacc = {}, {}
     for method in NEW_METHODS:

@@ -118,6 +118,14 @@ def adapted_heads(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor, W: torc
     a part shared by all tasks plus a task-specific part. Broadcasts over leading dimensions
     of B (..., d, k) and w (..., k) (e.g. a whole trajectory); returns (..., n, k).
     """
+    _check_step(alpha, "alpha")
+    for name, t, ndim in (("B", B, 2), ("w", w, 1), ("Bstar", Bstar, 2), ("W (heads)", W, 2)):
+        check_tensor(t, name, min_ndim=ndim)
+    if (Bstar.ndim != 2 or W.ndim != 2 or B.shape[-2:] != Bstar.shape or w.shape[-1] != B.shape[-1]
+            or W.shape[1] != B.shape[-1]):
+        raise ValueError(f"need B (..., d, k), w (..., k), B_* (d, k) and W (n, k); got {tuple(B.shape)}, "
+                         f"{tuple(w.shape)}, {tuple(Bstar.shape)} and {tuple(W.shape)}")
+    check_same_kind(("B", B), ("w", w), ("Bstar", Bstar), ("W (heads)", W))
     k = B.shape[-1]
     delta = torch.eye(k, dtype=B.dtype, device=B.device) - alpha * B.mT @ B
     shared = (delta @ w.unsqueeze(-1)).mT                      # (..., 1, k)

@@ -21,7 +21,7 @@ export REPLEARN_DATA := $(SHARED_DATA)
 endif
 endif
 
-.PHONY: book test unit nbval nbval-portable execute bench lab launch-check constraints clean
+.PHONY: book test unit nbval nbval-portable execute results bench lab launch-check constraints clean
 
 # Notebooks that train CNNs on CIFAR (float32 training on the CPU, minutes each): strict nbval
 # checks them once; the portability pass below re-runs only the others.
@@ -65,6 +65,13 @@ nbval-portable: $(STAMP)
 
 execute: $(STAMP)
 	$(BIN)/python scripts/execute_notebooks.py $(NOTEBOOKS)
+
+# Results files of the neural sections at a larger profile (see README, "Results files"):
+#   make results PROFILE=long  (CPU, ~30 min per section)   make results PROFILE=paper  (GPU)
+# Resumes from per-seed checkpoints; SECTIONS="4.7 5.7" runs only those.
+results: PROFILE ?= long
+results: $(STAMP)
+	REPLEARN_PROFILE=$(PROFILE) $(BIN)/python scripts/run_results.py --profile $(PROFILE) $(SECTIONS)
 
 bench: $(STAMP)
 	@for f in bench/*.py; do echo "== $$f"; MPLBACKEND=Agg $(BIN)/python $$f || exit 1; done

@@ -211,6 +211,11 @@ class SimilaritySettings(_Common):
     test_per_client: int = 20
 
     @classmethod
+    def long(cls):
+        """About half an hour of CPU: 20 clients, 4,000 local updates, 5 seeds."""
+        return cls(clients=20, total_steps=4000, seeds=(0, 1, 2, 3, 4))
+
+    @classmethod
     def paper(cls):
         """M = 100 clients, Dirichlet(0.6), tau in {1, 5, 10, 50}, the paper's CNN (our widths
         32/64/128, MLP 256/128); optimiser as in the authors' code (lr 0.01, momentum 0.5,
@@ -322,6 +327,11 @@ class PretrainSettings(_Common):
             raise ValueError(f"FedAvg's tau must be >= 2 (tau = 1 is D-SGD), got {self.tau}")
         if not self.ft_lr > 0:
             raise ValueError(f"ft_lr must be positive, got {self.ft_lr!r}")
+
+    @classmethod
+    def long(cls):
+        """About half an hour of CPU per section: 2,000 local updates, 5 seeds."""
+        return cls(total_steps=2000, seeds=(0, 1, 2, 3, 4))
 
     @classmethod
     def paper(cls):

@@ -209,6 +209,11 @@ class TableSettings(_Common):
     ft_epochs: int = 10
 
     @classmethod
+    def long(cls):
+        """About half an hour of CPU: 100 rounds (80 per client), 5 seeds."""
+        return cls(rounds=100, seeds=(0, 1, 2, 3, 4))
+
+    @classmethod
     def paper(cls):
         """The five CIFAR columns of Table 1 with Sec. 5.2's settings (full datasets)."""
         return cls(partitions=tuple(PAPER_TABLE1), ft_epochs=10, **_PAPER_OPTIM)
@@ -289,6 +294,11 @@ class EpochSettings(_Common):
     head_steps: int | None = None
 
     @classmethod
+    def long(cls):
+        """About half an hour of CPU: 200 training images per client, 60 rounds, E in {1, 3, 5}, 5 seeds."""
+        return cls(train_per_client=200, rounds=60, epochs=(1, 3, 5), seeds=(0, 1, 2, 3, 4))
+
+    @classmethod
     def paper(cls):
         """n = 100, S = 2 (Sec. 5.2); E in {1, 5, 10, 20} is our choice (our copy of the paper
         has the caption of Fig. 5 but not its axis)."""
@@ -363,6 +373,11 @@ class NewClientSettings(_Common):
     new_train: int = 50
     new_test: int = 100
     head_epochs_new: int = 10
+
+    @classmethod
+    def long(cls):
+        """About half an hour of CPU: 100 rounds, 5 seeds."""
+        return cls(rounds=100, seeds=(0, 1, 2, 3, 4))
 
     @classmethod
     def paper(cls):

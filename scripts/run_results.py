@@ -1,0 +1,158 @@
+"""Run the neural sections' drivers at a larger profile and write results files with provenance.
+
+    python scripts/run_results.py --profile long            # every section, CPU (~30 min each)
+    python scripts/run_results.py --profile paper 4.7 5.7   # chosen sections, the papers' settings (GPU)
+
+``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
+the profile's settings (:meth:`replearn.profiles.Settings.profile`); every finished seed is
+checkpointed under ``<out>/<profile>/.checkpoints/``, so an interrupted run resumes where it
+stopped. When all seeds are done, ``<out>/<profile>/<section>.json`` holds the per-seed results
+and their provenance: commit, settings, seeds, device, torch version, date and wall time.
+:func:`stale_files` lists committed files whose settings no longer equal their profile's
+settings (``tests/test_run_results.py`` fails on them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from replearn.backend import default_device
+from replearn.experiments import fedavg_cifar as fa
+from replearn.experiments import fedrep_cifar as fr
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "book" / "results"
+PROFILES = ("long", "paper")
+
+
+def _floats(t) -> list:
+    return [float(v) for v in torch.as_tensor(t).flatten().tolist()]
+
+
+def _similarity(r: fa.SimilarityResult) -> dict:
+    return {"gap": {str(t): r.gap[t] for t in r.taus}, "intra": {str(t): r.intra(t) for t in r.taus},
+            "inter": {str(t): r.inter(t) for t in r.taus}, "probe_accuracy": {str(t): r.probe_accuracy[t] for t in r.taus}}
+
+
+def _transfer(r: fa.TransferResult) -> dict:
+    return {"pretrain_accuracy": {str(t): v for t, v in r.pretrain_accuracy.items()},
+            "samples": {k: list(v) for k, v in r.samples.items()},
+            "mean_accuracy": {f"{target}/{tau}": _floats(r.mean(target, tau)) for target, tau in r.accuracy}}
+
+
+def _cka(r: fa.CKALayerResult) -> dict:
+    return {"layers": list(r.layers), "before_after": {str(t): _floats(r.mean(t)) for t in r.before_after},
+            "between": _floats(r.between), "ft_accuracy": {str(t): v for t, v in r.ft_accuracy.items()},
+            "pretrain_accuracy": {str(t): v for t, v in r.pretrain_accuracy.items()}}
+
+
+def _table(r: fr.TableResult) -> dict:
+    return {"/".join(map(str, p)): dict(r.accuracy[p]) for p in r.partitions}
+
+
+def _epochs(r: fr.EpochResult) -> dict:
+    return {"epochs": list(r.epochs), "accuracy": {m: _floats(v) for m, v in r.accuracy.items()}}
+
+
+def _new_clients(r: fr.NewClientResult) -> dict:
+    return {"new_classes": list(r.new_classes), "accuracy": {m: _floats(v) for m, v in r.accuracy.items()},
+            "trained": dict(r.trained)}
+
+
+#: section -> (settings class, driver, summary of one seed's result as JSON-able dict)
+SECTIONS = {
+    "4.7": (fa.SimilaritySettings, fa.run_similarity, _similarity),
+    "4.8": (fa.TransferSettings, fa.run_transfer, _transfer),
+    "4.9": (fa.CKASettings, fa.run_cka, _cka),
+    "5.7": (fr.TableSettings, fr.run_table, _table),
+    "5.8": (fr.EpochSettings, fr.run_epochs, _epochs),
+    "5.9": (fr.NewClientSettings, fr.run_new_clients, _new_clients),
+}
+
+
+def settings_json(s) -> dict:
+    """The settings dataclass as JSON values (tuples become lists), comparable with a file's."""
+    return json.loads(json.dumps(dataclasses.asdict(s)))
+
+
+def commit() -> str:
+    """The current git commit (with ``-dirty`` when tracked files differ from it), or ``unknown``."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=None) -> Path:
+    """Run ``section`` at ``profile`` (``settings`` overrides the profile's, for tests), one
+    checkpoint per seed, and write ``out/profile/section.json``; returns its path."""
+    if section not in SECTIONS:
+        raise ValueError(f"unknown section {section!r}; use one of {tuple(SECTIONS)}")
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; use one of {PROFILES}")
+    cls, run, summary = SECTIONS[section]
+    s = settings if settings is not None else cls.profile(profile)
+    folder = Path(out) / profile
+    ckpt = folder / ".checkpoints"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    per_seed, wall = {}, 0.0
+    for seed in s.seeds:
+        path = ckpt / f"{section}-seed{seed}.json"
+        if path.is_file():
+            saved = json.loads(path.read_text())
+            if saved["settings"] == settings_json(s):
+                per_seed[str(seed)], wall = saved["result"], wall + saved["wall_s"]
+                continue
+        start = time.perf_counter()
+        result = summary(run(dataclasses.replace(s, seed=seed)))
+        elapsed = time.perf_counter() - start
+        path.write_text(json.dumps({"settings": settings_json(s), "result": result, "wall_s": elapsed}))
+        per_seed[str(seed)], wall = result, wall + elapsed
+    record = {"section": section, "profile": profile, "settings_class": cls.__name__, "settings": settings_json(s),
+              "seeds": list(s.seeds), "results": per_seed, "provenance": {
+                  "commit": commit(), "device": str(default_device()), "torch": torch.__version__,
+                  "python": sys.version.split()[0],
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "wall_s": round(wall, 1)}}
+    target = folder / f"{section}.json"
+    target.write_text(json.dumps(record, indent=1) + "\n")
+    return target
+
+
+def stale_files(out: Path = RESULTS) -> list[str]:
+    """Results files whose settings differ from their profile's current settings."""
+    stale = []
+    for path in sorted(Path(out).glob("*/*.json")):
+        record = json.loads(path.read_text())
+        cls = SECTIONS[record["section"]][0]
+        if record["settings"] != settings_json(cls.profile(record["profile"])):
+            stale.append(str(path))
+    return stale
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", required=True, choices=PROFILES)
+    parser.add_argument("sections", nargs="*", help=f"sections to run (default: all of {', '.join(SECTIONS)})")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    for section in args.sections or list(SECTIONS):
+        print(f"{section}: wrote {run_section(section, args.profile, args.out)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

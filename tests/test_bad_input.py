@@ -8,6 +8,7 @@ names the input. Below the table: the values that used to come back silently wro
 (overflowing projections, rank-deficient distances, divergence blamed on the step size).
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -19,6 +20,8 @@ from replearn.experiments import (arm_dynamics, aruba_basics, aruba_neural, arub
                                   fedavg_convergence, fedavg_generalisation, fedrep_basics, fedrep_figures,
                                   finetuning, local_fits, maml_dynamics, maml_experiments, sample_complexity)
 from replearn.experiments import lower_bound as lower_bound_experiment
+from replearn.experiments import settings_classes
+from replearn.profiles import _annotated_kinds
 from replearn.trajectory import Trajectory
 
 NAN, INF = float("nan"), float("inf")
@@ -443,3 +446,18 @@ def test_inputs_on_two_devices_are_named():
         fedavg(B0=B0.cuda(), w0=W0.cuda())
     with pytest.raises(ValueError, match="B2 is on device .* but B1"):
         linalg.principal_angle_distance(BSTAR, BSTAR.cuda())
+
+
+@pytest.mark.parametrize("key", sorted(settings_classes()))
+def test_every_settings_field_is_type_checked_at_construction(key):
+    """A bool for a count, a string for a number, a NaN for a float and an empty grid fail when
+    the settings are built, naming the field, in every settings class of the book."""
+    cls = settings_classes()[key]
+    base = cls.default()
+    for f in dataclasses.fields(cls):
+        kinds = _annotated_kinds(f.type)
+        bad = ([True] if kinds == {"int"} else ["0.1", NAN] if "float" in kinds and kinds <= {"int", "float"}
+               else [()] if kinds == {"tuple"} and isinstance(f.default, tuple) and f.default else [])
+        for value in bad:
+            with pytest.raises(ValueError, match=rf"\b{f.name}\b"):
+                dataclasses.replace(base, **{f.name: value})

@@ -20,7 +20,7 @@ unless a settings class defines it), for the committed results files of ``make r
 from __future__ import annotations
 
 import os
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 
 from .checks import check_bool, check_int, check_number, check_sequence
 
@@ -43,10 +43,9 @@ class Settings:
 
     Construction validates (``__post_init__`` calls :meth:`validate`), so a bad setting fails
     where it is written, not rounds later inside an experiment. The base :meth:`validate`
-    checks every field that is not None against the type of its default: integers stay
-    integers >= 0 (bools
-    rejected), floats are finite real numbers, strings strings, and a tuple is a non-empty
-    tuple (a list is converted) whose entries have the type of the default's entries.
+    checks every field that is not None against its annotation (``int``: an integer >= 0,
+    bools rejected; ``float``: a finite real number; ``bool``; ``str``; ``tuple``: a non-empty
+    tuple, a list is converted, whose entries have the types of the default's entries).
     Subclasses extend :meth:`validate` with their ranges (calling ``super().validate()``).
     """
 
@@ -54,31 +53,23 @@ class Settings:
         self.validate()
 
     def validate(self) -> None:
-        """Type checks of every field from its default (see the class docstring)."""
+        """Type checks of every field from its annotation and default (see the class docstring)."""
         for f in fields(self):
-            default = f.default
             value = getattr(self, f.name)
-            if default is MISSING or default is None or value is None:
+            if value is None:
                 continue  # None stands for "not set" / "use all" where a subclass allows it
-            if isinstance(default, bool):
+            kinds = _annotated_kinds(f.type)
+            if kinds == {"bool"}:
                 check_bool(value, f.name)
-            elif isinstance(default, int):
+            elif kinds == {"int"}:
                 check_int(value, f.name, 0)
-            elif isinstance(default, float):
+            elif kinds <= {"int", "float"} and "float" in kinds:
                 check_number(value, f.name)
-            elif isinstance(default, str):
+            elif kinds == {"str"}:
                 if not isinstance(value, str):
                     raise ValueError(f"{f.name} must be a string, got {value!r}")
-            elif isinstance(default, tuple) and default:
-                kinds, name = {type(v) for v in default}, f"{f.name} (a tuple)"
-                if kinds <= {int}:
-                    value = check_sequence(value, name, lambda v, n: check_int(v, n, None))
-                elif kinds <= {int, float}:
-                    value = check_sequence(value, name, lambda v, n: v if isinstance(v, int)
-                                           and not isinstance(v, bool) else check_number(v, n))
-                else:
-                    value = check_sequence(value, name, lambda v, n: v)
-                object.__setattr__(self, f.name, value)
+            elif kinds == {"tuple"} and isinstance(f.default, tuple) and f.default:
+                object.__setattr__(self, f.name, _check_tuple(value, f.name, f.default))
 
     @classmethod
     def default(cls):
@@ -104,6 +95,25 @@ class Settings:
     def current(cls, **overrides):
         """Settings of the active profile, with optional field overrides."""
         return replace(cls.profile(profile_name()), **overrides)
+
+
+def _annotated_kinds(annotation) -> set[str]:
+    """The simple types a field annotation allows, e.g. ``"float | None"`` -> {"float"},
+    ``"tuple[int, ...]"`` -> {"tuple"}; an empty set for anything else (then unchecked)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    kinds = {part.strip().split("[")[0] for part in text.split("|")} - {"None"}
+    return kinds if kinds <= {"bool", "int", "float", "str", "tuple"} else set()
+
+
+def _check_tuple(value, name: str, default: tuple) -> tuple:
+    """A non-empty tuple whose entries have the types of ``default``'s entries (ints stay ints)."""
+    kinds, label = {type(v) for v in default}, f"{name} (a tuple)"
+    if kinds <= {int}:
+        return check_sequence(value, label, lambda v, n: check_int(v, n, None))
+    if kinds <= {int, float}:
+        return check_sequence(value, label, lambda v, n: v if isinstance(v, int) and not isinstance(v, bool)
+                              else check_number(v, n))
+    return check_sequence(value, label, lambda v, n: v)
 
 
 def differences(cls: type[Settings]) -> list[tuple[str, object, object]]:

@@ -26,10 +26,10 @@ def make_generator(seed: SeedLike = 0) -> torch.Generator:
         return seed
     if seed is None:
         raise ValueError("a seed is required: pass an int or a torch.Generator (results must be reproducible)")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, (bool, np.bool_)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int or a torch.Generator, got {seed!r}")
     gen = torch.Generator(device="cpu")
-    gen.manual_seed(seed)
+    gen.manual_seed(int(seed))
     return gen
 
 

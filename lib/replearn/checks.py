@@ -127,7 +127,7 @@ def check_tensor(t, name: str, *, ndim: int | None = None, min_ndim: int | None 
     ``min_ndim``), of ``shape`` when given (``None`` entries match any size), and finite."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if not (t.dtype.is_floating_point or t.dtype.is_complex):
+    if not t.dtype.is_floating_point:
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype} "
                          f"(convert it with .to(torch.float64))")
     if ndim is not None and t.ndim != ndim:

@@ -1,20 +1,30 @@
-"""FedAvg rounds on a CIFAR CNN: replearn.neural vs a loop in the style of the authors' code.
+"""FedAvg rounds on CIFAR CNNs: replearn.neural vs a PFLlib-style loop and vs the previous engine.
 
-The reference is written the way the FedRep/LG-FedAvg code trains (``LocalUpdate`` and the
-server loop): for every client, ``copy.deepcopy`` of the global model, a new
-``torch.optim.SGD``, a ``torch.utils.data.DataLoader(shuffle=True)`` over a ``Dataset`` whose
-``__getitem__`` augments one image at a time (random crop with 4-pixel zero padding,
-horizontal flip, normalisation), ``tau`` local steps, a ``deepcopy`` of the local state dict,
-and a Python loop over state-dict keys for the average. Ours: :func:`replearn.neural.fedavg`
-with the images as normalised tensors, batched augmentation and no copies of the model.
+Three implementations of the same FedAvg (every client each round, ``tau`` local SGD steps of
+``batch`` samples without replacement, the server's n_i-weighted average), run in one process
+on the same model, initial weights and images:
 
-Both run in this process with the same model, initial weights, data, batch size, number of
-local steps and augmentation; the script prints samples/s of each, the ratio (DESIGN.md
-section 6 target: at least 3x on the CPU), and the achieved training FLOP/s (forward and
-backward, counted by ``torch.utils.flop_counter.FlopCounterMode``: convolutions and matrix
-products only) against a plain float32 GEMM on the same device.
+- ``pfllib``: what PFLlib's FedAvg does (Zhang et al., PFLlib, ``clientavg.py``/``clientbase.py``
+  and ``serveravg.py``/``serverbase.py``, read, not copied): every client holds its own model
+  (``copy.deepcopy`` of the global one at start) and its own ``torch.optim.SGD``; each round the
+  server writes the global parameters into every client (``param.data = global.data.clone()``),
+  each client iterates ``DataLoader(list of (x, y) pairs, batch, shuffle=True,
+  drop_last=True)`` (epochs until tau steps), and the server aggregates by
+  ``deepcopy(first client model)``, zeroing it and adding ``w_i * param.clone()``.
+- ``previous``: a frozen copy of the engine's round loop before the speed work (one working
+  model, index batches on tensors, foreach SGD), kept here, not in the library.
+- ``ours``: :func:`replearn.neural.fedavg`.
 
-Run: ``python bench/neural_rounds.py`` (CPU; on a GPU box pass ``--device cuda``).
+Two settings: the book's CPU default (FedRep CNN with the narrow 16/32-channel body, batch 50;
+10 clients x 200 images, tau = 10) with target >= 2x ``pfllib``; and the authors' FedRep CNN
+(64/64 channels) with batch 10, targets >= 1.2x ``pfllib`` and >= 70% of the GEMM rate. Each
+runs in float32 and float64 (the dtype follows the model). Runs are interleaved and repeated;
+the script prints medians and [min, max] of samples/s, the training FLOP/s (forward and
+backward convolutions and matrix products, ``torch.utils.flop_counter``) as % of a float GEMM
+(1024^3) of the same dtype timed in the same process between the runs, and the ratios.
+
+Run: ``python bench/neural_rounds.py`` (``--threads 1`` on a loaded machine; ``--quick`` for
+one repeat of the first setting).
 """
 
 from __future__ import annotations
@@ -22,62 +32,118 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import statistics
 import time
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 from torch.utils.flop_counter import FlopCounterMode
 
 from replearn import models, neural
 
-TARGET = 3.0
+TARGETS = {"narrow": 2.0, "cifar10": 1.2}  # x the PFLlib-style loop
+GEMM_TARGET = 0.70  # share of the GEMM rate, FedRep CNN at batch 10
 
 
-class AugmentedImages(Dataset):
-    """Per-sample augmentation in ``__getitem__``, like torchvision's RandomCrop(32, padding=4),
-    RandomHorizontalFlip, ToTensor and Normalize in the authors' data pipeline."""
-
-    def __init__(self, x_uint8: torch.Tensor, y: torch.Tensor, mean: torch.Tensor, std: torch.Tensor):
-        self.x, self.y, self.mean, self.std = x_uint8, y, mean.view(3, 1, 1), std.view(3, 1, 1)
-
-    def __len__(self):
-        return len(self.y)
-
-    def __getitem__(self, i):
-        img = F.pad(self.x[i].float() / 255.0, (4, 4, 4, 4))
-        r, c = torch.randint(0, 9, (2,)).tolist()
-        img = img[:, r:r + 32, c:c + 32]
-        if torch.rand(1).item() < 0.5:
-            img = img.flip(-1)
-        return (img - self.mean) / self.std, self.y[i]
+# --------------------------------------------------------------------------------------------
+# PFLlib-style FedAvg
 
 
-def reference_fedavg(global_model, datasets, *, rounds: int, tau: int, lr: float, momentum: float,
-                     batch_size: int, device: torch.device):
+class PFLClient:
+    def __init__(self, model, data, *, lr, momentum, batch_size):
+        self.model = copy.deepcopy(model)
+        self.data = data  # list of (x, y) pairs, as PFLlib's read_client_data returns
+        self.train_samples = len(data)
+        self.batch_size = batch_size
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=momentum)
+
+    def set_parameters(self, model):
+        for new, old in zip(model.parameters(), self.model.parameters()):
+            old.data = new.data.clone()
+
+    def train(self, tau):
+        self.model.train()
+        steps = 0
+        while steps < tau:
+            for x, y in DataLoader(self.data, self.batch_size, drop_last=True, shuffle=True):
+                loss = F.cross_entropy(self.model(x), y)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                steps += 1
+                if steps == tau:
+                    break
+
+
+def pfllib_fedavg(global_model, clients, *, rounds, tau):
     for _ in range(rounds):
-        w_locals = []
-        for ds in datasets:
-            local = copy.deepcopy(global_model)
-            opt = torch.optim.SGD(local.parameters(), lr=lr, momentum=momentum)
-            steps = 0
-            while steps < tau:
-                for x, y in DataLoader(ds, batch_size=batch_size, shuffle=True):
-                    x, y = x.to(device), y.to(device)
-                    opt.zero_grad()
-                    F.cross_entropy(local(x), y).backward()
-                    opt.step()
-                    steps += 1
-                    if steps == tau:
-                        break
-            w_locals.append(copy.deepcopy(local.state_dict()))
-        w_avg = copy.deepcopy(w_locals[0])
-        for k in w_avg:
-            for w in w_locals[1:]:
-                w_avg[k] += w[k]
-            w_avg[k] = torch.div(w_avg[k], len(w_locals))
-        global_model.load_state_dict(w_avg)
+        for c in clients:  # send_models
+            c.set_parameters(global_model)
+        for c in clients:
+            c.train(tau)
+        total = sum(c.train_samples for c in clients)  # receive_models
+        weights = [c.train_samples / total for c in clients]
+        global_model = copy.deepcopy(clients[0].model)  # aggregate_parameters
+        for p in global_model.parameters():
+            p.data.zero_()
+        for w, c in zip(weights, clients):
+            for sp, cp in zip(global_model.parameters(), c.model.parameters()):
+                sp.data += cp.data.clone() * w
     return global_model
+
+
+# --------------------------------------------------------------------------------------------
+# The previous engine's FedAvg (frozen copy of its round loop, sequential clients)
+
+
+def previous_fedavg(model, clients: neural.ClientData, cfg: neural.TrainConfig):
+    names = [n for n, _ in model.named_parameters()]
+    state = {n: p.detach().clone() for n, p in model.named_parameters()}
+    work = copy.deepcopy(model)
+    wparams = dict(work.named_parameters())
+    sizes = clients.train_sizes
+    gen = torch.Generator().manual_seed(cfg.seed)
+    M = clients.n_clients
+    for _ in range(cfg.rounds):
+        plans = {i: neural.plan_batches(int(sizes[i]), cfg.batch_size, steps=cfg.local_steps, epochs=1,
+                                        generator=gen) for i in range(M)}
+        acc = {n: torch.zeros_like(state[n]) for n in names}
+        for i in range(M):
+            x, y = clients.x_train[i], clients.y_train[i]
+            with torch.no_grad():
+                for n, p in wparams.items():
+                    p.copy_(state[n])
+                    p.requires_grad_(True)
+            tp = list(wparams.values())
+            buf = None
+            loss_sum = torch.zeros(())
+            for idx in plans[i]:
+                for p in tp:
+                    p.grad = None
+                loss = F.cross_entropy(work(x[idx]), y[idx])
+                loss.backward()
+                with torch.no_grad():
+                    loss_sum += loss
+                    grads = [p.grad for p in tp]
+                    if cfg.momentum:
+                        if buf is None:
+                            buf = [g.clone() for g in grads]
+                        else:
+                            torch._foreach_mul_(buf, cfg.momentum)
+                            torch._foreach_add_(buf, grads)
+                        grads = buf
+                    torch._foreach_add_(tp, grads, alpha=-cfg.lr)
+            for n in names:
+                acc[n] += float(sizes[i]) * wparams[n].detach()
+            float(loss_sum)
+        state = {n: acc[n] / float(sizes.sum()) for n in names}
+        neural.evaluate(model, clients, state)
+    return state
+
+
+# --------------------------------------------------------------------------------------------
+# Measurement
 
 
 def load_images(n: int, seed: int):
@@ -94,106 +160,99 @@ def load_images(n: int, seed: int):
         return x, torch.randint(0, 10, (n,), generator=g), f"RANDOM images (no CIFAR-10 subset: {err})"
 
 
-def train_flops_per_sample(model, device, batch: int = 10) -> float:
-    x = torch.randn(batch, 3, 32, 32, device=device)
-    y = torch.zeros(batch, dtype=torch.int64, device=device)
+def train_flops_per_sample(model, dtype, batch) -> float:
+    x = torch.randn(batch, 3, 32, 32, dtype=dtype)
+    y = torch.zeros(batch, dtype=torch.int64)
     with FlopCounterMode(display=False) as counter:
         F.cross_entropy(model(x), y).backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops() / batch
 
 
-def gemm_flops(device, n: int = 1024, reps: int = 20) -> float:
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+def gemm_rate(dtype, n: int = 1024, reps: int = 5) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
-    best = float("inf")
-    for _ in range(3):
-        sync(device)
-        start = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        sync(device)
-        best = min(best, (time.perf_counter() - start) / reps)
-    return 2 * n**3 / best
+    start = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - start)
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn, device) -> float:
-    sync(device)
+def timed(fn) -> float:
     start = time.perf_counter()
     fn()
-    sync(device)
     return time.perf_counter() - start
+
+
+def bench_setting(name, variant, batch, dtype, x, y, args):
+    M, n, tau, rounds = args.clients, args.per_client, args.steps, args.rounds
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", variant=variant).to(dtype)
+    parts = list(torch.arange(M * n).split(n))
+    clients = neural.ClientData.from_partition(x, y, parts, x, y, [p[:10] for p in parts], dataset="cifar10",
+                                               device="cpu", dtype=dtype)
+    cfg = neural.TrainConfig(rounds=rounds, lr=0.01, momentum=args.momentum, batch_size=batch, local_steps=tau,
+                             eval_every=rounds, last_rounds=1)
+    pfl_clients = [PFLClient(model, list(zip(clients.x_train[i], clients.y_train[i])), lr=0.01,
+                             momentum=args.momentum, batch_size=batch) for i in range(M)]
+    runs = {
+        "pfllib": lambda: pfllib_fedavg(copy.deepcopy(model), pfl_clients, rounds=rounds, tau=tau),
+        "previous": lambda: previous_fedavg(model, clients, cfg),
+        "ours": lambda: neural.fedavg(model, clients, cfg),
+    }
+    times = {k: [] for k in runs}
+    gemms = []
+    for fn in runs.values():  # warm-up
+        fn()
+    torch.manual_seed(0)  # the DataLoader shuffles with the global RNG, as in PFLlib
+    for _ in range(args.repeat):  # interleaved, so that load changes hit all alike
+        for k, fn in runs.items():
+            times[k].append(timed(fn))
+        gemms.append(gemm_rate(dtype))
+    samples = M * rounds * tau * batch
+    flops = train_flops_per_sample(model, dtype, batch)
+    gemm = statistics.median(gemms)
+    print(f"\n{name}: FedRep CNN ({variant}: {models.FEDREP_WIDTHS[variant][:2]} channels), batch {batch}, "
+          f"{str(dtype).removeprefix('torch.')}; {M} clients x {n} images, tau = {tau}, {rounds} rounds, "
+          f"{args.repeat} interleaved repeats")
+    print(f"  training FLOPs per sample: {flops / 1e6:.1f} MFLOP; GEMM: median {gemm / 1e9:.1f} GFLOP/s "
+          f"[{min(gemms) / 1e9:.1f}, {max(gemms) / 1e9:.1f}]")
+    rates = {}
+    for k, ts in times.items():
+        rates[k] = [samples / t for t in ts]
+        med = statistics.median(rates[k])
+        print(f"  {k:<9} {med:8.0f} samples/s [{min(rates[k]):.0f}, {max(rates[k]):.0f}]  "
+              f"{flops * med / 1e9:6.1f} GFLOP/s = {100 * flops * med / gemm:5.1f}% of GEMM")
+    ratio = {k: statistics.median([a / b for a, b in zip(rates["ours"], rates[k])]) for k in ("pfllib", "previous")}
+    target = TARGETS[variant]
+    print(f"  ours / pfllib: {ratio['pfllib']:.2f}x (median of per-repeat ratios; target >= {target}x: "
+          f"{'MET' if ratio['pfllib'] >= target else 'MISSED'}); ours / previous: {ratio['previous']:.2f}x")
+    if variant == "cifar10":
+        share = flops * statistics.median(rates["ours"]) / gemm
+        print(f"  ours at {100 * share:.0f}% of GEMM (target >= {100 * GEMM_TARGET:.0f}%: "
+              f"{'MET' if share >= GEMM_TARGET else 'MISSED'})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    parser.add_argument("--model", default="fedrep_cnn", choices=models.MODEL_NAMES)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--per-client", type=int, default=200, help="training images per client")
-    parser.add_argument("--steps", type=int, default=20, help="local SGD steps tau per round")
+    parser.add_argument("--steps", type=int, default=10, help="local SGD steps tau per round")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=3, help="timed repeats (best is reported)")
-    parser.add_argument("--vmap-clients", type=int, default=0,
-                        help="also time ours with clients trained together by torch.func.vmap (0: skip)")
+    parser.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (PFLlib's default: 0)")
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved timed repeats (median reported)")
+    parser.add_argument("--dtypes", default="float32,float64")
+    parser.add_argument("--settings", default="narrow,cifar10")
     args = parser.parse_args()
-    device = torch.device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    M, n, tau, b = args.clients, args.per_client, args.steps, args.batch_size
-
-    x, y, source = load_images(M * n, seed=0)
-    from replearn import data
-    mean, std = (torch.tensor(v, dtype=torch.float32) for v in data.CHANNEL_STATS["cifar10"])
-    parts = list(torch.arange(M * n).split(n))
-    test_parts = [p[:10] for p in parts]  # tiny test sets: ours evaluates after the last round
-    clients = neural.ClientData.from_partition(x, y, parts, x, y, test_parts, dataset="cifar10",
-                                               device=device)
-    datasets = [AugmentedImages(x[p].to(device), y[p].to(device), mean.to(device), std.to(device))
-                for p in parts]
-    model = models.make_model(args.model, 10, seed=0, device=device)
-    cfg = neural.TrainConfig(rounds=args.rounds, lr=0.01, momentum=0.5, batch_size=b, local_steps=tau,
-                             augment=True, eval_every=args.rounds, last_rounds=1)
-    samples = M * args.rounds * tau * b
-    print(f"FedAvg, {args.model}, {M} clients x {n} images, tau={tau} steps of batch {b}, "
-          f"{args.rounds} rounds, "
-          f"augmentation on; device={device.type}, torch threads={torch.get_num_threads()}")
-    print(f"data: {source}")
-
-    runs = {
-        "ours": lambda: neural.fedavg(model, clients, cfg),
-        "reference": lambda: reference_fedavg(copy.deepcopy(model), datasets, rounds=args.rounds, tau=tau,
-                                              lr=0.01, momentum=0.5, batch_size=b, device=device),
-    }
-    if args.vmap_clients > 1:
-        vcfg = neural.TrainConfig(**{**cfg.__dict__, "vmap_clients": args.vmap_clients})
-        runs[f"ours, vmap {args.vmap_clients}"] = lambda: neural.fedavg(model, clients, vcfg)
-    best = {name: float("inf") for name in runs}
-    for name, fn in runs.items():  # warm-up
-        fn()
-    torch.manual_seed(0)  # the reference draws its augmentation from the global RNG, as the authors' code
-    for _ in range(args.repeat):  # interleaved, so that load changes hit both alike
-        for name, fn in runs.items():
-            best[name] = min(best[name], timed(fn, device))
-
-    flops = train_flops_per_sample(model, device, b)
-    gemm = gemm_flops(device)
-    print(f"training FLOPs per sample (forward + backward, conv/matmul): {flops / 1e6:.1f} MFLOP; "
-          f"plain GEMM (1024^3, float32): {gemm / 1e9:.1f} GFLOP/s")
-    for name, t in best.items():
-        rate = samples / t
-        print(f"  {name:<18} {rate:8.0f} samples/s  {flops * rate / 1e9:7.1f} GFLOP/s "
-              f"({100 * flops * rate / gemm:5.1f}% of GEMM)")
-    ratio = best["reference"] / best["ours"]
-    verdict = "TARGET MET" if ratio >= TARGET else "TARGET MISSED"
-    print(f"speed-up of ours over the reference loop: {ratio:.2f}x ({verdict}, target >= {TARGET:.0f}x)")
+    x, y, source = load_images(args.clients * args.per_client, seed=0)
+    print(f"FedAvg rounds, CPU, torch threads = {torch.get_num_threads()}; data: {source}")
+    batches = {"narrow": 50, "cifar10": 10}
+    for variant in args.settings.split(","):
+        for dt in args.dtypes.split(","):
+            bench_setting("CPU default" if variant == "narrow" else "authors' CNN", variant, batches[variant],
+                          getattr(torch, dt), x, y, args)
 
 
 if __name__ == "__main__":

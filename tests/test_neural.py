@@ -515,3 +515,27 @@ def test_dtype_follows_the_model_float64_matches_float32():
 def test_every_config_field_is_validated(kwargs, match):
     with pytest.raises(ValueError, match=match):
         neural.TrainConfig(**kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fast_copy_computes_the_same_function_and_gradients(dtype):
+    for model in (tiny_model().to(dtype), models.make_model("fedrep_cnn", 10, seed=0, device="cpu",
+                                                            variant="cifar10").to(dtype)):
+        fast = neural.fast_copy(model)
+        kinds = [type(m).__name__ for m in fast.body]
+        assert "MaxPool2d" in kinds and kinds.index("MaxPool2d") < kinds.index("ReLU")  # pool before ReLU
+        orig = [type(m).__name__ for m in model.body]
+        assert orig.index("ReLU") < orig.index("MaxPool2d")  # the model itself is untouched
+        side = 8 if isinstance(model, Tiny) else 32
+        x = torch.randn(6, 3, side, side, dtype=dtype, generator=torch.Generator().manual_seed(0))
+        y = torch.arange(6) % 3
+        outs, grads = [], []
+        for m, xx in ((model, x), (fast, x.contiguous(memory_format=torch.channels_last))):
+            m.zero_grad(set_to_none=True)
+            out = m(xx)
+            nn.functional.cross_entropy(out, y).backward()
+            outs.append(out.detach())
+            grads.append({n: p.grad.clone() for n, p in m.named_parameters()})
+        tol = 1e-5 if dtype == torch.float32 else 1e-12
+        assert torch.allclose(outs[0], outs[1], atol=tol, rtol=0)
+        assert_close(grads[0], grads[1], atol=tol)

@@ -486,12 +486,42 @@ def _augment(x: torch.Tensor, cfg: "TrainConfig", generator: torch.Generator | N
     return augment(x.flatten(0, x.ndim - 4), generator).view_as(x)
 
 
+def fast_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` that computes the same function and the same gradients faster on
+    the CPU (a private working copy for training):
+
+    - in every ``nn.Sequential``, a ``ReLU`` directly followed by a ``MaxPool2d`` is swapped
+      with it: ``maxpool(relu(x)) = relu(maxpool(x))`` exactly (ReLU is non-decreasing), and
+      the gradients agree too (both pass the gradient to the window's first maximum when it
+      is positive, and 0 otherwise), but the ReLU and its backward then touch a quarter of
+      the elements;
+    - the parameters of 4-d weights are stored ``channels_last`` (NHWC), oneDNN's native
+      layout, which saves the layout conversions of every convolution and pooling.
+
+    Only the floating-point summation order of the convolutions changes, so the iterates
+    agree with the plain model's to rounding error, not bit for bit."""
+    work = copy.deepcopy(model)
+    for seq in work.modules():
+        if isinstance(seq, nn.Sequential):
+            keys = list(seq._modules)
+            for a, b in zip(keys, keys[1:]):
+                first, second = seq._modules[a], seq._modules[b]
+                if (type(first) is nn.ReLU and type(second) is nn.MaxPool2d
+                        and not second.return_indices):
+                    seq._modules[a], seq._modules[b] = second, first
+    return work.to(memory_format=torch.channels_last)
+
+
+def _as_channels_last(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last) if x.ndim == 4 else x
+
+
 class LocalSGD:
-    """The local-SGD worker: one working copy of the model, into which each client's
-    parameters are loaded in turn (instead of a ``deepcopy`` per client)."""
+    """The local-SGD worker: one working copy of the model (:func:`fast_copy`), into which
+    each client's parameters are loaded in turn (instead of a ``deepcopy`` per client)."""
 
     def __init__(self, model: nn.Module):
-        self.model = copy.deepcopy(model)
+        self.model = fast_copy(model)
         self.params = dict(self.model.named_parameters())
 
     def train(self, params: Params, trainable: Sequence[str], x: torch.Tensor, y: torch.Tensor,
@@ -511,6 +541,7 @@ class LocalSGD:
                 p.requires_grad_(n in trainable)
         tp = [self.params[n] for n in trainable]
         buf = None
+        x = _as_channels_last(x)  # no copy when the engine already stores it so
         loss_sum = torch.zeros((), device=x.device, dtype=x.dtype)
         for idx in batches:
             idx = idx.to(x.device)
@@ -531,7 +562,7 @@ class LocalSGD:
                         torch._foreach_add_(buf, grads)
                     grads = buf
                 torch._foreach_add_(tp, grads, alpha=-cfg.lr)
-        return {n: self.params[n].detach().clone() for n in trainable}, loss_sum
+        return {n: self.params[n].detach().clone(memory_format=torch.contiguous_format) for n in trainable}, loss_sum
 
 
 def _loss_fn(model: nn.Module):
@@ -677,6 +708,7 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
             raise ValueError(f"state lacks the model's parameters {missing}")
         state = {n: state[n].detach().to(device=device, dtype=clients.dtype).clone() for n in names}
     M = clients.n_clients
+    x_train = [_as_channels_last(x) for x in clients.x_train]
     local_state = {n: state[n].unsqueeze(0).repeat(M, *([1] * state[n].ndim)) for n in local}
     sizes = clients.train_sizes
     gen = make_generator(cfg.seed)
@@ -697,7 +729,7 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
             G = len(group)
             params = {n: (local_state[n][group] if n in local_state else
                           state[n].unsqueeze(0).expand(G, *state[n].shape)) for n in names}
-            xs = [clients.x_train[i] for i in group]
+            xs = [x_train[i] for i in group]
             ys = [clients.y_train[i] for i in group]
             loss_sum = torch.zeros(G, device=device, dtype=clients.dtype)
             n_steps = 0

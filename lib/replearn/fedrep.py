@@ -77,7 +77,7 @@ class FreshSamples:
 
     def draw(self, index: torch.Tensor | None, generator: torch.Generator) -> SampledTasks:
         """A fresh batch of m samples for each client in ``index`` (all when None)."""
-        theta = targets(self.Bstar, self.W if index is None else self.W[index])
+        theta = (self.W if index is None else self.W[index]) @ self.Bstar.T  # targets(), checked at construction
         s, d = theta.shape
         X = randn(s, self.m, d, generator=generator, device=theta.device)
         noise = randn(s, self.m, generator=generator, device=theta.device)
@@ -189,15 +189,40 @@ def clients_per_round(n: int, r: float) -> int:
     return max(1, min(n, round(r * n)))
 
 
+def _check_client_model(B: torch.Tensor, tasks, w: torch.Tensor | None = None) -> None:
+    """B (d, k) finite for the clients' data (SampledTasks), and heads w (s, k) when given."""
+    if not isinstance(tasks, SampledTasks):
+        raise ValueError(f"tasks must be the clients' data as a SampledTasks, got {type(tasks).__name__}")
+    check_tensor(B, "B", ndim=2)
+    if B.shape[0] != tasks.d:
+        raise ValueError(f"B has d = {B.shape[0]} rows but the clients' data live in dimension {tasks.d}")
+    check_same_kind(("B", B), ("the clients' data", tasks.X))
+    if w is not None:
+        check_tensor(w, "w (heads)", shape=(tasks.n, B.shape[1]))
+        check_same_kind(("B", B), ("w (heads)", w))
+
+
 def head_solve(B: torch.Tensor, tasks: SampledTasks) -> torch.Tensor:
     """Exact heads w_i = argmin_w f_i(w, B) (min-norm least squares of y_i on X_i B), (s, k)."""
-    return fit_linear(tasks.X @ B, tasks.Y)
+    _check_client_model(B, tasks)
+    return _head_solve(B, tasks)
+
+
+def _head_solve(B: torch.Tensor, tasks: SampledTasks) -> torch.Tensor:
+    """:func:`head_solve` without the checks (every FedRep round): ``fit_linear`` with ridge 0."""
+    return (torch.linalg.pinv(tasks.X @ B) @ tasks.Y.unsqueeze(-1)).squeeze(-1)
 
 
 def head_gd(B: torch.Tensor, tasks: SampledTasks, w: torch.Tensor, *, lr: float, steps: int) -> torch.Tensor:
     """``steps`` GD steps w <- w - lr (X_i B)^T (X_i B w - y_i) / n_i from the heads ``w`` (s, k)."""
     check_positive(lr, "lr")
     check_int(steps, "steps", 0)
+    _check_client_model(B, tasks, w)
+    return _head_gd(B, tasks, w, lr, steps)
+
+
+def _head_gd(B: torch.Tensor, tasks: SampledTasks, w: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
+    """:func:`head_gd` without the checks (every FedRep round)."""
     A = tasks.X @ B
     scale = lr / tasks.sizes()
     for _ in range(steps):
@@ -208,7 +233,12 @@ def head_gd(B: torch.Tensor, tasks: SampledTasks, w: torch.Tensor, *, lr: float,
 
 def representation_gradients(B: torch.Tensor, w: torch.Tensor, tasks: SampledTasks) -> torch.Tensor:
     """grad_B f_i(w_i, B) = X_i^T (X_i B w_i - y_i) w_i^T / n_i for every client, (s, d, k)."""
-    return tasks.grad_theta(predict(B, w)).unsqueeze(-1) * w.unsqueeze(-2)
+    _check_client_model(B, tasks, w)
+    return _representation_gradients(B, w, tasks)
+
+
+def _representation_gradients(B: torch.Tensor, w: torch.Tensor, tasks: SampledTasks) -> torch.Tensor:
+    return tasks.grad_theta((B @ w.unsqueeze(-1)).squeeze(-1)).unsqueeze(-1) * w.unsqueeze(-2)
 
 
 def orthonormalize_qr(B: torch.Tensor) -> torch.Tensor:
@@ -263,10 +293,10 @@ def fedrep(B0: torch.Tensor, data: Data, *, eta: float, rounds: int, r: float = 
         index = None if s == n else torch.randperm(n, generator=gen)[:s].sort().values.to(B0.device)
         batch = _batch(data, index, gen)
         if head_steps is None:
-            w = head_solve(B, batch)
+            w = _head_solve(B, batch)
         else:
-            w = head_gd(B, batch, heads if index is None else heads[index], lr=head_lr, steps=head_steps)
-        B = B - eta * representation_gradients(B, w, batch).mean(0)
+            w = _head_gd(B, batch, heads if index is None else heads[index], head_lr, head_steps)
+        B = B - eta * _representation_gradients(B, w, batch).mean(0)
         if orthonormalize:
             B = orthonormalize_qr(B)
         if index is None:

@@ -839,13 +839,3 @@ def finetune(model: nn.Module, clients: ClientData, *, state: Params | None = No
     cfg = TrainConfig(rounds=1, lr=lr, momentum=momentum, weight_decay=weight_decay, batch_size=batch_size,
                       local_epochs=epochs, augment=augment, last_rounds=1, seed=seed)
     return run_spec(algorithm_spec(f"finetune_{part}", model, cfg), model, clients, state=state)
-
-
-# Private names of the previous version, kept only until replearn.flower uses the public ones
-# (split_body_head, plan_batches, LocalSGD.train, sample_clients/plan_round).
-_split = split_body_head
-_batches = plan_batches
-
-
-class _Worker(LocalSGD):
-    sgd = LocalSGD.train

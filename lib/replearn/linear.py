@@ -24,7 +24,7 @@ from functools import cached_property
 
 import torch
 
-from .backend import DTYPE, SeedLike, make_generator, randn
+from .backend import DTYPE, SeedLike, check_finite, make_generator, randn
 from .checks import (check_bool, check_int, check_nonnegative, check_number, check_positive, check_same_kind,
                      check_tensor)
 from .linalg import random_orthonormal
@@ -277,14 +277,18 @@ def sample_tasks(Bstar: torch.Tensor, W: torch.Tensor, m, *, noise_std: float = 
 
 # --------------------------------------------------------------------------- losses and gradients
 
-def _check_model(B: torch.Tensor, w: torch.Tensor, tasks: Tasks | None = None) -> None:
-    """Shape, dtype and device checks of a model (B, w) (cheap: no finiteness pass, these run in loops)."""
+def _check_model(B: torch.Tensor, w: torch.Tensor, tasks: Tasks | None = None, *, finite: bool = True) -> None:
+    """Shape, dtype and device checks of a model (B, w), and finiteness unless ``finite`` is False
+    (:func:`grads`, the per-step primitive of the meta-learners, skips that pass)."""
     if not isinstance(B, torch.Tensor) or not isinstance(w, torch.Tensor):
         raise ValueError(f"B and w must be tensors, got {type(B).__name__} and {type(w).__name__}")
     if B.ndim < 2 or w.ndim < 1 or B.shape[-1] != w.shape[-1]:
         raise ValueError(f"need B (..., d, k) and w (..., k) with the same k, got shapes {tuple(B.shape)} "
                          f"and {tuple(w.shape)}")
     check_same_kind(("B", B), ("w", w))
+    if finite:
+        check_finite(B, "B")
+        check_finite(w, "w")
     if tasks is not None:
         if not isinstance(tasks, (PopulationTasks, SampledTasks)):
             raise ValueError(f"tasks must be PopulationTasks or SampledTasks, got {type(tasks).__name__}")
@@ -296,19 +300,25 @@ def _check_model(B: torch.Tensor, w: torch.Tensor, tasks: Tasks | None = None) -
 def predict(B: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """theta = B w, broadcasting over leading dimensions of B (..., d, k) and w (..., k)."""
     _check_model(B, w)
+    return _predict(B, w)
+
+
+def _predict(B: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (B @ w.unsqueeze(-1)).squeeze(-1)
 
 
 def losses(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: Index = None) -> torch.Tensor:
     """Per-task losses f_i(B, w) for the selected tasks (shared or per-task parameters)."""
     _check_model(B, w, tasks)
-    return tasks.loss_theta(predict(B, w), index)
+    return tasks.loss_theta(_predict(B, w), index)
 
 
 def grads(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: Index = None):
-    """Per-task gradients (grad_B f_i, grad_w f_i), shapes (s, d, k) and (s, k)."""
-    _check_model(B, w, tasks)
-    g = tasks.grad_theta(predict(B, w), index)
+    """Per-task gradients (grad_B f_i, grad_w f_i), shapes (s, d, k) and (s, k). Shapes, dtypes
+    and devices are checked but not finiteness: this runs at every step of the meta-learners,
+    whose entry points check their inputs once."""
+    _check_model(B, w, tasks, finite=False)
+    g = tasks.grad_theta(_predict(B, w), index)
     w_b = w.expand(g.shape[0], -1) if w.ndim == 1 else w
     B_b = B.expand(g.shape[0], -1, -1) if B.ndim == 2 else B
     return g.unsqueeze(-1) * w_b.unsqueeze(-2), (B_b.mT @ g.unsqueeze(-1)).squeeze(-1)
@@ -316,6 +326,7 @@ def grads(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, index: Index = None):
 
 def average_grads(B: torch.Tensor, w: torch.Tensor, tasks: Tasks):
     """Gradient of the average risk (1/n) sum_i f_i(B, w) at a shared (B, w)."""
+    _check_model(B, w, tasks)
     gB, gw = grads(B, w, tasks)
     return gB.mean(0), gw.mean(0)
 
@@ -327,7 +338,8 @@ def excess_risk(B: torch.Tensor, w: torch.Tensor, theta_star: torch.Tensor) -> t
         raise ValueError(f"theta_star must be a tensor (..., d) with d = {B.shape[-2]}, got "
                          f"{getattr(theta_star, 'shape', theta_star)!r}")
     check_same_kind(("B", B), ("theta_star", theta_star))
-    return (predict(B, w) - theta_star).pow(2).sum(-1)
+    check_finite(theta_star, "theta_star")
+    return (_predict(B, w) - theta_star).pow(2).sum(-1)
 
 
 # --------------------------------------------------------------------------- head solves and fine-tuning

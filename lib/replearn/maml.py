@@ -155,14 +155,15 @@ def fo_anil_decomposition(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor,
 
 # --------------------------------------------------------------------------- meta-gradients
 
-def _check_model(B: torch.Tensor, w: torch.Tensor, tasks) -> None:
-    """B (d, k) and w (k,) finite, for the tasks' dimension, dtype and device."""
+def _check_model(B: torch.Tensor, w: torch.Tensor, tasks, names: tuple[str, str] = ("B", "w")) -> None:
+    """B (d, k) and w (k,) finite, for the tasks' dimension, dtype and device (``names``: how the
+    caller calls them)."""
     d = tasks.d
-    check_tensor(B, "B", ndim=2)
-    check_tensor(w, "w")
+    check_tensor(B, names[0], ndim=2)
+    check_tensor(w, names[1])
     data = tasks.W if isinstance(tasks, FreshSamples) else (
         tasks.theta if isinstance(tasks, PopulationTasks) else tasks.X)
-    check_same_kind(("B", B), ("w", w), ("the tasks' data", data))
+    check_same_kind((names[0], B), (names[1], w), ("the tasks' data", data))
     if B.shape[1] > B.shape[0]:
         raise ValueError(f"B has k = {B.shape[1]} > d = {B.shape[0]} columns; the representation needs k <= d")
     if B.shape[0] != d:
@@ -286,7 +287,7 @@ def meta_train(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks | FreshSamples, 
     if fresh and outer_tasks is not None:
         raise ValueError("FreshSamples draws its own outer samples; do not pass outer_tasks with it")
     outer = None if fresh else _check_pair(tasks, outer_tasks)
-    _check_model(B0, w0, tasks)
+    _check_model(B0, w0, tasks, ("B0", "w0"))
     n = tasks.n
     if tasks_per_iteration is not None:
         check_int(tasks_per_iteration, "tasks_per_iteration", 1, n)
@@ -371,6 +372,7 @@ def structured_init(Bstar: torch.Tensor, alpha: float, delta: float, *,
     """Structured initialisation: B_0 an orthonormal basis at distance ``delta`` from col(B_*)
     scaled by 1/sqrt(alpha), so that Delta_0 = I - alpha B_0^T B_0 = 0, and w_0 = 0."""
     _check_step(alpha, "alpha")
+    check_tensor(Bstar, "Bstar", ndim=2)
     B0 = basis_at_distance(Bstar, delta, seed=seed) / alpha**0.5
     return B0, torch.zeros(Bstar.shape[1], dtype=Bstar.dtype, device=Bstar.device)
 

@@ -539,3 +539,34 @@ def test_fast_copy_computes_the_same_function_and_gradients(dtype):
         tol = 1e-5 if dtype == torch.float32 else 1e-12
         assert torch.allclose(outs[0], outs[1], atol=tol, rtol=0)
         assert_close(grads[0], grads[1], atol=tol)
+
+
+class ScaledTiny(Tiny):
+    """forward is not head(body(x)): head phases must not use cached body features."""
+
+    def forward(self, x):
+        return self.head(2 * self.body(x))
+
+
+@pytest.mark.parametrize("cls", [Tiny, ScaledTiny])
+def test_head_phase_on_cached_features_is_plain_sgd(cls):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = cls()
+    cfg = neural.TrainConfig(lr=0.1, momentum=0.5, weight_decay=0.01)
+    x, y = CLIENTS.x_train[1], CLIENTS.y_train[1]
+    batches = neural.plan_batches(x.shape[0], 6, steps=None, epochs=3, generator=torch.Generator().manual_seed(2))
+    worker = neural.LocalSGD(model)
+    new, loss_sum = worker.train(params_of(model), HEAD, x, y, batches, cfg)
+    assert bool(worker._head_names) == (cls is Tiny)  # features cached only where forward = head(body(x))
+    ref = copy.deepcopy(model)
+    opt = torch.optim.SGD(ref.head.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    total = 0.0
+    for idx in batches:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(ref(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        total += float(loss.detach())
+    assert_close(new, {n: params_of(ref)[n] for n in HEAD})
+    assert float(loss_sum) == pytest.approx(total, rel=1e-5)

@@ -518,11 +518,41 @@ def _as_channels_last(x: torch.Tensor) -> torch.Tensor:
 
 class LocalSGD:
     """The local-SGD worker: one working copy of the model (:func:`fast_copy`), into which
-    each client's parameters are loaded in turn (instead of a ``deepcopy`` per client)."""
+    each client's parameters are loaded in turn (instead of a ``deepcopy`` per client).
+
+    A phase that trains only the head of a model with ``body`` and ``head`` submodules and
+    ``forward(x) = head(body(x))`` (checked on the first images it sees) without augmentation
+    (FedRep's head phase, head fine-tuning) passes the phase's images through the frozen body
+    once and runs the head's SGD steps on these features: the same steps, without a body
+    forward per step."""
+
+    _FEATURE_CHUNK = 512  # images per body forward when caching features
 
     def __init__(self, model: nn.Module):
         self.model = fast_copy(model)
         self.params = dict(self.model.named_parameters())
+        body, head = getattr(self.model, "body", None), getattr(self.model, "head", None)
+        self._head_names: frozenset[str] = frozenset()
+        self._split_checked = False
+        if isinstance(body, nn.Module) and isinstance(head, nn.Module):
+            own = {n for n, _ in self.model.named_parameters()}
+            split = {f"body.{n}" for n, _ in body.named_parameters()} | {f"head.{n}" for n, _ in head.named_parameters()}
+            if own == split:
+                self._head_names = frozenset(f"head.{n}" for n, _ in head.named_parameters())
+
+    def _features_suffice(self, trainable: Sequence[str], x: torch.Tensor, cfg: "TrainConfig") -> bool:
+        """Whether this phase can run on cached body features (see the class docstring)."""
+        if cfg.augment or not self._head_names or not set(trainable) <= self._head_names:
+            return False
+        if not self._split_checked:
+            with torch.no_grad():
+                probe = x[:2]
+                same = torch.equal(self.model(probe), self.model.head(self.model.body(probe.to(x.dtype))))
+            if not same:
+                self._head_names = frozenset()
+                return False
+            self._split_checked = True
+        return True
 
     def train(self, params: Params, trainable: Sequence[str], x: torch.Tensor, y: torch.Tensor,
               batches: Sequence[torch.Tensor], cfg: "TrainConfig",
@@ -543,11 +573,20 @@ class LocalSGD:
         buf = None
         x = _as_channels_last(x)  # no copy when the engine already stores it so
         loss_sum = torch.zeros((), device=x.device, dtype=x.dtype)
+        net = self.model
+        if batches and self._features_suffice(trainable, x, cfg):
+            used, where = torch.unique(torch.cat(list(batches)), return_inverse=True)
+            used = used.to(x.device)
+            with torch.no_grad():
+                x = torch.cat([self.model.body(x[part]) for part in used.split(self._FEATURE_CHUNK)])
+            y = y[used]
+            batches = where.split([len(b) for b in batches])
+            net = self.model.head
         for idx in batches:
             idx = idx.to(x.device)
             for p in tp:
                 p.grad = None
-            loss = F.cross_entropy(self.model(_augment(x[idx], cfg, generator)), y[idx])
+            loss = F.cross_entropy(net(_augment(x[idx], cfg, generator)), y[idx])
             loss.backward()
             with torch.no_grad():
                 loss_sum += loss
@@ -641,16 +680,21 @@ def evaluate(model: nn.Module, clients: ClientData, state: Params | None = None,
     """Per-client test accuracy and mean cross-entropy of ``model`` with parameters ``state``
     (default: the model's own), where client i uses ``local[name][i]`` for the names in
     ``local`` (personalised heads or bodies). The inputs are checked by :func:`check_inputs`;
-    a client without test data gets NaN (left out of :attr:`Evaluation.average`)."""
+    a client without test data gets NaN (left out of :attr:`Evaluation.average`). The
+    forward passes run on a :func:`fast_copy` of the model."""
     clients = check_inputs(model, clients)
+    _check_count(batch_size, "batch_size", 1)
     params = dict(state) if state is not None else {n: p.detach() for n, p in model.named_parameters()}
     local = local or {}
+    work = fast_copy(model).requires_grad_(False)
+    slots = dict(work.named_parameters())
     acc, loss = [], []
     for i, (x, y) in enumerate(zip(clients.x_test, clients.y_test)):
-        p = {**params, **{n: v[i] for n, v in local.items()}}
+        for n, slot in slots.items():
+            slot.copy_(local[n][i] if n in local else params[n])
         correct, total = 0.0, 0.0
         for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
-            out = functional_call(model, p, (xb,))
+            out = work(_as_channels_last(xb))
             correct += float((out.argmax(1) == yb).sum())
             total += float(F.cross_entropy(out, yb, reduction="sum"))
         n = max(x.shape[0], 1)

@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     written = data.make_subsets(args.source, args.out, names=names, download=args.download)
     for name, path in written.items():
         d = data.load_cifar(name, root=path.parent)
-        print(f"{path}: {d.describe()}; sha256 {data.file_sha256(path)}")
+        print(f"{path}: {d.describe()}; sha256 {data.file_digest(path)}")
     return 0
 
 

@@ -423,18 +423,9 @@ def _load_subset(name: str, base: Path) -> CifarData:
 # --------------------------------------------------------------------------- download, extract
 
 
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 digest of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def file_md5(path: Path) -> str:
-    """Hex md5 digest of a file, read in 1 MiB chunks."""
-    digest = hashlib.md5()
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file (``hashlib`` algorithm name: ``"sha256"``, ``"md5"``), read in 1 MiB chunks."""
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
@@ -468,7 +459,7 @@ def download_archive(url: str, dest: str | os.PathLike, md5: str, *, retries: in
     dest = Path(dest)
     if retries < 1:
         raise ValueError(f"retries must be at least 1, got {retries}")
-    if dest.is_file() and file_md5(dest) == md5:
+    if dest.is_file() and file_digest(dest, "md5") == md5:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     last = None
@@ -640,7 +631,7 @@ def make_subsets(source: str | os.PathLike, out: str | os.PathLike, *, names=("c
         if not (source / spec["folder"]).is_dir():
             archive, want = source / spec["archive"], (archive_md5 or {}).get(name, spec["md5"])
             if archive.is_file():
-                if (got := file_md5(archive)) != want:
+                if (got := file_digest(archive, "md5")) != want:
                     raise ValueError(f"{archive} has md5 {got}, expected {want}: not the official archive "
                                      f"or a damaged copy; delete it and download it again")
             elif download:
@@ -677,7 +668,7 @@ def make_subsets(source: str | os.PathLike, out: str | os.PathLike, *, names=("c
     sums_file = out / "SHA256SUMS"
     sums = dict(line.split()[::-1] for line in sums_file.read_text().splitlines()
                 if len(line.split()) == 2) if sums_file.is_file() else {}
-    sums.update({p.name: file_sha256(p) for p in written.values()})
+    sums.update({p.name: file_digest(p) for p in written.values()})
     sums_file.write_text("".join(f"{h}  {n}\n" for n, h in sorted(sums.items())))
     return written
 

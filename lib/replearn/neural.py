@@ -21,14 +21,19 @@ successive random permutations of the client's data) or ``E`` epochs over a fres
 permutation in batches of ``batch_size`` with a smaller last batch (like a ``DataLoader``
 with ``shuffle=True``, ``drop_last=False``).
 
-Speed: the clients' images live as tensors on the device; there is no ``DataLoader``, no
-per-sample augmentation (:func:`replearn.data.augment` works on whole batches) and no
-``deepcopy`` per client: each client's parameters are loaded into one working copy of the
-model, updated in place with foreach kernels, and averaged as tensors. Clients with the same
-batch schedule can instead be trained together with ``torch.func.vmap`` (``vmap_clients > 1``:
-stacked parameters, one batched forward/backward for the group), meant for GPUs; on a CPU the
-sequential path is as fast or faster. On a 2-core CPU the training is compute-bound
-(``bench/neural_rounds.py``: about a third of the GEMM peak, like the reference loop).
+Speed: the clients' images live as tensors on the device (the training images
+``channels_last``); there is no ``DataLoader``, no per-sample augmentation
+(:func:`replearn.data.augment` works on whole batches) and no ``deepcopy`` per client: each
+client's parameters are loaded into one working copy of the model (:func:`fast_copy`: ReLU
+after max-pooling, ``channels_last`` weights; same function and gradients), updated in place
+with foreach kernels, and averaged as tensors. A phase that trains only the head runs on body
+features computed once per phase (:class:`LocalSGD`). Clients with the same batch schedule
+can instead be trained together with ``torch.func.vmap`` (``vmap_clients > 1``: stacked
+parameters, one batched forward/backward for the group), meant for GPUs; on a CPU the
+sequential path is as fast or faster. On a CPU the training is compute-bound: the
+convolutions (oneDNN in float32, ATen's slower kernels in float64) take most of the time
+(``bench/neural_rounds.py`` compares with a PFLlib-style loop and prints the share of the GEMM
+rate). The dtype follows the model (float32 or float64).
 
 All random numbers (client selection, batches, augmentation) come from one CPU
 ``torch.Generator`` seeded with ``cfg.seed``, so a run is bit-for-bit reproducible on the CPU.

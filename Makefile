@@ -23,8 +23,9 @@ endif
 
 .PHONY: book test unit nbval nbval-portable execute results bench lab launch-check constraints clean
 
-# Notebooks that train CNNs on CIFAR (float32 training on the CPU, minutes each): strict nbval
-# checks them once; the portability pass below re-runs only the others.
+# Notebooks that train CNNs on CIFAR (float64 on the CPU, about a minute or two each): strict
+# nbval checks them once; to keep `make test` short the portability pass re-runs only the others
+# (their portability was checked by hand: README, "Results files").
 NEURAL_NOTEBOOKS := $(filter %/07_feature_similarity.ipynb %/08_transfer.ipynb %/09_cka.ipynb \
 	%/07_cifar_personalisation.ipynb %/08_local_epochs.ipynb %/09_new_clients_cifar.ipynb,$(NOTEBOOKS))
 PORTABLE_NOTEBOOKS := $(filter-out $(NEURAL_NOTEBOOKS),$(NOTEBOOKS))

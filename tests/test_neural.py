@@ -83,6 +83,22 @@ BODY = [n for n, _ in tiny_model().named_parameters() if n.startswith("body.")]
 HEAD = ["head.weight", "head.bias"]
 
 
+
+def reference_sgd(model, trainable, x, y, batches, cfg):
+    """torch.optim.SGD on a deep copy of ``model`` over the parameters named in ``trainable``, one
+    step per batch of ``batches``: the trained copy and the summed loss (what LocalSGD must match)."""
+    ref = copy.deepcopy(model)
+    opt = torch.optim.SGD([p for n, p in ref.named_parameters() if n in trainable], lr=cfg.lr,
+                          momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    total = 0.0
+    for idx in batches:
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(ref(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        total += float(loss.detach())
+    return ref, total
+
 def test_fedavg_one_full_batch_step_is_centralised_gradient_descent():
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=4, lr=0.3, momentum=0.0, batch_size=BIG, local_steps=1)
@@ -404,16 +420,7 @@ def test_local_sgd_is_torch_optim_sgd():
     x, y = CLIENTS.x_train[1], CLIENTS.y_train[1]
     batches = neural.plan_batches(x.shape[0], 6, steps=4, epochs=1, generator=torch.Generator().manual_seed(1))
     new, loss_sum = neural.LocalSGD(model).train(params_of(model), HEAD + BODY[:2], x, y, batches, cfg)
-    ref = copy.deepcopy(model)
-    opt = torch.optim.SGD([p for n, p in ref.named_parameters() if n in HEAD + BODY[:2]], lr=cfg.lr,
-                          momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    total = 0.0
-    for idx in batches:
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(ref(x[idx]), y[idx])
-        loss.backward()
-        opt.step()
-        total += float(loss.detach())
+    ref, total = reference_sgd(model, HEAD + BODY[:2], x, y, batches, cfg)
     assert set(new) == set(HEAD + BODY[:2])
     assert_close(new, {n: p for n, p in params_of(ref).items() if n in new})
     assert float(loss_sum) == pytest.approx(total, rel=1e-5)
@@ -559,14 +566,6 @@ def test_head_phase_on_cached_features_is_plain_sgd(cls):
     worker = neural.LocalSGD(model)
     new, loss_sum = worker.train(params_of(model), HEAD, x, y, batches, cfg)
     assert bool(worker._head_names) == (cls is Tiny)  # features cached only where forward = head(body(x))
-    ref = copy.deepcopy(model)
-    opt = torch.optim.SGD(ref.head.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    total = 0.0
-    for idx in batches:
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(ref(x[idx]), y[idx])
-        loss.backward()
-        opt.step()
-        total += float(loss.detach())
+    ref, total = reference_sgd(model, HEAD, x, y, batches, cfg)
     assert_close(new, {n: params_of(ref)[n] for n in HEAD})
     assert float(loss_sum) == pytest.approx(total, rel=1e-5)

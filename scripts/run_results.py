@@ -1,6 +1,6 @@
 """Run the neural sections' drivers at a larger profile and write results files with provenance.
 
-    python scripts/run_results.py --profile long            # every section, CPU (~30 min each)
+    python scripts/run_results.py --profile long            # every section, CPU (6-20 min each on one core)
     python scripts/run_results.py --profile paper 4.7 5.7   # chosen sections, the papers' settings (GPU)
 
 ``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import platform
 import subprocess
 import sys
 import time
@@ -26,8 +27,12 @@ from pathlib import Path
 import torch
 
 from replearn.backend import default_device
-from replearn.experiments import fedavg_cifar as fa
-from replearn.experiments import fedrep_cifar as fr
+from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
+from replearn.experiments.ch04_fedavg import s08_transfer as s48
+from replearn.experiments.ch04_fedavg import s09_cka as s49
+from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
+from replearn.experiments.ch05_fedrep import s08_local_epochs as s58
+from replearn.experiments.ch05_fedrep import s09_new_clients_cifar as s59
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "book" / "results"
@@ -38,50 +43,62 @@ def _floats(t) -> list:
     return [float(v) for v in torch.as_tensor(t).flatten().tolist()]
 
 
-def _similarity(r: fa.SimilarityResult) -> dict:
+def _similarity(r: s47.SimilarityResult) -> dict:
     return {"gap": {str(t): r.gap[t] for t in r.taus}, "intra": {str(t): r.intra(t) for t in r.taus},
-            "inter": {str(t): r.inter(t) for t in r.taus}, "probe_accuracy": {str(t): r.probe_accuracy[t] for t in r.taus}}
+            "inter": {str(t): r.inter(t) for t in r.taus}, "probe_accuracy": {str(t): r.probe_accuracy[t] for t in r.taus},
+            "client_accuracy": {str(t): r.client_accuracy[t] for t in r.taus}}
 
 
-def _transfer(r: fa.TransferResult) -> dict:
+def _transfer(r: s48.TransferResult) -> dict:
     return {"pretrain_accuracy": {str(t): v for t, v in r.pretrain_accuracy.items()},
             "samples": {k: list(v) for k, v in r.samples.items()},
             "mean_accuracy": {f"{target}/{tau}": _floats(r.mean(target, tau)) for target, tau in r.accuracy}}
 
 
-def _cka(r: fa.CKALayerResult) -> dict:
+def _cka(r: s49.CKALayerResult) -> dict:
     return {"layers": list(r.layers), "before_after": {str(t): _floats(r.mean(t)) for t in r.before_after},
             "between": _floats(r.between), "ft_accuracy": {str(t): v for t, v in r.ft_accuracy.items()},
             "pretrain_accuracy": {str(t): v for t, v in r.pretrain_accuracy.items()}}
 
 
-def _table(r: fr.TableResult) -> dict:
+def _table(r: s57.TableResult) -> dict:
     return {"/".join(map(str, p)): dict(r.accuracy[p]) for p in r.partitions}
 
 
-def _epochs(r: fr.EpochResult) -> dict:
+def _epochs(r: s58.EpochResult) -> dict:
     return {"epochs": list(r.epochs), "accuracy": {m: _floats(v) for m, v in r.accuracy.items()}}
 
 
-def _new_clients(r: fr.NewClientResult) -> dict:
+def _new_clients(r: s59.NewClientResult) -> dict:
     return {"new_classes": list(r.new_classes), "accuracy": {m: _floats(v) for m, v in r.accuracy.items()},
             "trained": dict(r.trained)}
 
 
 #: section -> (settings class, driver, summary of one seed's result as JSON-able dict)
 SECTIONS = {
-    "4.7": (fa.SimilaritySettings, fa.run_similarity, _similarity),
-    "4.8": (fa.TransferSettings, fa.run_transfer, _transfer),
-    "4.9": (fa.CKASettings, fa.run_cka, _cka),
-    "5.7": (fr.TableSettings, fr.run_table, _table),
-    "5.8": (fr.EpochSettings, fr.run_epochs, _epochs),
-    "5.9": (fr.NewClientSettings, fr.run_new_clients, _new_clients),
+    "4.7": (s47.SimilaritySettings, s47.run_similarity, _similarity),
+    "4.8": (s48.TransferSettings, s48.run_transfer, _transfer),
+    "4.9": (s49.CKASettings, s49.run_cka, _cka),
+    "5.7": (s57.TableSettings, s57.run_table, _table),
+    "5.8": (s58.EpochSettings, s58.run_epochs, _epochs),
+    "5.9": (s59.NewClientSettings, s59.run_new_clients, _new_clients),
 }
 
 
 def settings_json(s) -> dict:
     """The settings dataclass as JSON values (tuples become lists), comparable with a file's."""
     return json.loads(json.dumps(dataclasses.asdict(s)))
+
+
+def cpu_name() -> str:
+    """The CPU model (from /proc/cpuinfo where there is one)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def commit() -> str:
@@ -123,7 +140,8 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
         per_seed[str(seed)], wall = result, wall + elapsed
     record = {"section": section, "profile": profile, "settings_class": cls.__name__, "settings": settings_json(s),
               "seeds": list(s.seeds), "results": per_seed, "provenance": {
-                  "commit": commit(), "device": str(default_device()), "torch": torch.__version__,
+                  "commit": commit(), "device": str(default_device()), "cpu": cpu_name(),
+                  "threads": torch.get_num_threads(), "torch": torch.__version__,
                   "python": sys.version.split()[0],
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   "wall_s": round(wall, 1)}}

@@ -1,0 +1,97 @@
+"""Book 4.8: FedAvg's representation transfers to new tasks better than D-SGD's (Collins et al.
+2022, Fig. 5).
+
+FedAvg and D-SGD are pre-trained on CIFAR-100 clients at a matched number of local updates
+(:func:`replearn.transfer.pretrain`); then new clients holding held-out CIFAR-100 classes, and
+CIFAR-10 clients holding all 10 classes, fine-tune the whole model
+(:func:`replearn.transfer.finetune_all`, a fresh head) on varying numbers of training images;
+accuracy per new client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ... import data as D
+from ...backend import derive_seed
+from ...checks import check_int
+from ...transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain
+
+
+@dataclass(frozen=True)
+class TransferSettings(PretrainSettings):
+    """Fig. 5: after :func:`~replearn.transfer.pretrain`, ``new_clients`` new clients per trial
+    holding ``new_classes_per_client`` of the held-out CIFAR-100 classes fine-tune on ``samples``
+    (each value in turn) training images; as many CIFAR-10 clients holding all 10 classes
+    fine-tune on ``cifar10_samples`` images; ``trials`` draws of new clients (the models are
+    trained once). CPU default: new clients hold pairs of held-out classes (chance 1/2)."""
+
+    samples: tuple[int, ...] = (20, 100)
+    cifar10_samples: tuple[int, ...] = (100,)
+    new_clients: int = 4
+    new_classes_per_client: int = 2
+    test_per_client: int = 100
+    trials: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("samples", "cifar10_samples"):
+            for v in getattr(self, name):
+                check_int(v, name, 1)
+        for name in ("new_clients", "new_classes_per_client", "test_per_client", "trials"):
+            check_int(getattr(self, name), name, 1)
+
+    @classmethod
+    def paper(cls):
+        """The paper's 80/20 classes, tau = 50, 10 fine-tuning epochs and 5 trials x 5 new clients;
+        80 clients of C = 5 classes (500 images each on the full dataset); the rest as in
+        :data:`~replearn.transfer.PAPER_PRETRAIN`. Sample sizes per new client: our choice."""
+        return cls(**PAPER_PRETRAIN, samples=(50, 100, 200, 500), cifar10_samples=(50, 100, 200, 500),
+                   new_clients=5, new_classes_per_client=5, trials=5, test_per_client=200)
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """``accuracy[(target, tau)]``: (len(samples), trials * new_clients) fine-tuned test accuracies,
+    target ``"cifar100-new"`` or ``"cifar10"``; tau = 1 is D-SGD."""
+
+    tau: int
+    samples: dict[str, tuple[int, ...]]
+    accuracy: dict[tuple[str, int], torch.Tensor]
+    pretrain_accuracy: dict[int, float]
+    data: tuple[str, str]
+
+    def mean(self, target: str, tau: int) -> torch.Tensor:
+        return self.accuracy[(target, tau)].mean(1)
+
+    def std(self, target: str, tau: int) -> torch.Tensor:
+        return self.accuracy[(target, tau)].std(1, unbiased=False)
+
+
+def run_transfer(s: TransferSettings, *, cifar10: D.CifarData | None = None,
+                 cifar100: D.CifarData | None = None) -> TransferResult:
+    """Paper Fig. 5 (see the module docstring)."""
+    cifar10 = cifar10 if cifar10 is not None else D.load_cifar("cifar10")
+    cifar100 = cifar100 if cifar100 is not None else D.load_cifar("cifar100")
+    pre = pretrain(s, cifar100)
+    acc = {}
+    targets = {"cifar100-new": (cifar100, pre.new_classes, s.new_classes_per_client, s.samples),
+               "cifar10": (cifar10, None, cifar10.n_classes, s.cifar10_samples)}
+    for t_i, (target, (cifar, classes, cpc, samples)) in enumerate(targets.items()):
+        n_cls = len(classes) if classes is not None else cifar.n_classes
+        for tau, state in pre.states.items():
+            rows = []
+            for n in samples:
+                row = []
+                for trial in range(s.trials):
+                    seed = derive_seed(s.seed, 20, t_i, trial)
+                    cl = new_clients(cifar, classes, s.new_clients, cpc, s.test_per_client, seed)
+                    cl = cl.take_train(n, seed=derive_seed(seed, 3, n))
+                    _, res = finetune_all(s, state, cl, n_cls, seed)
+                    row.append(res.final.accuracy)
+                rows.append(torch.cat(row))
+            acc[(target, tau)] = torch.stack(rows)
+    return TransferResult(s.tau, {"cifar100-new": tuple(s.samples), "cifar10": tuple(s.cifar10_samples)}, acc,
+                          pre.client_accuracy, (cifar100.describe(), cifar10.describe()))

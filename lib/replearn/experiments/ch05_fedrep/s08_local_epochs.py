@@ -1,0 +1,93 @@
+"""Book 5.8: more local epochs help FedRep and hurt FedAvg (Collins, Hassani, Mokhtari,
+Shakkottai 2021, Fig. 5).
+
+CIFAR-10 over clients holding S classes each (:func:`replearn.personalisation.make_federation`);
+FedRep with ``E`` head epochs (and ``local_epochs`` body epochs) and FedAvg with ``E`` local
+epochs, for every ``E`` in ``epochs``, from one initial network and one seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ... import data as D
+from ... import neural
+from ...backend import derive_seed
+from ...checks import check_int
+from ...personalisation import PAPER_OPTIM, FederationSettings, make_federation
+
+
+@dataclass(frozen=True)
+class EpochSettings(FederationSettings):
+    """Fig. 5: ``dataset``, ``clients`` clients with S = ``classes_per_client`` classes; FedRep
+    with ``E`` head epochs and FedAvg with ``E`` local epochs, for every ``E`` in ``epochs``.
+    CPU default: 100 training images per client, 15 rounds, epochs (not steps) for both
+    phases, E in {1, 3}."""
+
+    dataset: str = "cifar10"
+    epochs: tuple[int, ...] = (1, 3)
+    train_per_client: int | None = 100
+    train: neural.TrainConfig = replace(FederationSettings.train, rounds=15, eval_every=15, local_steps=None,
+                                        head_steps=None)
+
+    def validate(self) -> None:
+        super().validate()
+        if len(set(self.epochs)) != len(self.epochs):
+            raise ValueError(f"epochs must be distinct, got {self.epochs!r}")
+        for e in self.epochs:
+            check_int(e, "epochs", 1)
+        if self.dataset not in ("cifar10", "cifar100"):
+            raise ValueError(f"unknown dataset {self.dataset!r}; use 'cifar10' or 'cifar100'")
+
+    @classmethod
+    def long(cls):
+        """200 training images per client, 30 rounds, E in {1, 3, 5}, 5 seeds (about 15 minutes on one core)."""
+        return cls(train_per_client=200, train=replace(cls().train, rounds=30, eval_every=30), epochs=(1, 3, 5),
+                   seeds=(0, 1, 2, 3, 4))
+
+    @classmethod
+    def paper(cls):
+        """n = 100, S = 2 (Sec. 5.2); E in {1, 5, 10, 20} is our choice (our copy of the paper
+        has the caption of Fig. 5 but not its axis)."""
+        return cls(clients=100, classes_per_client=2, epochs=(1, 5, 10, 20), **PAPER_OPTIM)
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    """``accuracy[method][j]``: personalised accuracy with ``epochs[j]`` local epochs
+    (method "FedRep": head epochs; "FedAvg": local epochs); ``curves[method][j]``: accuracy
+    after each round."""
+
+    epochs: tuple[int, ...]
+    accuracy: dict
+    curves: dict
+    train_sizes: torch.Tensor
+    test_sizes: torch.Tensor
+    data: str
+
+    def error(self, method: str) -> torch.Tensor:
+        return 1 - self.accuracy[method]
+
+
+def run_epochs(s: EpochSettings, *, cifar: D.CifarData | None = None) -> EpochResult:
+    """Paper Fig. 5 (see the module docstring)."""
+    cifar = cifar if cifar is not None else D.load_cifar(s.dataset)
+    fed = make_federation(cifar, s.clients, s.classes_per_client, train_per_client=s.train_per_client,
+                          test_per_client=s.test_per_client, seed=s.seed)
+    cl = fed.clients
+    acc = {"FedRep": [], "FedAvg": []}
+    curves = {"FedRep": [], "FedAvg": []}
+    for e in s.epochs:
+        for method in ("FedRep", "FedAvg"):
+            model = s.network(s.dataset, fed.n_classes, derive_seed(s.seed, 3), cl.device)
+            if method == "FedRep":
+                r = neural.fedrep(model, cl, s.config(head_epochs=e))
+            else:
+                r = neural.fedavg(model, cl, s.config(local_epochs=e))
+            acc[method].append(r.accuracy)
+            curves[method].append(r.test_accuracy)
+    return EpochResult(tuple(s.epochs), {m: torch.tensor(v) for m, v in acc.items()},
+                       {m: torch.stack(v) for m, v in curves.items()}, cl.train_sizes, cl.test_sizes,
+                       cifar.describe())

@@ -1,0 +1,112 @@
+"""Book 5.9: FedRep's body serves new clients with unseen classes (in the spirit of Collins,
+Hassani, Mokhtari, Shakkottai 2021, Fig. 6, which uses FEMNIST).
+
+FedRep and FedAvg are trained on the classes left after holding out ``n_new`` classes
+(:func:`replearn.data.class_split`); new clients holding held-out classes keep the trained body
+fixed and fit only a fresh head (:func:`replearn.personalisation.fit_heads`); the same for the
+untrained (random) body as a baseline; accuracy after every head epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ... import data as D
+from ... import neural
+from ...backend import derive_seed
+from ...checks import check_int
+from ...personalisation import PAPER_OPTIM, FederationSettings, fit_heads, make_federation
+
+NEW_METHODS = ("FedRep", "FedAvg", "random body")
+
+
+@dataclass(frozen=True)
+class NewClientSettings(FederationSettings):
+    """Hold out ``n_new`` of the dataset's classes; train FedRep and FedAvg on ``clients``
+    clients with ``classes_per_client`` of the other classes; then ``new_clients`` new clients
+    with ``new_classes_per_client`` held-out classes, ``new_train`` training and ``new_test``
+    test images each, fit a fresh head on each body for ``head_epochs_new`` epochs (accuracy
+    after every epoch; optimiser: ``train``'s lr, momentum and batch size). CPU default: 4
+    CIFAR-10 classes held out, so the new clients hold different pairs of unseen classes; 6
+    training clients on the other 6 classes."""
+
+    dataset: str = "cifar10"
+    n_new: int = 4
+    clients: int = 6
+    train: neural.TrainConfig = replace(FederationSettings.train, rounds=25, eval_every=25, participation=0.67)
+    new_clients: int = 4
+    new_classes_per_client: int = 2
+    new_train: int = 50
+    new_test: int = 100
+    head_epochs_new: int = 10
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("n_new", "new_clients", "new_classes_per_client", "new_train", "new_test", "head_epochs_new"):
+            check_int(getattr(self, name), name, 1)
+        if self.dataset not in ("cifar10", "cifar100"):
+            raise ValueError(f"unknown dataset {self.dataset!r}; use 'cifar10' or 'cifar100'")
+        if self.new_classes_per_client > self.n_new:
+            raise ValueError(f"new_classes_per_client = {self.new_classes_per_client} exceeds n_new = {self.n_new}")
+
+    @classmethod
+    def long(cls):
+        """100 rounds, 5 seeds (about 6 minutes on one core)."""
+        return cls(train=replace(cls().train, rounds=100, eval_every=100), seeds=(0, 1, 2, 3, 4))
+
+    @classmethod
+    def paper(cls):
+        """Our CIFAR-100 analogue of Fig. 6 (which uses FEMNIST letters -> digits): 80/20
+        classes, n = 100 training clients with S = 5, Sec. 5.2's optimiser and T = 100; new
+        clients with 5 held-out classes and 500 training images (as in Fig. 6), 20 head epochs."""
+        return cls(dataset="cifar100", n_new=20, clients=100, classes_per_client=5, new_clients=20,
+                   new_classes_per_client=5, new_train=500, new_test=100, head_epochs_new=20, **PAPER_OPTIM)
+
+
+@dataclass(frozen=True)
+class NewClientResult:
+    """``accuracy[method][e]``: new clients' mean test accuracy after ``e + 1`` head epochs;
+    ``client_accuracy[method]``: per new client after the last epoch; ``trained[method]``:
+    the personalised accuracy of the federated run on the training clients."""
+
+    train_classes: tuple[int, ...]
+    new_classes: tuple[int, ...]
+    accuracy: dict
+    client_accuracy: dict
+    trained: dict
+    data: str
+
+    @property
+    def epochs(self) -> torch.Tensor:
+        return torch.arange(1, len(next(iter(self.accuracy.values()))) + 1)
+
+
+def run_new_clients(s: NewClientSettings, *, cifar: D.CifarData | None = None) -> NewClientResult:
+    """New clients (see the module docstring)."""
+    cifar = cifar if cifar is not None else D.load_cifar(s.dataset)
+    if not s.n_new < cifar.n_classes:
+        raise ValueError(f"need 0 < n_new < {cifar.n_classes}, got {s.n_new}")
+    train_cls, new_cls = D.class_split(cifar.n_classes, s.n_new, seed=derive_seed(s.seed, 20))
+    fed = make_federation(cifar, s.clients, s.classes_per_client, train_per_client=s.train_per_client,
+                          test_per_client=s.test_per_client, seed=s.seed, classes=train_cls)
+    new = make_federation(cifar, s.new_clients, s.new_classes_per_client,
+                          train_per_client=s.new_train, test_per_client=s.new_test,
+                          seed=derive_seed(s.seed, 21), classes=new_cls)
+    device = fed.clients.device
+    init = s.network(s.dataset, fed.n_classes, derive_seed(s.seed, 3), device)
+    cfg = s.config()
+    runs = {"FedRep": neural.fedrep(init, fed.clients, cfg), "FedAvg": neural.fedavg(init, fed.clients, cfg)}
+    bodies = {m: r.state for m, r in runs.items()}
+    bodies["random body"] = {n: p.detach() for n, p in init.named_parameters()}
+    new_model = s.network(s.dataset, new.n_classes, derive_seed(s.seed, 22), device)
+    fresh_head = {n: p.detach() for n, p in new_model.named_parameters() if n.startswith("head.")}
+    acc, cacc = {}, {}
+    for method in NEW_METHODS:
+        state = {**{n: p for n, p in bodies[method].items() if not n.startswith("head.")}, **fresh_head}
+        r = fit_heads(new_model, new.clients, state, epochs=s.head_epochs_new, lr=cfg.lr, momentum=cfg.momentum,
+                      batch_size=cfg.batch_size, seed=derive_seed(s.seed, 23))
+        acc[method], cacc[method] = r.test_accuracy, r.final.accuracy
+    return NewClientResult(tuple(int(c) for c in train_cls), tuple(int(c) for c in new_cls), acc, cacc,
+                           {m: r.accuracy for m, r in runs.items()}, cifar.describe())

@@ -1,0 +1,160 @@
+"""Personalised federated learning on CIFAR (Collins, Hassani, Mokhtari, Shakkottai 2021,
+Sec. 5.2; the set-up shared by book 5.7-5.9).
+
+:func:`make_federation` partitions (a subset of) CIFAR over ``n`` clients holding ``S`` classes
+each (:func:`replearn.data.shard_partition`, the pathological non-IID split of the LG-FedAvg
+and FedRep code) with per-client test sets of the same classes and proportions
+(:func:`replearn.data.client_test_split`); :class:`FederationSettings` hold the partition, the
+network (the authors' CNN, :class:`replearn.models.FedRepCNN`, whose head is the last linear
+layer) and a :class:`~replearn.neural.TrainConfig` (composed, not copied);
+:data:`ALGORITHMS` are the federated algorithms of :mod:`replearn.neural` the sections compare;
+:func:`fit_heads` lets new clients fit a head on a frozen body, evaluated after every epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from . import data as D
+from . import neural
+from .backend import derive_seed
+from .checks import check_int
+from .models import make_model
+from .profiles import Settings
+from .seeds import check_seeds
+from .transfer import DTYPES
+
+__all__ = ["ALGORITHMS", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
+
+#: The federated algorithms the CIFAR sections compare, by their names in the FedRep paper.
+ALGORITHMS = {"Local only": neural.local_only, "FedAvg": neural.fedavg, "FedPer": neural.fedper,
+              "LG-FedAvg": neural.lg_fedavg, "FedRep": neural.fedrep}
+
+
+@dataclass(frozen=True)
+class FederationSettings(Settings):
+    """Data, network and training settings of a personalised-FL experiment on CIFAR.
+
+    ``clients`` n with ``classes_per_client`` S classes each; ``train_per_client``: training
+    images per client (``None``: the whole training set is partitioned, 50,000/n in the paper);
+    ``test_per_client``: test images per client (``None``: the whole test set is spread over
+    the clients); ``train``: rounds T, participation r, optimiser, local epochs or steps of
+    every method's joint local update and FedRep's body update (``local_epochs`` /
+    ``local_steps``), FedRep's head phase (``head_epochs`` / ``head_steps``), evaluation every
+    ``eval_every`` rounds, and the reported accuracy is the mean of the evaluations in the last
+    ``last_rounds`` rounds (paper: every round, final 10); its ``seed`` is derived from
+    ``seed`` per run (:meth:`config`); ``variant``: the network widths (``None``: the authors'
+    widths for the dataset); ``dtype``: ``"float64"`` on the CPU (printed results independent
+    of the CPU's kernels and thread count), ``"float32"`` on a GPU; ``seeds``: the seeds
+    :func:`replearn.seeds.over_seeds` runs.
+
+    CPU default: 5 clients with 200 training images each, 4 sampled per round for 20 rounds
+    (16 rounds per client), 10 local steps of 10 images per round (FedRep's head: 10 steps
+    before them), evaluated after the last round, the narrow (16/32 channel) network in float64.
+    """
+
+    clients: int = 5
+    classes_per_client: int = 2
+    train_per_client: int | None = 200
+    test_per_client: int | None = 100
+    train: neural.TrainConfig = neural.TrainConfig(rounds=20, participation=0.8, lr=0.05, momentum=0.5,
+                                                   batch_size=10, local_epochs=1, head_epochs=5, local_steps=10,
+                                                   head_steps=10, eval_every=20, last_rounds=1)
+    variant: str | None = "narrow"
+    dtype: str = "float64"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    seed: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.clients, "clients", 1)
+        check_int(self.classes_per_client, "classes_per_client", 1)
+        for name in ("train_per_client", "test_per_client"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), name, 1)
+        check_seeds(self.seeds)
+        if not isinstance(self.train, neural.TrainConfig):
+            raise ValueError(f"train must be a replearn.neural.TrainConfig, got {self.train!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+
+    def config(self, **overrides) -> neural.TrainConfig:
+        """``train`` with the run's seed (derived from ``seed``) and ``overrides``."""
+        return replace(self.train, seed=derive_seed(self.seed, 4), **overrides)
+
+    def network(self, dataset: str, n_classes: int, seed: int, device):
+        """The FedRep CNN: ``variant`` widths (``None``: the authors' widths for ``dataset``) in ``dtype``."""
+        variant = self.variant or ("cifar100" if dataset == "cifar100" else "cifar10")
+        return make_model("fedrep_cnn", n_classes, seed, device=device, variant=variant, dtype=DTYPES[self.dtype])
+
+
+#: Sec. 5.2 of the FedRep paper and the authors' code: full datasets, r = 0.1, T = 100 rounds,
+#: 10 head epochs and 1 representation epoch, SGD with lr 0.01, momentum 0.5, batch 10,
+#: evaluated every round (final 10 averaged), the authors' widths, float32 on a GPU.
+PAPER_OPTIM = dict(train_per_client=None, test_per_client=None, variant=None, dtype="float32",
+                   train=neural.TrainConfig(rounds=100, participation=0.1, lr=0.01, momentum=0.5, batch_size=10,
+                                            local_epochs=1, head_epochs=10, eval_every=1, last_rounds=10))
+
+
+@dataclass(frozen=True)
+class Federation:
+    """Clients of one partition: the :class:`~replearn.neural.ClientData`, the number of
+    classes of the (possibly restricted) label space and the original class of each label."""
+
+    clients: neural.ClientData
+    n_classes: int
+    classes: tuple[int, ...]
+
+
+def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int, *,
+                    train_per_client: int | None, test_per_client: int | None, seed: int,
+                    classes=None) -> Federation:
+    """``n_clients`` clients with ``classes_per_client`` classes each, from the classes
+    ``classes`` of ``cifar`` (default: all, relabelled ``0..K-1``). With ``train_per_client``,
+    a random balanced subset of ``train_per_client * n_clients`` training images is partitioned
+    (every client gets that many); otherwise all training images of those classes."""
+    check_int(n_clients, "clients", 1)
+    check_int(classes_per_client, "classes_per_client", 1)
+    classes = torch.arange(cifar.n_classes) if classes is None else torch.as_tensor(classes, dtype=torch.int64)
+    itr, ytr = D.restrict_classes(cifar.y_train, classes)
+    ite, yte = D.restrict_classes(cifar.y_test, classes)
+    k = len(classes)
+    if classes_per_client > k:
+        raise ValueError(f"classes_per_client = {classes_per_client} exceeds the {k} classes available")
+    if train_per_client is not None:
+        total = train_per_client * n_clients
+        if total % k:
+            raise ValueError(f"train_per_client * clients = {total} must be a multiple of the {k} classes "
+                             f"(a balanced subset)")
+        rng = np.random.default_rng(derive_seed(seed, 10))
+        keep = []
+        for c in range(k):
+            pos = np.flatnonzero(ytr.numpy() == c)
+            if len(pos) < total // k:
+                raise ValueError(f"class {int(classes[c])} has {len(pos)} training images, need {total // k}")
+            keep.append(rng.choice(pos, total // k, replace=False))
+        keep = torch.from_numpy(np.sort(np.concatenate(keep)))
+        itr, ytr = itr[keep], ytr[keep]
+    parts = D.shard_partition(ytr, n_clients, classes_per_client, seed=derive_seed(seed, 11))
+    tests = D.client_test_split(parts, ytr, yte, seed=derive_seed(seed, 12), n_per_client=test_per_client)
+    clients = neural.ClientData.from_partition(cifar.x_train[itr], ytr, parts, cifar.x_test[ite], yte, tests,
+                                               dataset=cifar.name)
+    return Federation(clients, k, tuple(int(c) for c in classes))
+
+
+def fit_heads(model, clients: neural.ClientData, state: dict, *, epochs: int, lr: float, momentum: float,
+              batch_size: int, seed: int) -> neural.FedResult:
+    """Each client fits its own head on the frozen body of ``state`` (the SGD of
+    :func:`replearn.neural.finetune` with ``part="head"``), one epoch per round, evaluated after
+    every epoch: ``test_accuracy[e]`` is the accuracy after ``e + 1`` epochs. The momentum buffer
+    restarts every epoch (it does within ``finetune`` only once); with ``epochs = 1`` this is
+    exactly ``finetune(..., epochs=1, part="head")``."""
+    check_int(epochs, "epochs", 1)
+    head = tuple(n for n, _ in model.named_parameters() if n.startswith("head."))
+    cfg = neural.TrainConfig(rounds=epochs, lr=lr, momentum=momentum, batch_size=batch_size, local_epochs=1,
+                             eval_every=1, last_rounds=1, seed=seed)
+    return neural.run_rounds("finetune_head", model, clients, cfg, shared=(), local=head,
+                             phases=[(head, None, 1)], state=state)

@@ -1,0 +1,92 @@
+"""Committed results of the long CPU and paper-scale GPU runs, read back for the book.
+
+``make results PROFILE=long|paper`` (``scripts/run_results.py``) runs a neural section's driver
+at a larger profile, once per seed, and writes ``book/results/<profile>/<section>.json``: the
+settings, a summary of every seed's result and the provenance (commit, device, CPU, threads,
+torch and Python versions, date, wall time). :func:`load` reads such a file;
+:meth:`ResultsFile.values` collects one number per seed, ready for
+:func:`replearn.seeds.pm` / :func:`replearn.seeds.separated`; :meth:`ResultsFile.describe`
+is the label a notebook prints above the numbers, so that a reader can tell them from the CPU
+run the notebook itself executes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ResultsFile", "default_root", "load"]
+
+
+def default_root() -> Path:
+    """The folder holding ``<profile>/<section>.json``: ``$REPLEARN_RESULTS`` when set, else the
+    first of ``./results``, ``../results`` and ``./book/results`` that exists (a notebook runs in
+    its chapter folder, next to ``book/results``), else ``../results``."""
+    env = os.environ.get("REPLEARN_RESULTS")
+    if env:
+        return Path(env).expanduser()
+    here = Path.cwd()
+    for candidate in (here / "results", here.parent / "results", here / "book" / "results"):
+        if candidate.is_dir():
+            return candidate
+    return here.parent / "results"
+
+
+@dataclass(frozen=True)
+class ResultsFile:
+    """One section's committed results: ``results[seed]`` is the summary of that seed's run."""
+
+    section: str
+    profile: str
+    settings: dict
+    seeds: tuple[int, ...]
+    results: dict
+    provenance: dict
+    path: Path
+
+    def values(self, *keys: str) -> list[float]:
+        """The number at ``results[seed][keys[0]][keys[1]]...`` for every seed, in seed order.
+        A key path that does not exist raises a ``KeyError`` naming the keys available there."""
+        out = []
+        for seed in self.seeds:
+            node = self.results[str(seed)]
+            for depth, key in enumerate(keys):
+                if not isinstance(node, dict) or key not in node:
+                    have = sorted(node) if isinstance(node, dict) else type(node).__name__
+                    raise KeyError(f"{self.path.name}: no key {key!r} under {list(keys[:depth])}; "
+                                   f"available: {have}")
+                node = node[key]
+            out.append(float(node))
+        return out
+
+    def describe(self) -> str:
+        """``profile`` run, seeds, device, CPU, threads, torch, commit, date and wall time."""
+        p = self.provenance
+        where = p.get("device", "?")
+        if where == "cpu":
+            threads = p.get("threads")
+            where = f"CPU {p.get('cpu', '?')}" + (f", {threads} thread{'s' * (threads != 1)}" if threads else "")
+        minutes = float(p.get("wall_s", 0.0)) / 60
+        return (f"{self.profile} profile, {len(self.seeds)} seeds {self.seeds}; {where}; torch {p.get('torch', '?')}; "
+                f"commit {str(p.get('commit', '?'))[:12]}; {str(p.get('date', '?'))[:10]}; "
+                f"{minutes:.0f} min in all")
+
+
+def load(section: str, profile: str = "long", root: str | Path | None = None) -> ResultsFile:
+    """The committed results of ``section`` (e.g. ``"4.7"``) at ``profile`` under ``root``
+    (default :func:`default_root`). Raises ``FileNotFoundError`` saying how to produce them."""
+    root = Path(root) if root is not None else default_root()
+    path = root / profile / f"{section}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no {profile}-profile results for section {section} at {path}; produce them with "
+                                f"`make results PROFILE={profile}` (or set REPLEARN_RESULTS to the folder holding "
+                                f"<profile>/<section>.json)")
+    try:
+        record = json.loads(path.read_text())
+        return ResultsFile(record["section"], record["profile"], record["settings"], tuple(record["seeds"]),
+                           record["results"], record["provenance"], path)
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path} is not a results file of scripts/run_results.py ({err}); re-run "
+                         f"`make results PROFILE={profile}`") from err

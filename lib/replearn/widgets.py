@@ -12,6 +12,7 @@ for the static figures of the book) and a thin ipywidgets front end that redraws
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,8 +23,6 @@ from .experiments.lower_bound import make_instance
 from .federated import dgd, fedavg
 from .meta import arm
 from .plotting import plot_curves, to_numpy
-
-_ARM_EXPLORER_DEFAULTS = {"delta": 0.3, "beta": 0.3, "T": 200, "cond": 4.0}
 
 
 def arm_explorer_curves(delta: float, beta: float, T: int, cond: float, *, d: int = 20, k: int = 3,
@@ -57,8 +56,6 @@ def draw_arm_explorer(ax, curves: dict, delta: float) -> None:
     ax.axhline(delta, color="k", lw=0.8, ls="--")
     ax.set_ylim(max(floor, 0.5 * float(shown["FedAvg"].min())), 1.5)
 
-
-_FEDAVG_EXPLORER_DEFAULTS = {"tau": 2, "alpha": 0.2, "cond": 1.0, "participation": 1.0}
 
 
 def fedavg_explorer_curves(tau: int, alpha: float, cond: float, participation: float, *, d: int = 30,
@@ -107,16 +104,47 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def _start_values(defaults: dict, known: dict) -> dict:
-    unknown = set(defaults) - set(known)
-    if unknown:
-        raise ValueError(f"unknown explorer settings {sorted(unknown)}; use {sorted(known)}")
-    return {**known, **defaults}
+@dataclass(frozen=True)
+class Slider:
+    """A slider control: ``kind`` ``"float"``, ``"int"`` or ``"log"`` (``low``/``high`` are
+    then powers of ten, ``value`` the value itself); ``label`` is shown beside it."""
+
+    value: float
+    low: float
+    high: float
+    step: float
+    label: str
+    kind: str = "float"
 
 
-def _panel(controls: dict, figure):
-    """Sliders ``controls`` above an ``Output`` that shows ``figure(values)`` (a matplotlib
-    Figure) as PNG, redrawn whenever a slider moves.
+@dataclass(frozen=True)
+class Menu:
+    """A drop-down control over ``options``: values, or ``(label, value)`` pairs."""
+
+    value: object
+    options: tuple
+    label: str
+
+
+def _control(spec, value, continuous: bool):
+    import ipywidgets as widgets
+
+    if isinstance(spec, Menu):
+        return widgets.Dropdown(options=list(spec.options), value=value, description=spec.label)
+    common = dict(value=value, min=spec.low, max=spec.high, step=spec.step, description=spec.label,
+                  continuous_update=continuous)
+    if spec.kind == "int":
+        return widgets.IntSlider(**common)
+    if spec.kind == "log":
+        return widgets.FloatLogSlider(base=10, **common)
+    if spec.kind == "float":
+        return widgets.FloatSlider(**common)
+    raise ValueError(f"unknown slider kind {spec.kind!r}; use 'float', 'int' or 'log'")
+
+
+def panel(controls: dict, figure):
+    """Controls (ipywidgets, by name) above an ``Output`` that shows ``figure(values)`` (a
+    matplotlib Figure) as PNG, redrawn whenever a control changes.
 
     The PNG is stored in the ``Output`` widget's state directly, so the cell that displays the
     panel gets no extra outputs and a saved notebook keeps the figure. A ValueError (e.g. a
@@ -140,68 +168,58 @@ def _panel(controls: dict, figure):
     for control in controls.values():
         control.observe(redraw, names="value")
     redraw()
-    sliders = list(controls.values())
-    return widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), out])
+    shown = list(controls.values())
+    return widgets.VBox([widgets.HBox(shown[:2]), widgets.HBox(shown[2:]), out])
+
+
+def explorer(controls: dict, draw, *, defaults: dict | None = None, figsize=(6.0, 3.4), axes: int = 1,
+             continuous_update: bool = True):
+    """An explorer panel: one control per entry of ``controls`` (name -> :class:`Slider` or
+    :class:`Menu`), starting at the control's ``value`` unless ``defaults`` names another, and a
+    figure of ``axes`` side-by-side axes redrawn by ``draw(ax_or_axes, values)`` whenever a control
+    moves (``values``: name -> current value). Unknown names in ``defaults`` raise ``ValueError``."""
+    from matplotlib.figure import Figure
+
+    defaults = dict(defaults or {})
+    unknown = set(defaults) - set(controls)
+    if unknown:
+        raise ValueError(f"unknown explorer settings {sorted(unknown)}; use {sorted(controls)}")
+    built = {name: _control(spec, defaults.get(name, spec.value), continuous_update)
+             for name, spec in controls.items()}
+
+    def figure(values):
+        fig = Figure(figsize=figsize)
+        draw(fig.subplots(1, axes) if axes > 1 else fig.add_subplot(), values)
+        fig.tight_layout()
+        return fig
+
+    return panel(built, figure)
 
 
 def arm_explorer(**defaults):
     """An ipywidgets panel: sliders for delta, beta, T and the head condition number, and a
     plot of :func:`arm_explorer_curves` (keyword ``defaults`` set the initial slider values)."""
-    import ipywidgets as widgets
-    from matplotlib.figure import Figure
-
-    start = _start_values(defaults, _ARM_EXPLORER_DEFAULTS)
-    controls = {
-        "delta": widgets.FloatSlider(value=start["delta"], min=0.05, max=0.95, step=0.05, description="δ"),
-        "beta": widgets.FloatSlider(value=start["beta"], min=0.05, max=0.5, step=0.05, description="β"),
-        "T": widgets.IntSlider(value=start["T"], min=10, max=500, step=10, description="T"),
-        "cond": widgets.FloatLogSlider(value=start["cond"], base=10, min=0, max=2, step=0.1,
-                                       description="cond"),
-    }
-
-    def figure(values):
-        curves = arm_explorer_curves(**values)
-        fig = Figure(figsize=(6.0, 3.4))
-        draw_arm_explorer(fig.add_subplot(), curves, values["delta"])
-        fig.tight_layout()
-        return fig
-
-    return _panel(controls, figure)
+    controls = {"delta": Slider(0.3, 0.05, 0.95, 0.05, "δ"), "beta": Slider(0.3, 0.05, 0.5, 0.05, "β"),
+                "T": Slider(200, 10, 500, 10, "T", "int"), "cond": Slider(4.0, 0, 2, 0.1, "cond", "log")}
+    return explorer(controls, lambda ax, v: draw_arm_explorer(ax, arm_explorer_curves(**v), v["delta"]),
+                    defaults=defaults)
 
 
 def fedavg_explorer(**defaults):
     """An ipywidgets panel: sliders for tau, alpha, the head condition number and the fraction
     of clients per round, and a plot of :func:`fedavg_explorer_curves` (keyword ``defaults``
     set the initial slider values)."""
-    import ipywidgets as widgets
-    from matplotlib.figure import Figure
+    controls = {"tau": Slider(2, 1, 10, 1, "τ", "int"), "alpha": Slider(0.2, 0.05, 0.4, 0.05, "α"),
+                "cond": Slider(1.0, 0, 1.5, 0.1, "cond", "log"), "participation": Slider(1.0, 0.1, 1.0, 0.05, "m / M")}
 
-    start = _start_values(defaults, _FEDAVG_EXPLORER_DEFAULTS)
-    common = {"continuous_update": False}
-    controls = {
-        "tau": widgets.IntSlider(value=start["tau"], min=1, max=10, step=1, description="τ", **common),
-        "alpha": widgets.FloatSlider(value=start["alpha"], min=0.05, max=0.4, step=0.05, description="α", **common),
-        "cond": widgets.FloatLogSlider(value=start["cond"], base=10, min=0, max=1.5, step=0.1,
-                                       description="cond", **common),
-        "participation": widgets.FloatSlider(value=start["participation"], min=0.1, max=1.0, step=0.05,
-                                             description="m / M", **common),
-    }
+    def draw(ax, v):
+        title = f"τ = {v['tau']}, α = {v['alpha']:.2f}, cond = {v['cond']:.1f}, m/M = {v['participation']:.2f}"
+        draw_fedavg_explorer(ax, fedavg_explorer_curves(**v), title)
 
-    def figure(values):
-        curves = fedavg_explorer_curves(**values)
-        fig = Figure(figsize=(6.0, 3.4))
-        title = (f"τ = {values['tau']}, α = {values['alpha']:.2f}, cond = {values['cond']:.1f}, "
-                 f"m/M = {values['participation']:.2f}")
-        draw_fedavg_explorer(fig.add_subplot(), curves, title)
-        fig.tight_layout()
-        return fig
-
-    return _panel(controls, figure)
+    return explorer(controls, draw, defaults=defaults, continuous_update=False)
 
 
 # --------------------------------------------------------------------------- FedRep (book 5.6)
-
-_FEDREP_EXPLORER_DEFAULTS = {"n": 100, "m": 5, "r": 0.1, "head_steps": 0}
 
 
 def fedrep_explorer_curves(n: int, m: int, r: float, head_steps: int | None, *, d: int = 10, k: int = 2,
@@ -259,36 +277,19 @@ def fedrep_explorer(**defaults):
     """An ipywidgets panel: sliders for the number of clients n, the fresh samples m per round,
     the participation r and the head steps K (0 = exact head), and a plot of
     :func:`fedrep_explorer_curves` (keyword ``defaults`` set the initial slider values)."""
-    import ipywidgets as widgets
-    from matplotlib.figure import Figure
+    controls = {"n": Slider(100, 10, 1000, 10, "n", "int"), "m": Slider(5, 1, 20, 1, "m", "int"),
+                "r": Slider(0.1, 0.05, 1.0, 0.05, "r"), "head_steps": Slider(0, 0, 20, 1, "K (0: exact)", "int")}
 
-    start = _start_values(defaults, _FEDREP_EXPLORER_DEFAULTS)
-    common = {"continuous_update": False}
-    controls = {
-        "n": widgets.IntSlider(value=start["n"], min=10, max=1000, step=10, description="n", **common),
-        "m": widgets.IntSlider(value=start["m"], min=1, max=20, step=1, description="m", **common),
-        "r": widgets.FloatSlider(value=start["r"], min=0.05, max=1.0, step=0.05, description="r", **common),
-        "head_steps": widgets.IntSlider(value=start["head_steps"] or 0, min=0, max=20, step=1,
-                                        description="K (0: exact)", **common),
-    }
+    def draw(ax, v):
+        K = v["head_steps"]
+        title = f"n = {v['n']}, m = {v['m']}, r = {v['r']:.2f}, " + ("exact head" if not K else f"K = {K}")
+        draw_fedrep_explorer(ax, fedrep_explorer_curves(**v), K, title)
 
-    def figure(values):
-        curves = fedrep_explorer_curves(**values)
-        fig = Figure(figsize=(6.0, 3.4))
-        K = values["head_steps"]
-        title = (f"n = {values['n']}, m = {values['m']}, r = {values['r']:.2f}, "
-                 + ("exact head" if not K else f"K = {K}"))
-        draw_fedrep_explorer(fig.add_subplot(), curves, K, title)
-        fig.tight_layout()
-        return fig
-
-    return _panel(controls, figure)
+    start = {k: (v or 0) if k == "head_steps" else v for k, v in defaults.items()}
+    return explorer(controls, draw, defaults=start, continuous_update=False)
 
 
 # --------------------------------------------------------------------------- MAML / ANIL (book 2.4)
-
-_MAML_EXPLORER_DEFAULTS = {"algorithm": "ANIL", "alpha": 0.25, "beta": 0.25, "cond": 2.0, "mean_norm": 2.0,
-                           "init": "random"}
 
 
 def maml_explorer_curves(algorithm: str, alpha: float, beta: float, cond: float, mean_norm: float, init: str, *,
@@ -340,39 +341,23 @@ def maml_explorer(**defaults):
     """An ipywidgets panel: a menu for the algorithm, sliders for alpha, beta, the head
     condition number and the norm of the head mean, a menu for the start, and a plot of
     :func:`maml_explorer_curves` (keyword ``defaults`` set the initial values)."""
-    import ipywidgets as widgets
-    from matplotlib.figure import Figure
-
     from .maml import ALGORITHMS
 
-    start = _start_values(defaults, _MAML_EXPLORER_DEFAULTS)
-    common = {"continuous_update": False}
-    controls = {
-        "algorithm": widgets.Dropdown(options=list(ALGORITHMS), value=start["algorithm"], description="algorithm"),
-        "init": widgets.Dropdown(options=["structured", "random"], value=start["init"], description="start"),
-        "alpha": widgets.FloatSlider(value=start["alpha"], min=0.05, max=0.5, step=0.05, description="α", **common),
-        "beta": widgets.FloatSlider(value=start["beta"], min=0.05, max=1.0, step=0.05, description="β", **common),
-        "cond": widgets.FloatLogSlider(value=start["cond"], base=10, min=0, max=1.5, step=0.1,
-                                       description="cond", **common),
-        "mean_norm": widgets.FloatSlider(value=start["mean_norm"], min=0.0, max=3.0, step=0.25,
-                                         description="‖mean‖", **common),
-    }
+    controls = {"algorithm": Menu("ANIL", tuple(ALGORITHMS), "algorithm"),
+                "init": Menu("random", ("structured", "random"), "start"),
+                "alpha": Slider(0.25, 0.05, 0.5, 0.05, "α"), "beta": Slider(0.25, 0.05, 1.0, 0.05, "β"),
+                "cond": Slider(2.0, 0, 1.5, 0.1, "cond", "log"), "mean_norm": Slider(2.0, 0.0, 3.0, 0.25, "‖mean‖")}
 
-    def figure(values):
-        curves = maml_explorer_curves(**values)
-        fig = Figure(figsize=(6.0, 3.4))
-        title = (f"{values['algorithm']}, {values['init']} start, α = {values['alpha']:.2f}, "
-                 f"β = {values['beta']:.2f}, cond = {values['cond']:.1f}, ‖mean‖ = {values['mean_norm']:.2f}")
-        draw_maml_explorer(fig.add_subplot(), curves, title)
-        fig.tight_layout()
-        return fig
+    def draw(ax, v):
+        title = (f"{v['algorithm']}, {v['init']} start, α = {v['alpha']:.2f}, β = {v['beta']:.2f}, "
+                 f"cond = {v['cond']:.1f}, ‖mean‖ = {v['mean_norm']:.2f}")
+        draw_maml_explorer(ax, maml_explorer_curves(**v), title)
 
-    return _panel(controls, figure)
+    return explorer(controls, draw, defaults=defaults, continuous_update=False)
 
 
 # --------------------------------------------------------------------------- ARUBA (book 3.4)
 
-_ARUBA_EXPLORER_DEFAULTS = {"V": 1.4, "anisotropy": 100.0, "m": 20, "T": 200, "method": "ARUBA"}
 _ARUBA_EXPLORER_METHODS = ("ARUBA", "learned scalar rate", "oracle scalar rate", "AdaGrad")
 
 
@@ -424,31 +409,15 @@ def draw_aruba_explorer(ax, curves: dict, title: str = "") -> None:
 def aruba_explorer(**defaults):
     """An ipywidgets panel: sliders for V, the anisotropy, m and T, a menu for the method, and
     a plot of :func:`aruba_explorer_curves` (keyword ``defaults`` set the initial values)."""
-    import ipywidgets as widgets
-    from matplotlib.figure import Figure
+    controls = {"V": Slider(1.4, 0.1, 5.0, 0.1, "V"), "anisotropy": Slider(100.0, 0, 2, 0.25, "anisotropy", "log"),
+                "m": Slider(20, 5, 100, 5, "m", "int"), "T": Slider(200, 20, 500, 20, "T", "int"),
+                "method": Menu("ARUBA", _ARUBA_EXPLORER_METHODS, "method")}
 
-    start = _start_values(defaults, _ARUBA_EXPLORER_DEFAULTS)
-    common = {"continuous_update": False}
-    controls = {
-        "V": widgets.FloatSlider(value=start["V"], min=0.1, max=5.0, step=0.1, description="V", **common),
-        "anisotropy": widgets.FloatLogSlider(value=start["anisotropy"], base=10, min=0, max=2, step=0.25,
-                                             description="anisotropy", **common),
-        "m": widgets.IntSlider(value=start["m"], min=5, max=100, step=5, description="m", **common),
-        "T": widgets.IntSlider(value=start["T"], min=20, max=500, step=20, description="T", **common),
-        "method": widgets.Dropdown(options=list(_ARUBA_EXPLORER_METHODS), value=start["method"],
-                                   description="method"),
-    }
+    def draw(ax, v):
+        title = f"{v['method']}, V = {v['V']:.1f}, anisotropy = {v['anisotropy']:.0f}, m = {v['m']}, T = {v['T']}"
+        draw_aruba_explorer(ax, aruba_explorer_curves(**v), title)
 
-    def figure(values):
-        curves = aruba_explorer_curves(**values)
-        fig = Figure(figsize=(6.0, 3.4))
-        title = (f"{values['method']}, V = {values['V']:.1f}, anisotropy = {values['anisotropy']:.0f}, "
-                 f"m = {values['m']}, T = {values['T']}")
-        draw_aruba_explorer(fig.add_subplot(), curves, title)
-        fig.tight_layout()
-        return fig
-
-    return _panel(controls, figure)
+    return explorer(controls, draw, defaults=defaults, continuous_update=False)
 
 
 # --------------------------------------------------------------------------- class similarity (book 4.7)
@@ -489,9 +458,6 @@ def draw_class_similarity(axes, matrices: dict, class_names, tau: int, cls: int)
 def similarity_explorer(matrices: dict, class_names, *, tau: int | None = None, cls: int = 0):
     """An ipywidgets panel: menus for the model (tau; 1 is D-SGD) and a class, and the plot of
     :func:`draw_class_similarity` for the class cosine-similarity ``matrices`` of book 4.7."""
-    import ipywidgets as widgets
-    from matplotlib.figure import Figure
-
     taus = sorted(matrices)
     if not taus:
         raise ValueError("matrices is empty: pass {tau: (K, K) matrix}")
@@ -499,16 +465,7 @@ def similarity_explorer(matrices: dict, class_names, *, tau: int | None = None, 
     if start not in matrices:
         raise ValueError(f"no matrix for tau = {start!r}; have {taus}")
     names = [str(c) for c in class_names]
-    controls = {
-        "tau": widgets.Dropdown(options=[("D-SGD" if t == 1 else f"τ = {t}", t) for t in taus], value=start,
-                                description="model"),
-        "cls": widgets.Dropdown(options=[(n, i) for i, n in enumerate(names)], value=cls, description="class"),
-    }
-
-    def figure(values):
-        fig = Figure(figsize=(8.0, 3.6))
-        draw_class_similarity(fig.subplots(1, 2), matrices, names, values["tau"], values["cls"])
-        fig.tight_layout()
-        return fig
-
-    return _panel(controls, figure)
+    controls = {"tau": Menu(start, tuple(("D-SGD" if t == 1 else f"τ = {t}", t) for t in taus), "model"),
+                "cls": Menu(cls, tuple((n, i) for i, n in enumerate(names)), "class")}
+    return explorer(controls, lambda axes, v: draw_class_similarity(axes, matrices, names, v["tau"], v["cls"]),
+                    figsize=(8.0, 3.6), axes=2)

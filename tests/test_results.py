@@ -9,7 +9,8 @@ from replearn import results
 
 def write(tmp_path, **over):
     record = {"section": "5.8", "profile": "long", "settings": {"rounds": 3}, "seeds": [0, 2],
-              "results": {"0": {"accuracy": {"FedRep": 0.5}}, "2": {"accuracy": {"FedRep": 0.7}}},
+              "results": {"0": {"accuracy": {"FedRep": 0.5}, "curve": [0.1, 0.2]},
+                          "2": {"accuracy": {"FedRep": 0.7}, "curve": [0.3, 0.4]}},
               "provenance": {"commit": "0123456789abcdef", "device": "cpu", "cpu": "Some CPU", "threads": 1,
                              "torch": "2.13.0", "date": "2026-11-24T15:00:00+00:00", "wall_s": 610.0}}
     record.update(over)
@@ -26,6 +27,9 @@ def test_load_values_and_describe(tmp_path):
     assert "commit 0123456789ab;" in text and "2026-11-24" in text and "10 min in all" in text
     with pytest.raises(KeyError, match="available: \\['FedRep'\\]"):
         rf.values("accuracy", "FedAvg")
+    assert rf.values("curve", 1) == [0.2, 0.4] and rf.values("curve", -1) == [0.2, 0.4]
+    with pytest.raises(KeyError, match="a list of 2"):
+        rf.values("curve", 2)
 
 
 def test_missing_and_corrupt_files(tmp_path, monkeypatch):

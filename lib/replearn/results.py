@@ -46,15 +46,20 @@ class ResultsFile:
     provenance: dict
     path: Path
 
-    def values(self, *keys: str) -> list[float]:
-        """The number at ``results[seed][keys[0]][keys[1]]...`` for every seed, in seed order.
-        A key path that does not exist raises a ``KeyError`` naming the keys available there."""
+    def values(self, *keys: str | int) -> list[float]:
+        """The number at ``results[seed][keys[0]][keys[1]]...`` for every seed, in seed order
+        (an int key indexes a list). A key path that does not exist raises a ``KeyError`` naming
+        what is available there."""
         out = []
         for seed in self.seeds:
             node = self.results[str(seed)]
             for depth, key in enumerate(keys):
+                if isinstance(node, list) and isinstance(key, int) and -len(node) <= key < len(node):
+                    node = node[key]
+                    continue
                 if not isinstance(node, dict) or key not in node:
-                    have = sorted(node) if isinstance(node, dict) else type(node).__name__
+                    have = sorted(node) if isinstance(node, dict) else f"a list of {len(node)}" \
+                        if isinstance(node, list) else type(node).__name__
                     raise KeyError(f"{self.path.name}: no key {key!r} under {list(keys[:depth])}; "
                                    f"available: {have}")
                 node = node[key]

@@ -62,12 +62,8 @@ def test_ftl_meta_regret_matches_definition():
         ab.ftl_meta_regret(init[0], star[0])
 
 
-def test_theorem_bound_value_and_slope():
+def test_theorem_bound_value():
     assert math.isclose(ab.theorem_bound(1.0, 1.0, 4, 1, 1.0, 0.5), 8 + 1 + 1)
-    x = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
-    assert math.isclose(ab.loglog_slope(x, 3 * x ** 2), 2.0)
-    with pytest.raises(ValueError):
-        ab.loglog_slope(x, torch.tensor([1.0, -1.0, 2.0]))
 
 
 def test_convexity_gaps_nonnegative():

@@ -270,10 +270,13 @@ CASES = [
      r"Bstar contains NaN"),
     ("meta_train freeze flag", lambda: meta_train(freeze_representation="yes"), r"freeze_representation"),
     ("meta_train dtypes", lambda: meta_train(B0=B0.float(), w0=W0.float()), r"tasks' data"),
-    ("maml FreshSamples NaN heads",
-     lambda: maml.FreshSamples(BSTAR, _with(W, (0, 0), NAN), 2, 2), r"W \(heads\) contains NaN"),
-    ("maml FreshSamples noise nan", lambda: maml.FreshSamples(BSTAR, W, 2, 2, noise_std=NAN), r"noise_std"),
-    ("maml FreshSamples m_in=0", lambda: maml.FreshSamples(BSTAR, W, 0, 2), r"m_in"),
+    ("meta_train fresh outer sampler, fixed inner data",
+     lambda: meta_train(tasks=SAMPLED, outer_tasks=linear.FreshSamples(BSTAR, W, 2)), r"outer_tasks"),
+    ("meta_train fresh inner sampler, fixed outer data",
+     lambda: meta_train(tasks=linear.FreshSamples(BSTAR, W, 2), outer_tasks=SAMPLED), r"outer_tasks"),
+    ("meta_train fresh samplers of two ground truths",
+     lambda: meta_train(tasks=linear.FreshSamples(BSTAR, W, 2), outer_tasks=linear.FreshSamples(BSTAR, 2 * W, 2)),
+     r"same Bstar and W"),
     ("split_tasks m_in=0", lambda: maml.split_tasks(SAMPLED, 0), r"m_in"),
     ("random_init k>d", lambda: maml.random_init(3, 5, 0.1), r"\bd\b"),
     ("adapted_heads NaN heads", lambda: maml.adapted_heads(B0, W0, BSTAR, _with(W, (0, 0), NAN), 0.1),
@@ -294,9 +297,10 @@ CASES = [
     ("fedrep rounds=True", lambda: run_fedrep(rounds=True), r"rounds"),
     ("fedrep head_steps=0", lambda: run_fedrep(head_steps=0, head_lr=0.1), r"head_steps"),
     ("fedrep dtypes", lambda: run_fedrep(B0=linalg.random_orthonormal(D, K, seed=3).float()), r"B0"),
-    ("fedrep FreshSamples NaN heads",
-     lambda: fedrep.FreshSamples(BSTAR, _with(W, (2, 1), NAN), 3), r"W \(heads\) contains NaN"),
-    ("fedrep FreshSamples m=0", lambda: fedrep.FreshSamples(BSTAR, W, 0), r"\bm\b"),
+    ("FreshSamples NaN heads",
+     lambda: linear.FreshSamples(BSTAR, _with(W, (2, 1), NAN), 3), r"W \(heads\) contains NaN"),
+    ("FreshSamples noise nan", lambda: linear.FreshSamples(BSTAR, W, 2, noise_std=NAN), r"noise_std"),
+    ("FreshSamples m=0", lambda: linear.FreshSamples(BSTAR, W, 0), r"\bm\b"),
     ("method_of_moments k=0", lambda: fedrep.method_of_moments_init(SAMPLED, 0), r"\bk\b"),
     ("clients_per_round r=0", lambda: fedrep.clients_per_round(10, 0.0), r"participation rate r"),
     ("paper_heads n=True", lambda: fedrep.paper_heads(True, 2), r"\bn\b"),
@@ -423,8 +427,7 @@ def test_project_ball_of_huge_vectors_lands_on_the_sphere():
 
 def test_nan_heads_are_reported_as_heads_not_as_a_step_size():
     bad = _with(W, (0, 0), NAN)
-    for make in (lambda: linear.population_tasks(BSTAR, bad), lambda: maml.FreshSamples(BSTAR, bad, 2, 2),
-                 lambda: fedrep.FreshSamples(BSTAR, bad, 2)):
+    for make in (lambda: linear.population_tasks(BSTAR, bad), lambda: linear.FreshSamples(BSTAR, bad, 2)):
         with pytest.raises(ValueError) as info:
             make()
         assert "W (heads)" in str(info.value) and "step size" not in str(info.value)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from replearn import federated, linear, meta
+from replearn import federated, meta
 from replearn.experiments import fedavg_convergence as fc
 from replearn.widgets import fedavg_explorer, fedavg_explorer_curves
 
@@ -33,12 +33,6 @@ def test_signal_rank_follows_tau_and_head_span():
         assert int((sv[1] > 1e-10 * sv[1][0]).sum()) == 1
         for tau in (2, 5):
             assert int((sv[tau] > 1e-10 * sv[tau][0]).sum()) == expected
-
-
-def test_degenerate_heads_lose_exactly_one_direction():
-    W = linear.make_heads(10, 4, exact=False, seed=3)
-    Wd = fc.degenerate_heads(W, seed=1)
-    assert int(torch.linalg.matrix_rank(Wd)) == 3 and int(torch.linalg.matrix_rank(W)) == 4
 
 
 def test_contraction_identity_and_prior_norm():

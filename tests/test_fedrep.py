@@ -96,7 +96,7 @@ def test_fedrep_recovers_b_star_where_the_single_model_cannot():
     Bstar, W = instance(d=10, k=2, n=100)
     init = linear.sample_tasks(Bstar, W, 5, seed=10)
     B0 = fedrep.method_of_moments_init(init, 2)
-    res = fedrep.fedrep(B0, fedrep.FreshSamples(Bstar, W, 5), eta=0.5, rounds=200, r=0.1, seed=11)
+    res = fedrep.fedrep(B0, linear.FreshSamples(Bstar, W, 5), eta=0.5, rounds=200, r=0.1, seed=11)
     dist = res.dist(Bstar)
     assert float(dist[0]) > 0.1 and float(dist[-1]) < 1e-3
     assert bool(res.selected.all())
@@ -116,7 +116,7 @@ def test_fedrep_recovers_b_star_where_the_single_model_cannot():
 def test_gd_gd_is_slower_than_exact_head_solves():
     Bstar, W = instance(d=10, k=2, n=100)
     B0 = fedrep.method_of_moments_init(linear.sample_tasks(Bstar, W, 5, seed=14), 2)
-    data = fedrep.FreshSamples(Bstar, W, 5)
+    data = linear.FreshSamples(Bstar, W, 5)
     final = {}
     for K in (None, 10, 1):
         res = fedrep.fedrep(B0, data, eta=0.2, rounds=100, r=0.1, head_steps=K,
@@ -171,7 +171,7 @@ def test_new_client_head_is_exact_on_b_star():
 def test_same_seed_same_run_other_seed_differs():
     Bstar, W = instance(n=20)
     B0 = fedrep.method_of_moments_init(linear.sample_tasks(Bstar, W, 5, seed=22), 2)
-    data = fedrep.FreshSamples(Bstar, W, 5, noise_std=0.1)
+    data = linear.FreshSamples(Bstar, W, 5, noise_std=0.1)
     kwargs = dict(eta=0.3, rounds=20, r=0.5, head_steps=3, head_lr=0.1)
     a = fedrep.fedrep(B0, data, seed=23, **kwargs)
     b = fedrep.fedrep(B0, data, seed=23, **kwargs)
@@ -223,9 +223,9 @@ def test_bad_shapes_and_k():
     with pytest.raises(ValueError, match="k = 3 > d"):
         fedrep.fedrep(torch.zeros(2, 3, dtype=torch.float64), data, eta=0.1, rounds=1)
     with pytest.raises(ValueError, match="same k"):
-        fedrep.FreshSamples(Bstar, W[:, :1], 5)
+        linear.FreshSamples(Bstar, W[:, :1], 5)
     with pytest.raises(ValueError, match="m"):
-        fedrep.FreshSamples(Bstar, W, 0)
+        linear.FreshSamples(Bstar, W, 0)
     with pytest.raises(ValueError, match="X"):
         fedrep.new_client_head(Bstar, data.X[:, :, :5], data.Y)
     with pytest.raises(ValueError, match="theta"):

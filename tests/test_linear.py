@@ -1,7 +1,9 @@
+import math
+
 import pytest
 import torch
 
-from replearn import linear
+from replearn import linalg, linear
 
 
 def test_heads_have_the_requested_diversity_and_mean():
@@ -53,6 +55,11 @@ def test_sampling_is_seeded(problem):
     b = linear.sample_tasks(problem["Bstar"], problem["W"], 5, noise_std=0.1, seed=9)
     c = linear.sample_tasks(problem["Bstar"], problem["W"], 5, noise_std=0.1, seed=10)
     assert torch.equal(a.X, b.X) and torch.equal(a.Y, b.Y) and not torch.equal(a.X, c.X)
+    uneven = linear.sample_tasks(problem["Bstar"], problem["W"], [3, 5, 2, 4, 5, 1, 2, 3], seed=9)
+    index = torch.tensor([1, 6])
+    part = uneven.subset(index)
+    assert torch.equal(part.X, uneven.X[index]) and torch.equal(part.Y, uneven.Y[index])
+    assert part.counts.tolist() == [5, 2] and uneven.subset(None) is uneven
 
 
 def test_head_solves_are_exact_least_squares(problem):
@@ -100,3 +107,122 @@ def test_bad_inputs_raise_clear_errors(problem):
         linear.sample_tasks(problem["Bstar"], problem["W"], 0)
     with pytest.raises(ValueError, match="do not match"):
         linear.fit_linear(torch.zeros(5, 3, dtype=torch.float64), torch.zeros(4, dtype=torch.float64))
+
+
+# --------------------------------------------------------------------------- heads without diversity, instances, fresh samples
+
+def test_degenerate_heads_lose_exactly_one_direction():
+    W = linear.make_heads(10, 4, exact=False, seed=3)
+    Wd = linear.degenerate_heads(W, seed=1)
+    assert int(torch.linalg.matrix_rank(W)) == 4 and int(torch.linalg.matrix_rank(Wd)) == 3
+    # the removed direction is the null vector of Wd; projecting again changes nothing
+    u = torch.linalg.svd(Wd).Vh[-1]
+    assert torch.allclose(Wd - (Wd @ u)[:, None] * u[None, :], Wd, atol=1e-12)
+    assert linear.head_diversity(Wd)[0] == pytest.approx(0.0, abs=1e-12)
+    assert torch.equal(Wd, linear.degenerate_heads(W, seed=1))
+    with pytest.raises(ValueError, match="k >= 2"):
+        linear.degenerate_heads(W[:, :1], seed=1)
+
+
+def test_problem_holds_the_population_tasks_and_checks_its_parts(problem):
+    pb = linear.Problem(problem["Bstar"], problem["W"], problem["B0"], problem["w0"])
+    assert torch.equal(pb.tasks.theta, problem["W"] @ problem["Bstar"].T)
+    with pytest.raises(ValueError, match=r"B0 must have shape \(12, 3\)"):
+        linear.Problem(problem["Bstar"], problem["W"], problem["B0"][:, :2], problem["w0"])
+    with pytest.raises(ValueError, match=r"w0 must have shape \(3\)"):
+        linear.Problem(problem["Bstar"], problem["W"], problem["B0"], problem["w0"][:2])
+    with pytest.raises(ValueError, match="w0 contains NaN"):
+        linear.Problem(problem["Bstar"], problem["W"], problem["B0"], problem["w0"] * float("nan"))
+    with pytest.raises(ValueError, match="dtype"):
+        linear.Problem(problem["Bstar"], problem["W"], problem["B0"].float(), problem["w0"])
+
+
+def test_fresh_samples_draw_new_data_of_the_model(problem):
+    Bstar, W = problem["Bstar"], problem["W"]
+    sampler = linear.FreshSamples(Bstar, W, 6, noise_std=0.0)
+    assert (sampler.n, sampler.d) == (8, 12)
+    gen = torch.Generator().manual_seed(0)
+    first, second = sampler.draw(None, gen), sampler.draw(None, gen)
+    assert first.X.shape == (8, 6, 12) and first.Y.shape == (8, 6)
+    assert not torch.equal(first.X, second.X)  # fresh at every draw
+    assert torch.allclose(first.Y, torch.einsum("nmd,nd->nm", first.X, W @ Bstar.T), atol=1e-12)
+    # the numbers: inputs then noise, from the generator, as torch.randn draws them
+    index = torch.tensor([2, 5])
+    noisy = linear.FreshSamples(Bstar, W, 4, noise_std=0.5).draw(index, torch.Generator().manual_seed(7))
+    ref = torch.Generator().manual_seed(7)
+    X = torch.randn(2, 4, 12, generator=ref, dtype=torch.float64)
+    noise = torch.randn(2, 4, generator=ref, dtype=torch.float64)
+    assert torch.equal(noisy.X, X)
+    theta = W[index] @ Bstar.T
+    assert torch.allclose(noisy.Y, (X @ theta.unsqueeze(-1)).squeeze(-1) + 0.5 * noise, atol=1e-12)
+    with pytest.raises(ValueError, match=r"\bm\b"):
+        linear.FreshSamples(Bstar, W, 0)
+    with pytest.raises(ValueError, match="noise_std"):
+        linear.FreshSamples(Bstar, W, 3, noise_std=-0.1)
+    with pytest.raises(ValueError, match="same k"):
+        linear.FreshSamples(Bstar, W[:, :2], 3)
+
+
+# --------------------------------------------------------------------------- least squares on a Gaussian design (book 1.1, 1.4)
+
+@pytest.mark.parametrize("m, p", [(30, 6), (6, 6), (5, 9), (1, 4)])
+def test_least_squares_is_the_minimum_norm_solution_of_fit_linear(m, p):
+    gen = torch.Generator().manual_seed(m * 100 + p)
+    A = torch.randn(4, m, p, generator=gen, dtype=torch.float64)
+    y = torch.randn(4, m, generator=gen, dtype=torch.float64)
+    v = linear.least_squares(A, y)
+    assert v.shape == (4, p)
+    assert torch.allclose(v, linear.fit_linear(A, y), atol=1e-10)
+    if m < p:  # interpolates, and lies in the row space of A (minimum norm)
+        assert torch.allclose((A @ v.unsqueeze(-1)).squeeze(-1), y, atol=1e-10)
+        P = torch.linalg.pinv(A) @ A
+        assert torch.allclose((P @ v.unsqueeze(-1)).squeeze(-1), v, atol=1e-10)
+    with pytest.raises(ValueError, match="do not match"):
+        linear.least_squares(A, y[..., :-1])
+    with pytest.raises(ValueError, match="NaN"):
+        linear.least_squares(A * float("nan"), y)
+
+
+def test_expected_ls_error_special_cases():
+    assert linear.expected_ls_error(10, 10, 0.1) == math.inf
+    assert linear.expected_ls_error(9, 10, 0.1) == math.inf and linear.expected_ls_error(11, 10, 0.1) == math.inf
+    assert linear.expected_ls_error(9, 10, 0.0, 2.0) == pytest.approx(0.2)
+    assert linear.expected_ls_error(30, 10, 0.0) == 0.0
+    assert linear.expected_ls_error(30, 10, 0.2) == pytest.approx(0.2 * 10 / 19)
+    assert linear.expected_ls_error(4, 10, 0.2, 3.0) == pytest.approx(0.6 * 3 + 0.2 * 4 / 5)
+    with pytest.raises(ValueError, match=r"m \(number of samples\) must be an integer >= 1"):
+        linear.expected_ls_error(0, 5, 0.1)
+    with pytest.raises(ValueError, match="noise_var must be >= 0"):
+        linear.expected_ls_error(5, 5, -0.1)
+
+
+def test_expected_ls_error_matches_monte_carlo_above_and_below_the_threshold():
+    gen = torch.Generator().manual_seed(0)
+    p, var = 6, 0.25
+    theta = torch.randn(p, generator=gen, dtype=torch.float64)
+    theta = 1.5 * theta / theta.norm()
+    for m in (3, 14):
+        X = torch.randn(20000, m, p, generator=gen, dtype=torch.float64)
+        y = X @ theta + var**0.5 * torch.randn(20000, m, generator=gen, dtype=torch.float64)
+        err = (linear.least_squares(X, y) - theta).pow(2).sum(-1)
+        theory = linear.expected_ls_error(m, p, var, 1.5**2)
+        assert abs(float(err.mean()) - theory) < 4 * float(err.std()) / math.sqrt(err.numel()), m
+
+
+def test_head_error_floor_and_expected_head_error():
+    Bstar = linear.ground_truth_representation(12, 3, seed=0)
+    B = linalg.basis_at_distance(Bstar, 0.6, seed=1) @ torch.randn(3, 3, dtype=torch.float64,
+                                                                   generator=torch.Generator().manual_seed(3))
+    F = float(linear.head_error_floor(B, Bstar))
+    # independent form: k minus the squared cosines of the principal angles
+    cos = torch.linalg.svdvals(torch.linalg.qr(B).Q.T @ Bstar)
+    assert F == pytest.approx(3 - float(cos.pow(2).sum()), abs=1e-12)
+    assert 0.6**2 - 1e-10 <= F <= 3 * 0.6**2 + 1e-10
+    assert float(linear.head_error_floor(Bstar @ torch.diag(torch.tensor([2.0, -1.0, 0.5], dtype=torch.float64)),
+                                         Bstar)) < 1e-24
+    assert linear.expected_head_error(200, 3, 0.04, F) == pytest.approx(F + (0.04 + F) * 3 / 196)
+    assert linear.expected_head_error(20, 3, 0.04, 0.0) == linear.expected_ls_error(20, 3, 0.04, 3.0)
+    with pytest.raises(ValueError, match="floor_value"):
+        linear.expected_head_error(20, 3, 0.04, -1.0)
+    with pytest.raises(ValueError, match="Bstar must have shape"):
+        linear.head_error_floor(B, Bstar[:5])

@@ -176,7 +176,7 @@ def test_finite_samples_anil_converge_to_a_floor_that_falls_with_m(inst, one_thr
     B0, w0 = maml.structured_init(inst["Bstar"], ALPHA, 0.5, seed=3)
     final = {}
     for m, algorithms in ((10, ("FO-ANIL",)), (160, ("ANIL", "FO-ANIL"))):
-        fresh = maml.FreshSamples(inst["Bstar"], inst["W"], m_in=m, m_out=m)
+        fresh = linear.FreshSamples(inst["Bstar"], inst["W"], m)  # m inner and m outer samples
         for algorithm in algorithms:
             traj = maml.meta_train(B0, w0, fresh, algorithm=algorithm, alpha=ALPHA, beta=0.5, iterations=60, seed=1)
             final[m, algorithm] = float(traj.dist(inst["Bstar"])[-1])
@@ -194,12 +194,25 @@ def test_finite_samples_anil_converge_to_a_floor_that_falls_with_m(inst, one_thr
 
 def test_reproducible_and_task_batches(inst):
     B0, w0 = maml.structured_init(inst["Bstar"], ALPHA, 0.5, seed=3)
-    fresh = maml.FreshSamples(inst["Bstar"], inst["W"], m_in=10, m_out=10, noise_std=0.1)
+    fresh = linear.FreshSamples(inst["Bstar"], inst["W"], 10, noise_std=0.1)
     kw = dict(algorithm="ANIL", alpha=ALPHA, beta=0.3, iterations=5, tasks_per_iteration=8)
     a = maml.meta_train(B0, w0, fresh, seed=7, **kw)
     b = maml.meta_train(B0, w0, fresh, seed=7, **kw)
     c = maml.meta_train(B0, w0, fresh, seed=8, **kw)
     assert torch.equal(a.B, b.B) and torch.equal(a.w, b.w) and not torch.equal(a.B, c.B)
+    # an outer sampler of the same size gives the same run as the default (the inner one, drawn again)
+    same = maml.meta_train(B0, w0, fresh, outer_tasks=linear.FreshSamples(inst["Bstar"], inst["W"], 10, noise_std=0.1),
+                           seed=7, **kw)
+    assert torch.equal(a.B, same.B)
+    # m_in != m_out: each iteration draws the inner samples, then the outer ones, from the run's generator
+    inner_s, outer_s = (linear.FreshSamples(inst["Bstar"], inst["W"], m, noise_std=0.1) for m in (3, 7))
+    one = maml.meta_train(B0, w0, inner_s, outer_tasks=outer_s, algorithm="FO-MAML", alpha=ALPHA, beta=0.3,
+                          iterations=1, seed=9)
+    gen = torch.Generator().manual_seed(9)
+    inner, outer = inner_s.draw(None, gen), outer_s.draw(None, gen)
+    assert inner.m == 3 and outer.m == 7
+    GB, Gw = maml.meta_gradient(B0, w0, inner, outer_tasks=outer, algorithm="FO-MAML", alpha=ALPHA)
+    assert torch.equal(one.B[1], B0 - 0.3 * GB) and torch.equal(one.w[1], w0 - 0.3 * Gw)
     # one batched step equals the meta-gradient on the chosen tasks only
     pop = maml.meta_train(B0, w0, inst["tasks"], algorithm="MAML", alpha=ALPHA, beta=0.3, iterations=1,
                           tasks_per_iteration=5, seed=2)
@@ -252,8 +265,12 @@ def test_bad_inputs(inst):
                         freeze_representation=True)
     with pytest.raises(ValueError, match="diverged"):
         maml.meta_train(B0, w0, tasks, alpha=ALPHA, algorithm="ANIL", beta=20.0, iterations=50)
-    with pytest.raises(ValueError, match="m_in"):
-        maml.FreshSamples(inst["Bstar"], inst["W"], m_in=0, m_out=5)
+    fresh = linear.FreshSamples(inst["Bstar"], inst["W"], 5)
+    with pytest.raises(ValueError, match="outer_tasks must be a FreshSamples"):
+        maml.meta_train(B0, w0, fresh, outer_tasks=tasks, alpha=ALPHA, **kw)
+    with pytest.raises(ValueError, match="share the ground truth"):
+        maml.meta_train(B0, w0, fresh, outer_tasks=linear.FreshSamples(inst["Bstar"], inst["W"][:5], 5),
+                        alpha=ALPHA, **kw)
     with pytest.raises(ValueError, match="m_in"):
         maml.split_tasks(linear.sample_tasks(inst["Bstar"], inst["W"], 5, seed=0), 5)
     with pytest.raises(ValueError, match="do not fit"):

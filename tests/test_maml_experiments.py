@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-from replearn import linear, maml
 from replearn.experiments import maml_experiments as mx
 from replearn.widgets import maml_explorer, maml_explorer_curves
 
@@ -66,35 +65,6 @@ def test_finite_samples_error_falls_with_m():
         mx.run_finite_samples(mx.FiniteSampleSettings(iterations=5, tail=10))
 
 
-def test_neural_maml_gradient_matches_autograd_and_descends():
-    tasks = mx.sine_tasks(4, 5, 5, seed=1)
-    theta = torch.randn(mx.n_params(3), dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    t = theta.clone().requires_grad_(True)
-    losses = []
-    for i in range(4):
-        inner = 0.5 * (mx.mlp(t, tasks.X_in[i]) - tasks.Y_in[i]).pow(2).mean()
-        (g,) = torch.autograd.grad(inner, t, create_graph=True)
-        losses.append(0.5 * (mx.mlp(t - 0.1 * g, tasks.X_out[i]) - tasks.Y_out[i]).pow(2).mean())
-    (ref,) = torch.autograd.grad(torch.stack(losses).mean(), t)
-    assert torch.allclose(mx.maml_gradient(theta, tasks, 0.1), ref, atol=1e-12)
-    run = mx.train_neural_maml(3, tasks, eta=0.05, lr=0.05, steps=50)
-    assert run.objective[-1] < run.objective[0] and len(run.grad_norm) == 51
-    with pytest.raises(ValueError, match="width"):
-        mx.train_neural_maml(0, tasks, eta=0.05, lr=0.05, steps=5)
-    with pytest.raises(ValueError, match="diverged"):
-        mx.train_neural_maml(3, tasks, eta=0.05, lr=1e6, steps=20)
-
-
-def test_optimality_bound_holds():
-    tasks = mx.sine_tasks(5, 6, 6, seed=2)
-    a = mx.train_neural_maml(3, tasks, eta=0.05, lr=0.05, steps=200, seed=0).theta
-    b = mx.train_neural_maml(3, tasks, eta=0.05, lr=0.05, steps=200, seed=1).theta
-    omega, comp = (a, b) if float(mx.maml_objective(a, tasks, 0.05)) > float(mx.maml_objective(b, tasks, 0.05)) else (b, a)
-    terms = mx.optimality_terms(omega, comp, tasks, 0.05)
-    assert terms.gap <= terms.first_order + 1e-12 <= terms.bound + 2e-12
-    assert math.isclose(terms.eps, float(mx.maml_gradient(omega, tasks, 0.05).norm()), rel_tol=1e-9)
-
-
 # --------------------------------------------------------------------------- explorer
 
 def test_explorer_curves_shapes_and_claims():
@@ -140,68 +110,13 @@ def test_maml_explorer_builds_redraws_and_rejects_unknown_settings():
         maml_explorer(tau=2)
 
 
-# --------------------------------------------------------------------------- fixed features (book 2.6)
-
-def fixed_feature_problem(width=3, eta=0.05, seed=3):
-    tasks = mx.sine_tasks(6, 8, 12, seed=seed)
-    Phi_in, Phi_out = mx.random_features(tasks.X_in, width, seed), mx.random_features(tasks.X_out, width, seed)
-    return tasks, Phi_in, Phi_out, mx.linear_maml_quadratic(Phi_in, tasks.Y_in, Phi_out, tasks.Y_out, eta)
-
-
-def test_random_features_are_the_frozen_hidden_layer():
-    x = torch.linspace(-5, 5, 7, dtype=torch.float64)
-    phi = mx.random_features(x, 4, seed=2)
-    ub = torch.randn(8, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    vc = torch.randn(5, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    assert phi.shape == (7, 5) and torch.allclose(phi @ vc, mx.mlp(torch.cat([ub, vc]), x), atol=1e-13)
-    with pytest.raises(ValueError, match="width"):
-        mx.random_features(x, 0)
-
-
-@pytest.mark.parametrize("eta", [0.05, 0.8])  # 0.8: some inner steps are expansive, still convex
-def test_linear_maml_quadratic_is_the_maml_objective(eta):
-    tasks, Phi_in, Phi_out, q = fixed_feature_problem(eta=eta)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(3):
-        theta = 2 * torch.randn(4, generator=gen, dtype=torch.float64)
-        t = theta.clone().requires_grad_(True)
-        ref = mx.linear_maml_objective(t, Phi_in, tasks.Y_in, Phi_out, tasks.Y_out, eta)
-        (g,) = torch.autograd.grad(ref, t)
-        assert math.isclose(float(q.value(theta)), float(ref.detach()), rel_tol=1e-12, abs_tol=1e-12)
-        assert torch.allclose(q.gradient(theta), g, atol=1e-11)
-    assert float(q.eigenvalues()[0]) > -1e-12  # PSD
-    assert torch.allclose(q.H, q.H.T)
-
-
-def test_quadratic_gd_reaches_the_closed_form_minimiser():
-    _, _, _, q = fixed_feature_problem()
-    ev = q.eigenvalues()
-    assert float(ev[0]) > 1e-4  # well conditioned enough for the test
-    steps = int(30 * float(ev[-1] / ev[0]))
-    path = mx.quadratic_gd(q, steps)
-    star = q.minimiser()
-    assert path.shape == (steps + 1, 4) and torch.equal(path[0], torch.zeros(4, dtype=torch.float64))
-    assert float((path[-1] - star).norm()) < 1e-8
-    assert float(q.gradient(star).norm()) < 1e-10
-    values = q.value(path)
-    assert bool((values[1:] <= values[:-1] + 1e-12).all())  # monotone descent with step 1 / lambda_max
-
-
-def test_linear_maml_bad_inputs():
-    tasks, Phi_in, Phi_out, q = fixed_feature_problem()
-    for eta in (0.0, -0.1, math.inf):
-        with pytest.raises(ValueError, match="eta"):
-            mx.linear_maml_quadratic(Phi_in, tasks.Y_in, Phi_out, tasks.Y_out, eta)
-    with pytest.raises(ValueError, match="labels"):
-        mx.linear_maml_quadratic(Phi_in, tasks.Y_in[:, :-1], Phi_out, tasks.Y_out, 0.05)
-    with pytest.raises(ValueError, match="match"):
-        mx.linear_maml_quadratic(Phi_in, tasks.Y_in, Phi_out[..., :-1], tasks.Y_out, 0.05)
-    with pytest.raises(ValueError, match="shape"):
-        mx.linear_maml_objective(torch.zeros(4, dtype=torch.float64), Phi_in[0], tasks.Y_in, Phi_out, tasks.Y_out, 0.05)
-    with pytest.raises(ValueError, match="lr"):
-        mx.quadratic_gd(q, 10, lr=2.5 / float(q.eigenvalues()[-1]))
-    with pytest.raises(ValueError, match="steps"):
-        mx.quadratic_gd(q, -1)
+def test_sine_tasks_are_the_sections_family():
+    tasks = mx.sine_tasks(6, 4, 5, seed=2)
+    assert tasks.x_support.shape == (6, 4) and tasks.x_query.shape == (6, 5)
+    phi = -tasks.phase  # y = a sin(x + phi), phi ~ U[0, pi]
+    assert float(phi.min()) >= 0.0 and float(phi.max()) <= math.pi
+    assert float(tasks.amplitude.min()) >= 0.5 and float(tasks.amplitude.max()) <= 2.0
+    assert torch.allclose(tasks.y_query, tasks.amplitude[:, None] * torch.sin(tasks.x_query + phi[:, None]), atol=1e-15)
 
 
 def test_run_neural_optimality_small():

@@ -1,5 +1,3 @@
-import math
-
 import pytest
 import torch
 
@@ -73,17 +71,12 @@ def test_new_task_errors_match_a_direct_solve():
     assert errs["known representation"][0].item() == pytest.approx(float((w_hat - w).pow(2).sum()))
 
 
-def test_expected_error_special_cases():
-    assert sc.expected_ls_error(10, 10, 0.1) == math.inf
-    assert sc.expected_ls_error(9, 10, 0.1) == math.inf and sc.expected_ls_error(11, 10, 0.1) == math.inf
-    assert sc.expected_ls_error(9, 10, 0.0, 2.0) == pytest.approx(0.2)
-    assert sc.expected_ls_error(30, 10, 0.0) == 0.0
-    assert sc.expected_ls_error(30, 10, 0.2) == pytest.approx(0.2 * 10 / 19)
-    assert sc.expected_ls_error(4, 10, 0.2, 3.0) == pytest.approx(0.6 * 3 + 0.2 * 4 / 5)
+def test_samples_to_reach_is_the_first_m_below_the_target():
     # O(k) versus Omega(d): the smallest m reaching the target, checked against the formula
     m_k, m_d = sc.samples_to_reach(0.05, 5, 0.09), sc.samples_to_reach(0.05, 50, 0.09)
     assert (m_k, m_d) == (15, 141)
-    assert sc.expected_ls_error(m_d, 50, 0.09) <= 0.05 < sc.expected_ls_error(m_d - 1, 50, 0.09)
+    assert linear.expected_ls_error(m_d, 50, 0.09) <= 0.05 < linear.expected_ls_error(m_d - 1, 50, 0.09)
+    assert 0.09 * 50 / (m_d - 51) <= 0.05 < 0.09 * 50 / (m_d - 52)  # the closed form above the threshold
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -108,23 +101,5 @@ def test_bad_direct_inputs_raise():
         sc.new_task_errors(Bstar, torch.ones(3, dtype=torch.float64), 5, noise_std=0.1, trials=3)
     with pytest.raises(ValueError, match=r"k = 6 > d = 2"):
         sc.new_task_errors(Bstar.T, torch.ones(6, dtype=torch.float64), 5, noise_std=0.1, trials=3)
-    with pytest.raises(ValueError, match=r"m \(number of samples\) must be an integer >= 1"):
-        sc.expected_ls_error(0, 5, 0.1)
     with pytest.raises(ValueError, match=r"eps must be positive"):
         sc.samples_to_reach(0.0, 5, 0.1)
-
-
-@pytest.mark.parametrize("m, p", [(30, 6), (6, 6), (5, 9), (1, 4)])
-def test_least_squares_is_the_minimum_norm_solution_of_fit_linear(m, p):
-    gen = torch.Generator().manual_seed(m * 100 + p)
-    A = torch.randn(4, m, p, generator=gen, dtype=torch.float64)
-    y = torch.randn(4, m, generator=gen, dtype=torch.float64)
-    v = sc.least_squares(A, y)
-    assert v.shape == (4, p)
-    assert torch.allclose(v, linear.fit_linear(A, y), atol=1e-10)
-    if m < p:  # interpolates, and lies in the row space of A (minimum norm)
-        assert torch.allclose((A @ v.unsqueeze(-1)).squeeze(-1), y, atol=1e-10)
-        P = torch.linalg.pinv(A) @ A
-        assert torch.allclose((P @ v.unsqueeze(-1)).squeeze(-1), v, atol=1e-10)
-    with pytest.raises(ValueError, match="do not match"):
-        sc.least_squares(A, y[..., :-1])

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 import torch
 
 from .backend import SeedLike, check_finite, make_generator, randn
-from .checks import (check_fraction, check_int, check_nonnegative, check_positive, check_same_kind,
-                     check_tensor)
+from .checks import check_fraction, check_int, check_positive, check_same_kind, check_tensor
 from .linalg import principal_angle_distance
-from .linear import SampledTasks, fit_linear, predict, targets
+from .linear import FreshSamples, SampledTasks, fit_linear, predict, targets
 
 _BLOW_UP = 1e8
 _CHECK_EVERY = 16  # rounds between divergence checks (each check synchronises a GPU)
@@ -47,53 +46,11 @@ def paper_heads(n: int, k: int, seed: SeedLike = 0, *, device=None) -> torch.Ten
     return W.to(device) if device is not None else W
 
 
-@dataclass(frozen=True)
-class FreshSamples:
-    """The ground truth as a sampler: every call draws new data (Algorithm 2's fresh batches).
-
-    Client i's samples are ``x ~ N(0, I_d)``, ``y = <B_* w_*_i, x> + N(0, noise_std^2)``.
-    """
-
-    Bstar: torch.Tensor  # (d, k_*)
-    W: torch.Tensor  # (n, k_*)
-    m: int
-    noise_std: float = 0.0
-
-    def __post_init__(self):
-        if self.Bstar.ndim != 2 or self.W.ndim != 2 or self.Bstar.shape[1] != self.W.shape[1]:
-            raise ValueError(f"need B_* (d, k) and W (n, k) with the same k; got {tuple(self.Bstar.shape)} "
-                             f"and {tuple(self.W.shape)}")
-        targets(self.Bstar, self.W)  # finite, same dtype and device, at least one client
-        check_int(self.m, "m (fresh samples per client per round)", 1)
-        check_nonnegative(self.noise_std, "noise_std")
-
-    @property
-    def n(self) -> int:
-        return self.W.shape[0]
-
-    @property
-    def d(self) -> int:
-        return self.Bstar.shape[0]
-
-    def draw(self, index: torch.Tensor | None, generator: torch.Generator) -> SampledTasks:
-        """A fresh batch of m samples for each client in ``index`` (all when None)."""
-        theta = (self.W if index is None else self.W[index]) @ self.Bstar.T  # targets(), checked at construction
-        s, d = theta.shape
-        X = randn(s, self.m, d, generator=generator, device=theta.device)
-        noise = randn(s, self.m, generator=generator, device=theta.device)
-        return SampledTasks._derived(X, torch.einsum("smd,sd->sm", X, theta) + self.noise_std * noise)
-
-
 Data = SampledTasks | FreshSamples
 
 
 def _batch(data: Data, index: torch.Tensor | None, generator: torch.Generator) -> SampledTasks:
-    if isinstance(data, FreshSamples):
-        return data.draw(index, generator)
-    if index is None:
-        return data
-    counts = None if data.counts is None else data.counts[index]
-    return SampledTasks._derived(data.X[index], data.Y[index], counts)
+    return data.draw(index, generator) if isinstance(data, FreshSamples) else data.subset(index)
 
 
 # --------------------------------------------------------------------------- initialisation
@@ -268,7 +225,7 @@ def fedrep(B0: torch.Tensor, data: Data, *, eta: float, rounds: int, r: float = 
     """FedRep for linear regression (Algorithm 2), or GD-GD / KGD-GD with ``head_steps = K``.
 
     Round t: the server picks ``clients_per_round(n, r)`` clients uniformly without
-    replacement; each draws its batch (``data`` a :class:`FreshSamples`: m fresh samples;
+    replacement; each draws its batch (``data`` a :class:`replearn.linear.FreshSamples`: m fresh samples;
     a :class:`SampledTasks`: its fixed data), updates its head (``head_steps=None``: the
     exact minimiser of eq. 7; ``K``: K GD steps of size ``head_lr`` from its previous head,
     Algorithm 1), takes one step ``B_i = B_t - eta grad_B f_i(w_i, B_t)``, and the server

@@ -14,6 +14,11 @@ For the population loss ``f_i(B, w) = 1/2 ||B w - B_* w_*_i||^2`` (Collins et al
 eq. 6; the constant noise term dropped) ``g_i = B w - theta_*_i``; for ``m`` samples
 ``f_i(B, w) = 1/(2m) sum_j (<B w, x_ij> - y_ij)^2`` and ``g_i = X_i^T (X_i B w - y_i) / m``.
 All functions are vectorised over tasks (leading dimension ``n`` or a selected subset).
+
+The module also holds what several sections share about this model: an instance with a
+starting point (:class:`Problem`), fresh samples at every draw (:class:`FreshSamples`), and
+minimum-norm least squares on a Gaussian design with its closed-form expected error (book 1.1)
+and the error floor of head-only fine-tuning on a learned representation (book 1.4).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import torch
 from .backend import DTYPE, SeedLike, check_finite, make_generator, randn
 from .checks import (check_bool, check_int, check_nonnegative, check_number, check_positive, check_same_kind,
                      check_tensor)
-from .linalg import random_orthonormal
+from .linalg import orthonormal_basis, random_orthonormal
 
 Index = torch.Tensor | None
 
@@ -105,6 +110,19 @@ def head_diversity(W: torch.Tensor, centred: bool = False) -> tuple[float, float
     """(mu^2, L^2): the smallest and largest eigenvalues of :func:`head_second_moment`."""
     ev = torch.linalg.eigvalsh(head_second_moment(W, centred))
     return float(ev[0]), float(ev[-1])
+
+
+def degenerate_heads(W: torch.Tensor, seed: SeedLike) -> torch.Tensor:
+    """Heads without diversity: ``W`` with its component along a random unit vector u of R^k
+    removed, so that they lie in the (k-1)-dimensional subspace u^perp and (1/n) W^T W is
+    singular (mu_*^2 = 0: Assumption 2 of Collins et al. 2022 fails)."""
+    check_tensor(W, "W (heads)", ndim=2)
+    if W.shape[1] < 2:
+        raise ValueError(f"need heads W of shape (n, k) with k >= 2 (with k = 1 no direction would be left), "
+                         f"got {tuple(W.shape)}")
+    u = randn(W.shape[1], generator=make_generator(seed), device=W.device)
+    u = u / u.norm()
+    return W - (W @ u)[:, None] * u[None, :]
 
 
 # --------------------------------------------------------------------------- task oracles
@@ -221,6 +239,14 @@ class SampledTasks:
     def loss_theta(self, theta: torch.Tensor, index: Index = None) -> torch.Tensor:
         return 0.5 * self.residual(theta, index).pow(2).sum(-1) / self.sizes(index)
 
+    def subset(self, index: Index) -> "SampledTasks":
+        """The tasks in ``index`` (all when None) with their data and counts, as SampledTasks
+        (not checked again: a subset of checked tasks; FedRep takes one every round)."""
+        if index is None:
+            return self
+        counts = None if self.counts is None else self.counts[index]
+        return SampledTasks._derived(self.X[index], self.Y[index], counts)
+
     def minibatch(self, index: Index, b: int, generator: torch.Generator) -> "SampledTasks":
         """``b`` samples of each selected task, drawn uniformly without replacement."""
         sizes = self.sizes(index)
@@ -273,6 +299,65 @@ def sample_tasks(Bstar: torch.Tensor, W: torch.Tensor, m, *, noise_std: float = 
         X = X.masked_fill(pad.unsqueeze(-1), 0.0)
         Y = Y.masked_fill(pad, 0.0)
     return SampledTasks._derived(X, Y, counts)
+
+
+@dataclass(frozen=True)
+class FreshSamples:
+    """The ground truth as a sampler: every :meth:`draw` returns new data, ``m`` samples per task
+    with ``x ~ N(0, I_d)``, ``y = <B_* w_*_i, x> + N(0, noise_std^2)``.
+
+    These are the fresh batches of FedRep (Collins et al. 2021, Algorithm 2: new samples at
+    every round) and the finite-sample setting of MAML and ANIL (Collins et al. 2022, Sec. 5:
+    new inner and outer samples at every iteration, one sampler each)."""
+
+    Bstar: torch.Tensor  # (d, k)
+    W: torch.Tensor  # (n, k)
+    m: int
+    noise_std: float = 0.0
+
+    def __post_init__(self):
+        targets(self.Bstar, self.W)  # shapes, finite, same dtype and device, at least one task
+        check_int(self.m, "m (fresh samples per task and draw)", 1)
+        check_nonnegative(self.noise_std, "noise_std")
+
+    @property
+    def n(self) -> int:
+        return self.W.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.Bstar.shape[0]
+
+    def draw(self, index: Index, generator: torch.Generator) -> SampledTasks:
+        """New samples (``m`` per task) of the tasks in ``index`` (all when None), drawn from
+        ``generator``: first the inputs X (s, m, d), then the noise (s, m)."""
+        theta = (self.W if index is None else self.W[index]) @ self.Bstar.T  # targets(), checked at construction
+        s, d = theta.shape
+        X = randn(s, self.m, d, generator=generator, device=theta.device)
+        noise = randn(s, self.m, generator=generator, device=theta.device)
+        return SampledTasks._derived(X, torch.einsum("smd,sd->sm", X, theta) + self.noise_std * noise)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One instance with a starting point: ground truth ``Bstar`` (d, k), heads ``W`` (n, k) and
+    the start ``B0`` (d, k), ``w0`` (k,) of a training run; :attr:`tasks` are the population
+    losses f_i(B, w) = 1/2 ||B w - B_* w_*_i||^2 (Collins et al. 2022, eq. 6)."""
+
+    Bstar: torch.Tensor
+    W: torch.Tensor
+    B0: torch.Tensor
+    w0: torch.Tensor
+
+    def __post_init__(self):
+        targets(self.Bstar, self.W)
+        check_tensor(self.B0, "B0", shape=tuple(self.Bstar.shape))
+        check_tensor(self.w0, "w0", shape=(self.Bstar.shape[1],))
+        check_same_kind(("Bstar", self.Bstar), ("B0", self.B0), ("w0", self.w0))
+
+    @property
+    def tasks(self) -> PopulationTasks:
+        return population_tasks(self.Bstar, self.W)
 
 
 # --------------------------------------------------------------------------- losses and gradients
@@ -410,3 +495,74 @@ def finetune_gd(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, y: torch.Tens
             raise ValueError(f"fine-tuning diverged at step {step}: lr={lr} is too large for these "
                              "samples; try a smaller lr (below 1 / ||X B||^2 * m)")
     return B, w
+
+
+# --------------------------------------------------------------------------- least squares on a Gaussian design
+
+def least_squares(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Minimum-norm least-squares solution of ``A v = y``, batched over leading dimensions.
+
+    For a full-rank design ``A`` (..., m, p) this is ``pinv(A) y``, i.e. :func:`fit_linear` with
+    ``ridge = 0``, computed from a QR factorisation instead of an SVD (several times faster):
+    ``A = QR`` when m >= p (ordinary least squares) and ``A^T = QR`` with ``v = Q R^{-T} y`` when
+    m < p (the interpolant of smallest norm). Rank-deficient designs are not supported (they
+    have probability zero for Gaussian data); use :func:`fit_linear` for those.
+    """
+    check_tensor(A, "the design A", min_ndim=2)
+    check_tensor(y, "the targets y", min_ndim=1)
+    if A.shape[:-1] != y.shape:
+        raise ValueError(f"design {tuple(A.shape)} and targets {tuple(y.shape)} do not match")
+    check_same_kind(("the design A", A), ("the targets y", y))
+    m, p = A.shape[-2:]
+    if m >= p:
+        Q, R = torch.linalg.qr(A)
+        v = torch.linalg.solve_triangular(R, Q.mT @ y.unsqueeze(-1), upper=True)
+    else:
+        Q, R = torch.linalg.qr(A.mT)
+        v = Q @ torch.linalg.solve_triangular(R.mT, y.unsqueeze(-1), upper=False)
+    return v.squeeze(-1)
+
+
+def expected_ls_error(m: int, p: int, noise_var: float, signal_sqnorm: float = 1.0) -> float:
+    """E ||theta_hat - theta||^2 of minimum-norm least squares in R^p (book 1.1, Proposition
+    ``arm-model-prop-ls``).
+
+    ``m`` samples with rows ``x ~ N(0, I_p)``, ``y = <theta, x> + N(0, noise_var)``,
+    ``||theta||^2 = signal_sqnorm``. Returns ``noise_var p / (m - p - 1)`` for
+    ``m >= p + 2``, ``(1 - m/p) signal_sqnorm + noise_var m / (p - m - 1)`` for
+    ``m <= p - 2``; for ``|m - p| <= 1`` the expectation is infinite when ``noise_var > 0``
+    (``inf`` is returned) and ``(1 - m/p)_+ signal_sqnorm`` when ``noise_var = 0``.
+    """
+    check_int(m, "m (number of samples)", 1)
+    check_int(p, "p (dimension)", 1)
+    noise_var = check_nonnegative(noise_var, "noise_var")
+    signal_sqnorm = check_nonnegative(signal_sqnorm, "signal_sqnorm")
+    bias = max(0.0, 1.0 - m / p) * signal_sqnorm
+    if noise_var == 0:
+        return bias
+    if m >= p + 2:
+        return noise_var * p / (m - p - 1)
+    if m <= p - 2:
+        return bias + noise_var * m / (p - m - 1)
+    return math.inf
+
+
+def head_error_floor(B: torch.Tensor, Bstar: torch.Tensor) -> torch.Tensor:
+    """F = ||(I - P_B) B_*||_F^2, P_B the projector onto col(B): the mean over w_* ~ N(0, I_k) of
+    the part of theta_* = B_* w_* outside col(B), i.e. the error floor of head-only fine-tuning
+    on B (book 1.4, Proposition ``arm-ft-prop-floor``). Equals the sum of the squared sines of
+    the principal angles, so dist^2 <= F <= k dist^2. A 0-d tensor."""
+    check_tensor(B, "B", ndim=2)
+    check_tensor(Bstar, "Bstar", shape=(B.shape[0], None))
+    check_same_kind(("B", B), ("Bstar", Bstar))
+    Q = orthonormal_basis(B)
+    return (Bstar - Q @ (Q.mT @ Bstar)).pow(2).sum()
+
+
+def expected_head_error(m: int, k: int, noise_var: float, floor_value: float) -> float:
+    """Mean error ||B w_hat - theta_*||^2 of head-only fine-tuning (least squares of y on the k
+    features B^T x) over w_* ~ N(0, I_k) and the m samples (book 1.4, Proposition
+    ``arm-ft-prop-floor``): ``F + E_ls(m, k, noise_var + F, k - F)`` with F = ``floor_value``
+    (:func:`head_error_floor`) and E_ls = :func:`expected_ls_error`."""
+    floor_value = check_nonnegative(floor_value, "floor_value (F = ||(I - P_B) B_*||_F^2)")
+    return floor_value + expected_ls_error(m, k, noise_var + floor_value, max(k - floor_value, 0.0))

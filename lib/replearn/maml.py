@@ -18,7 +18,8 @@ The outer step moves (B_t, w_t) by beta times the average over the tasks of
 With population losses f_i(B, w) = 1/2 ||B w - B_* w_*_i||^2 the inner and outer losses
 coincide. With finite samples, f_i^in and f_i^out use the inner and outer samples of task
 i: a fixed split (:func:`split_tasks`) or fresh samples every iteration
-(:class:`FreshSamples`, the setting of the paper's finite-sample theorems).
+(:class:`replearn.linear.FreshSamples` for the inner and for the outer samples, the setting of
+the paper's finite-sample theorems).
 
 The module also holds the closed forms used in the proofs (adapted heads, the FO-ANIL
 prior/signal decomposition), the tracker of the inductive hypotheses A1-A6, the two
@@ -28,15 +29,13 @@ initialisations of the experiments, and, for the global-optimality section (Wang
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch.func import grad, vmap
 
 from .backend import DTYPE, SeedLike, make_generator, randn
-from .checks import check_bool, check_int, check_nonnegative, check_positive, check_same_kind, check_tensor
+from .checks import check_bool, check_int, check_positive, check_same_kind, check_tensor
 from .linalg import basis_at_distance, condition_number, orthonormal_basis, principal_angle_distance
-from .linear import PopulationTasks, SampledTasks, Tasks, grads, population_tasks, sample_tasks, targets
+from .linear import FreshSamples, PopulationTasks, SampledTasks, Tasks, grads, population_tasks
 from .trajectory import Trajectory
 
 ALGORITHMS = ("MAML", "FO-MAML", "ANIL", "FO-ANIL")
@@ -46,40 +45,6 @@ _CHECK_EVERY = 16  # iterations between divergence checks (each check synchronis
 
 
 # --------------------------------------------------------------------------- data
-
-@dataclass(frozen=True)
-class FreshSamples:
-    """Fresh samples every iteration: for each selected task, ``m_in`` inner and ``m_out``
-    outer samples x ~ N(0, I_d), y = <B_* w_*_i, x> + N(0, noise_std^2), drawn anew at every
-    iteration (Collins et al. 2022, finite-sample setting of Sec. 5)."""
-
-    Bstar: torch.Tensor  # (d, k)
-    W: torch.Tensor  # (n, k)
-    m_in: int
-    m_out: int
-    noise_std: float = 0.0
-
-    def __post_init__(self):
-        targets(self.Bstar, self.W)  # validates the shapes
-        for name in ("m_in", "m_out"):
-            check_int(getattr(self, name), f"{name} (samples per task)", 1)
-        check_nonnegative(self.noise_std, "noise_std")
-
-    @property
-    def n(self) -> int:
-        return self.W.shape[0]
-
-    @property
-    def d(self) -> int:
-        return self.Bstar.shape[0]
-
-    def draw(self, index: torch.Tensor | None, generator: torch.Generator) -> tuple[SampledTasks, SampledTasks]:
-        """Inner and outer samples of the tasks in ``index`` (all when None)."""
-        W = self.W if index is None else self.W[index]
-        inner = sample_tasks(self.Bstar, W, self.m_in, noise_std=self.noise_std, seed=generator)
-        outer = sample_tasks(self.Bstar, W, self.m_out, noise_std=self.noise_std, seed=generator)
-        return inner, outer
-
 
 def split_tasks(tasks: SampledTasks, m_in: int) -> tuple[SampledTasks, SampledTasks]:
     """A fixed inner/outer split: the first ``m_in`` samples of every task are its inner data,
@@ -195,6 +160,20 @@ def _check_pair(tasks: Tasks, outer_tasks: Tasks | None) -> Tasks:
     return outer_tasks
 
 
+def _check_samplers(tasks: FreshSamples, outer_tasks) -> FreshSamples:
+    """The outer sampler: ``tasks`` itself by default, else a FreshSamples of the same ground truth."""
+    if outer_tasks is None:
+        return tasks
+    if not isinstance(outer_tasks, FreshSamples):
+        raise ValueError("with FreshSamples as tasks, outer_tasks must be a FreshSamples too (the outer "
+                         f"samples are drawn anew at every iteration), got {type(outer_tasks).__name__}")
+    if (outer_tasks.Bstar.shape != tasks.Bstar.shape or outer_tasks.W.shape != tasks.W.shape
+            or not torch.equal(outer_tasks.Bstar, tasks.Bstar) or not torch.equal(outer_tasks.W, tasks.W)):
+        raise ValueError("inner and outer samplers must share the ground truth (the same Bstar and W); "
+                         "only m and noise_std may differ")
+    return outer_tasks
+
+
 def _inner_step(B, w, data_in, alpha: float, adapt_representation: bool):
     gB, gw = grad(lambda B_, w_: _task_loss(B_ @ w_, data_in), argnums=(0, 1))(B, w)
     return (B - alpha * gB if adapt_representation else B), w - alpha * gw
@@ -263,7 +242,7 @@ def _check_blow_up(Bs: list, ws: list, limit: float, beta: float) -> None:
 
 
 def meta_train(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks | FreshSamples, *, algorithm: str,
-               alpha: float, beta: float, iterations: int, outer_tasks: Tasks | None = None,
+               alpha: float, beta: float, iterations: int, outer_tasks: Tasks | FreshSamples | None = None,
                tasks_per_iteration: int | None = None, freeze_representation: bool = False,
                seed: SeedLike = 0) -> Trajectory:
     """Run ``iterations`` outer steps of MAML, FO-MAML, ANIL or FO-ANIL from (B_0, w_0).
@@ -272,7 +251,10 @@ def meta_train(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks | FreshSamples, 
     :func:`meta_gradient` (Collins et al. 2022, Sec. 2) over all n tasks, or over
     ``tasks_per_iteration`` tasks sampled without replacement each iteration from ``seed``.
     ``tasks`` is a population or sampled oracle (inner data; ``outer_tasks`` the outer data,
-    same as ``tasks`` by default) or :class:`FreshSamples` (new samples every iteration).
+    same as ``tasks`` by default) or a :class:`replearn.linear.FreshSamples` sampler: then every
+    iteration draws new inner samples from ``tasks`` and, after them, new outer samples from
+    ``outer_tasks`` (a sampler of the same ground truth, possibly with another m; ``tasks``
+    itself by default).
     ``freeze_representation`` (ANIL / FO-ANIL only) keeps B_t = B_0 and updates the head
     only: gradient descent on the one-step MAML objective in the head of the fixed feature
     map x -> B_0^T x (see :func:`head_quadratic`). Raises ``ValueError`` on bad inputs and
@@ -284,9 +266,7 @@ def meta_train(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks | FreshSamples, 
     check_int(iterations, "iterations", 0)
     check_bool(freeze_representation, "freeze_representation")
     fresh = isinstance(tasks, FreshSamples)
-    if fresh and outer_tasks is not None:
-        raise ValueError("FreshSamples draws its own outer samples; do not pass outer_tasks with it")
-    outer = None if fresh else _check_pair(tasks, outer_tasks)
+    outer = _check_samplers(tasks, outer_tasks) if fresh else _check_pair(tasks, outer_tasks)
     _check_model(B0, w0, tasks, ("B0", "w0"))
     n = tasks.n
     if tasks_per_iteration is not None:
@@ -303,8 +283,8 @@ def meta_train(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks | FreshSamples, 
         if tasks_per_iteration is not None and tasks_per_iteration < n:
             index = torch.randperm(n, generator=gen)[:tasks_per_iteration].sort().values.to(B0.device)
         if fresh:
-            inner, drawn = tasks.draw(index, gen)
-            GB, Gw = _meta_gradient(B, w, inner, drawn, algorithm, alpha, None)
+            inner = tasks.draw(index, gen)
+            GB, Gw = _meta_gradient(B, w, inner, outer.draw(index, gen), algorithm, alpha, None)
         else:
             GB, Gw = _meta_gradient(B, w, tasks, outer, algorithm, alpha, index)
         if not freeze_representation:

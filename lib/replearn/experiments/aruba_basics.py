@@ -286,15 +286,6 @@ def meta_init(cfg: MetaInitSettings) -> MetaInitResult:
                           meta_regret=as_t(meta_r), meta_bound=as_t(meta_b), G=fam.G, D=fam.radius)
 
 
-def loglog_slope(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Least-squares slope of log y against log x."""
-    lx, ly = torch.log(torch.as_tensor(x, dtype=DTYPE)), torch.log(torch.as_tensor(y, dtype=DTYPE))
-    if lx.shape != ly.shape or lx.numel() < 2 or not bool(torch.isfinite(lx).all() & torch.isfinite(ly).all()):
-        raise ValueError("need at least two positive, finite (x, y) pairs of equal length")
-    lx, ly = lx - lx.mean(), ly - ly.mean()
-    return float((lx * ly).sum() / (lx * lx).sum())
-
-
 # --------------------------------------------------------------------------------------------
 # 3.3 ARUBA as a framework
 

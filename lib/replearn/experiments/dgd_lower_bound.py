@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from .. import federated
-from ..backend import DTYPE, make_generator
+from ..backend import DTYPE, derive_seed, make_generator
 from ..lower_bound import adversarial_ground_truth
 from ..checks import check_int, check_nonnegative, check_number, check_positive
 from ..profiles import Settings
@@ -100,7 +99,7 @@ class DgdLowerBoundResult:
 
 def _instance(cfg: DgdLowerBoundSettings, i: int) -> tuple[Instance, torch.Tensor, float]:
     """Instance ``i`` of the sweep with its client sizes and delta."""
-    gen = make_generator(int(np.random.SeedSequence([cfg.seed, i]).generate_state(1)[0]))
+    gen = make_generator(derive_seed(cfg.seed, i))
     d = int(torch.randint(cfg.d_range[0], cfg.d_range[1] + 1, (1,), generator=gen))
     k = int(torch.randint(cfg.k_range[0], cfg.k_range[1] + 1, (1,), generator=gen))
     sizes = torch.randint(cfg.sizes[0], cfg.sizes[1] + 1, (cfg.clients,), generator=gen).to(DTYPE)

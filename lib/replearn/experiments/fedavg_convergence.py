@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import federated, linalg, linear
-from ..backend import DTYPE, default_device, make_generator, randn
+from .. import federated, linalg, linear, rates
+from ..backend import DTYPE, default_device, derive_seed, make_generator, randn
 from ..checks import check_fraction, check_int, check_ints, check_number, check_positive, check_sequence
 from ..profiles import Settings
 
@@ -32,7 +32,8 @@ from ..profiles import Settings
 @dataclass(frozen=True)
 class FedAvgConvergenceSettings(Settings):
     """Dimension d, representation size k, M clients; FedAvg step ``alpha`` with ``tau`` local
-    steps for ``rounds`` rounds, averaged over ``seeds`` problem instances (base ``seed``).
+    steps for ``rounds`` rounds, averaged over ``seeds`` problem instances (instance j drawn from
+    the seed :func:`replearn.backend.derive_seed` ``(seed, j)``).
 
     The rate sweep (:func:`rate_sweep`) uses ``taus`` at the head condition number 1 and
     ``conds`` at ``diversity_tau`` local steps, ``sweep_rounds`` rounds from distance
@@ -75,22 +76,8 @@ class FedAvgConvergenceSettings(Settings):
         check_sequence(self.fractions, "fractions (of participating clients)", check_fraction)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One instance: ground truth ``Bstar`` (d, k), heads ``W`` (M, k), start ``B0``, ``w0``."""
-
-    Bstar: torch.Tensor
-    W: torch.Tensor
-    B0: torch.Tensor
-    w0: torch.Tensor
-
-    @property
-    def tasks(self) -> linear.PopulationTasks:
-        return linear.population_tasks(self.Bstar, self.W)
-
-
 def make_problem(cfg: FedAvgConvergenceSettings, seed: int, *, cond: float | None = None,
-                 delta0: float | None = None, device=None) -> Problem:
+                 delta0: float | None = None, device=None) -> linear.Problem:
     """A Fig. 1 problem (``cond=None``: Gaussian heads; ``delta0=None``: random B_0) or a rate
     problem (exact heads of condition number ``cond``; B_0 at distance ``delta0`` from B_*).
     In both cases alpha B_0^T B_0 = I_k and w_0 = 0."""
@@ -104,11 +91,7 @@ def make_problem(cfg: FedAvgConvergenceSettings, seed: int, *, cond: float | Non
         Q0 = linalg.random_orthonormal(cfg.d, cfg.k, seed=seed + 2, device=device)
     else:
         Q0 = linalg.basis_at_distance(Bstar, delta0, seed=seed + 2)
-    return Problem(Bstar, W, Q0 / cfg.alpha**0.5, torch.zeros(cfg.k, dtype=DTYPE, device=device))
-
-
-def _seeds(cfg: FedAvgConvergenceSettings, count: int) -> list[int]:
-    return [cfg.seed + 10 * j for j in range(count)]
+    return linear.Problem(Bstar, W, Q0 / cfg.alpha**0.5, torch.zeros(cfg.k, dtype=DTYPE, device=device))
 
 
 # --------------------------------------------------------------------------- book 4.3
@@ -136,13 +119,6 @@ def decomposition_errors(cfg: FedAvgConvergenceSettings, rounds: int = 100, devi
     return {"rounds": rounds, "fedavg": err_fed, "local updates": err_loc}
 
 
-def degenerate_heads(W: torch.Tensor, seed: int) -> torch.Tensor:
-    """The heads ``W`` projected onto a random (k-1)-dimensional subspace of R^k (not diverse)."""
-    u = randn(W.shape[1], generator=make_generator(seed), device=W.device)
-    u = u / u.norm()
-    return W - (W @ u)[:, None] * u[None, :]
-
-
 def signal_spectra(cfg: FedAvgConvergenceSettings, taus=(1, 2, 5), head_norm: float = 0.1,
                    device=None) -> dict:
     """Singular values (descending, shape (k,)) of the signal weight at one common point
@@ -155,7 +131,7 @@ def signal_spectra(cfg: FedAvgConvergenceSettings, taus=(1, 2, 5), head_norm: fl
     pb = make_problem(cfg, cfg.seed, device=device)
     w = randn(cfg.k, generator=make_generator(cfg.seed + 3), device=pb.B0.device)
     w = head_norm * w / w.norm()
-    families = {"diverse": pb.W, "degenerate": degenerate_heads(pb.W, cfg.seed + 4)}
+    families = {"diverse": pb.W, "degenerate": linear.degenerate_heads(pb.W, cfg.seed + 4)}
     out = {}
     for name, W in families.items():
         out[name] = {}
@@ -218,7 +194,8 @@ def figure1(cfg: FedAvgConvergenceSettings, device=None) -> CurvesResult:
     """Collins et al. (2022), Fig. 1: dist(B_t, B_*) of FedAvg (tau local steps) and D-GD
     (tau = 1), all clients, same step size and start, over ``cfg.seeds`` instances."""
     curves = {"FedAvg": [], "D-GD": []}
-    for s in _seeds(cfg, cfg.seeds):
+    for j in range(cfg.seeds):
+        s = derive_seed(cfg.seed, j)
         pb = make_problem(cfg, s, device=device)
         fed = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds)
         gd = federated.dgd(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, rounds=cfg.rounds)
@@ -234,7 +211,8 @@ def participation(cfg: FedAvgConvergenceSettings, device=None) -> CurvesResult:
     for f in cfg.fractions:
         m = max(1, round(f * cfg.M))
         runs = []
-        for s in _seeds(cfg, cfg.seeds):
+        for j in range(cfg.seeds):
+            s = derive_seed(cfg.seed, j)
             pb = make_problem(cfg, s, device=device)
             tr = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds,
                                   clients_per_round=m, seed=s + 5)
@@ -272,10 +250,7 @@ def linear_rate(dist: torch.Tensor, floor: float = 1e-12) -> float:
     second half of the rounds before dist first reaches ``floor`` (all rounds if it never
     does). A curve dist_t = C rho^t has rate -log rho; a flat curve has rate 0."""
     lo, hi = _linear_window(dist, floor)
-    t = torch.arange(lo, hi + 1, dtype=DTYPE)
-    y = torch.log(dist[lo:hi + 1].to(DTYPE).cpu())
-    tc = t - t.mean()
-    return -float((tc * (y - y.mean())).sum() / tc.pow(2).sum())
+    return -rates.log_linear_fit(torch.arange(lo, hi + 1, dtype=DTYPE), dist[lo:hi + 1]).slope
 
 
 @dataclass(frozen=True)
@@ -298,15 +273,15 @@ class RateSweepResult:
 
 
 def _rate_runs(cfg, cond, tau, device):
-    rates, first, mu2s = [], None, []
-    for s in _seeds(cfg, cfg.sweep_seeds):
-        pb = make_problem(cfg, s, cond=cond, delta0=cfg.delta0, device=device)
+    measured, first, mu2s = [], None, []
+    for j in range(cfg.sweep_seeds):
+        pb = make_problem(cfg, derive_seed(cfg.seed, j), cond=cond, delta0=cfg.delta0, device=device)
         dist = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=tau,
                                 rounds=cfg.sweep_rounds).dist(pb.Bstar).cpu()
-        rates.append(linear_rate(dist))
+        measured.append(linear_rate(dist))
         mu2s.append(linear.head_diversity(pb.W, centred=True)[0])
         first = dist if first is None else first
-    return sum(rates) / len(rates), sum(mu2s) / len(mu2s), first
+    return sum(measured) / len(measured), sum(mu2s) / len(mu2s), first
 
 
 def rate_sweep(cfg: FedAvgConvergenceSettings, device=None) -> RateSweepResult:

@@ -33,11 +33,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from .. import federated, linalg, linear
-from ..backend import DTYPE, default_device, make_generator, randn
+from ..backend import DTYPE, default_device, derive_seed, make_generator, randn
 from ..checks import check_int, check_ints, check_nonnegative, check_number, check_positive, check_tensor
 from ..profiles import Settings
 from ..trajectory import Trajectory
@@ -170,16 +169,11 @@ def finetune_joint(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, y: torch.T
     return B, w.squeeze(-1)
 
 
-def _seed_for(*keys: int) -> int:
-    """An independent integer seed for the stream named by ``keys``."""
-    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0])
-
-
 def train(cfg: GeneralisationSettings, run: int, device=None) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Instance ``run``: B_* (d, k), heads W (M, k) and the trajectories {method: Trajectory} of
     FedAvg (tau local steps) and D-GD on the population losses from the same (B_0, w_0 = 0)."""
     device = default_device() if device is None else torch.device(device)
-    gen = make_generator(_seed_for(cfg.seed, run, 0))
+    gen = make_generator(derive_seed(cfg.seed, run, 0))
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, gen).to(device)
     W = randn(cfg.M, cfg.k, generator=gen, device=device)
     B0 = linalg.random_orthonormal(cfg.d, cfg.k, gen).to(device) / cfg.alpha**0.5
@@ -220,8 +214,7 @@ def run(cfg: GeneralisationSettings, device=None) -> GeneralisationResult:
         for m, tr in trajectories.items():
             grad_norm[m].append(gradient_norms(tr, v))
             dist[m].append(linalg.principal_angle_distance(tr.B[-1], Bstar))
-            Q = linalg.orthonormal_basis(tr.B[-1])
-            floor[m].append((Bstar - Q @ (Q.mT @ Bstar)).pow(2).sum())
+            floor[m].append(linear.head_error_floor(tr.B[-1], Bstar))
             finals[m][0].append(tr.B[-1])
             finals[m][1].append(tr.w[-1])
     c = cfg.clients
@@ -231,7 +224,7 @@ def run(cfg: GeneralisationSettings, device=None) -> GeneralisationResult:
     errors = {name: [] for name in ERRORS}
     steps = {m: [] for m in METHODS}
     for n in cfg.ns:
-        data = [new_clients(Bstars[r], n, c, cfg.noise_std, _seed_for(cfg.seed, r, 1, n)) for r in range(cfg.runs)]
+        data = [new_clients(Bstars[r], n, c, cfg.noise_std, derive_seed(cfg.seed, r, 1, n)) for r in range(cfg.runs)]
         theta, X, y = (torch.cat(parts) for parts in zip(*data))
         for m, (B, w) in models.items():
             lr = stable_step(B, w, X, cfg.ft_lr)

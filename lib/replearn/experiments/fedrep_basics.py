@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import fedrep, linalg, linear
+from .. import fedrep, linalg, linear, rates
 from ..backend import default_device
 from ..checks import (check_fraction, check_int, check_ints, check_nonnegative, check_number, check_positive,
                       check_positives, check_sequence)
@@ -253,7 +253,7 @@ def run_trajectory(cfg: TrajectorySettings, device=None) -> TrajectoryResult:
     device = _device(device)
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
     W = fedrep.paper_heads(cfg.n, cfg.k, seed=cfg.seed + 1, device=device)
-    data = fedrep.FreshSamples(Bstar, W, cfg.m, noise_std=cfg.noise_std)
+    data = linear.FreshSamples(Bstar, W, cfg.m, noise_std=cfg.noise_std)
     B0 = fedrep.method_of_moments_init(
         linear.sample_tasks(Bstar, W, cfg.m, noise_std=cfg.noise_std, seed=cfg.seed + 2), cfg.k)
     Brand = linalg.random_orthonormal(cfg.d, cfg.k, cfg.seed + 3, device=device)
@@ -326,19 +326,11 @@ def theorem_factor(eta: float, E0: float, sigma_min2: float) -> float:
 
 
 def fit_rate(dist: torch.Tensor, window: tuple = (1e-12, 0.1)) -> tuple[float, float]:
-    """Per-round factor exp(slope) of a least-squares line through log dist_t over the rounds with
-    window[0] < dist_t < window[1], and the fit's R^2. Raises if fewer than 3 rounds qualify."""
-    dist = dist.double().cpu()
-    t = torch.arange(dist.shape[0], dtype=torch.float64)
-    keep = (dist > window[0]) & (dist < window[1])
-    if int(keep.sum()) < 3:
-        raise ValueError(f"fewer than 3 rounds with {window[0]} < dist < {window[1]}: run more rounds")
-    x, y = t[keep], dist[keep].log()
-    xc, yc = x - x.mean(), y - y.mean()
-    slope = float((xc * yc).sum() / xc.square().sum())
-    resid = yc - slope * xc
-    r2 = 1.0 - float(resid.square().sum() / yc.square().sum()) if float(yc.square().sum()) > 0 else 1.0
-    return math.exp(slope), r2
+    """Per-round factor exp(slope) of the least-squares line through log dist_t over the rounds
+    with window[0] < dist_t < window[1] (:func:`replearn.rates.log_linear_fit`, at least 3
+    rounds), the quantity Theorem 1 bounds (:func:`theorem_factor`), and the fit's R^2."""
+    fit = rates.log_linear_fit(torch.arange(len(dist)), dist, low=window[0], high=window[1], min_points=3)
+    return math.exp(fit.slope), fit.r2
 
 
 def run_rates(cfg: RateSettings, device=None) -> RateResult:
@@ -353,7 +345,7 @@ def run_rates(cfg: RateSettings, device=None) -> RateResult:
         ev = torch.linalg.eigvalsh(W.T @ W / cfg.n)
         smin, smax = float(ev[0]), float(ev[-1])
         sigma2[cond] = (smin, smax)
-        data = fedrep.FreshSamples(Bstar, W, cfg.m)
+        data = linear.FreshSamples(Bstar, W, cfg.m)
         for eta in cfg.etas:
             res = fedrep.fedrep(B0, data, eta=eta, rounds=cfg.rounds, orthonormalize=True, seed=cfg.seed + 4)
             curve = res.dist(Bstar).cpu()

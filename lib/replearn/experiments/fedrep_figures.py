@@ -28,13 +28,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from .. import federated, fedrep
-from ..backend import DTYPE, default_device, make_generator, randn
+from ..backend import DTYPE, default_device, derive_seed, make_generator, randn
 from ..linalg import principal_angle_distance, random_orthonormal
-from ..linear import SampledTasks, ground_truth_representation, predict, sample_tasks, targets
+from ..linear import FreshSamples, SampledTasks, ground_truth_representation, predict, sample_tasks, targets
 from ..checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive
 from ..profiles import Settings
 
@@ -49,12 +48,6 @@ FIG4_METHODS = ("FedRep", "FedAvg", "FedAvg, unscaled start", "local only", "tru
 FIG4_LEARNED = ("FedRep", "FedAvg", "FedAvg, unscaled start")
 
 
-def _seed(*keys: int) -> int:
-    """An independent seed for a tuple of integer keys (a grid point does not depend on the grid)."""
-    return int(np.random.SeedSequence([int(key) for key in keys]).generate_state(1)[0])
-
-
-
 def _check_common(d, k, noise_std, eta, rounds, seeds, seed) -> None:
     check_int(k, "k", 1)
     check_int(d, "d (needs k < d)", k + 1)
@@ -67,8 +60,8 @@ def _check_common(d, k, noise_std, eta, rounds, seeds, seed) -> None:
 
 def _instance(d: int, k: int, n: int, seed: int, device):
     """B_* (d, k) and paper heads W (n, k) of one repetition."""
-    Bstar = ground_truth_representation(d, k, seed=_seed(seed, 1), device=device)
-    W = fedrep.paper_heads(n, k, seed=_seed(seed, 2), device=device)
+    Bstar = ground_truth_representation(d, k, seed=derive_seed(seed, 1), device=device)
+    W = fedrep.paper_heads(n, k, seed=derive_seed(seed, 2), device=device)
     return Bstar, W
 
 
@@ -80,9 +73,9 @@ def train_fedrep(Bstar: torch.Tensor, W: torch.Tensor, m: int, *, noise_std: flo
     runs Algorithm 2 (one gradient step on B per round, exact heads) and refits every
     client's head on the final B. Returns ``(data, result, heads)``.
     """
-    data = sample_tasks(Bstar, W, m, noise_std=noise_std, seed=_seed(seed, 3))
+    data = sample_tasks(Bstar, W, m, noise_std=noise_std, seed=derive_seed(seed, 3))
     B0 = fedrep.method_of_moments_init(data, Bstar.shape[1])
-    res = fedrep.fedrep(B0, data, eta=eta, rounds=rounds, r=r, seed=_seed(seed, 4))
+    res = fedrep.fedrep(B0, data, eta=eta, rounds=rounds, r=r, seed=derive_seed(seed, 4))
     heads = fedrep.head_solve(res.B[-1], data)
     return data, res, heads
 
@@ -151,12 +144,12 @@ def run_fig1(cfg: Fig1Settings, device=None) -> Fig1Result:
     dist = torch.zeros_like(dist0)
     floor = torch.zeros(cfg.seeds, dtype=DTYPE)
     for s in range(cfg.seeds):
-        Bstar, W = _instance(cfg.d, cfg.k, cfg.n, _seed(cfg.seed, s), device)
+        Bstar, W = _instance(cfg.d, cfg.k, cfg.n, derive_seed(cfg.seed, s), device)
         theta = targets(Bstar, W)
         floor[s] = float(fedrep.global_error(theta.mean(0), theta))
         for j, m in enumerate(cfg.ms):
             data, res, heads = train_fedrep(Bstar, W, m, noise_std=cfg.noise_std, eta=cfg.eta,
-                                            rounds=cfg.rounds, r=cfg.r, seed=_seed(cfg.seed, s, m))
+                                            rounds=cfg.rounds, r=cfg.r, seed=derive_seed(cfg.seed, s, m))
             fits = {"local only": fedrep.local_only(data, cfg.ridge),
                     "single model": fedrep.single_model_least_squares(data),
                     "FedRep": predict(res.B[-1], heads)}
@@ -228,7 +221,7 @@ def run_fig3(cfg: Fig3Settings, device=None) -> Fig3Result:
         for s in range(cfg.seeds):
             curves = dist_curves(n, cfg.m, cfg.r, {name: HEAD_STEPS[name] for name in FIG3_METHODS},
                                  d=cfg.d, k=cfg.k, rounds=cfg.rounds, eta=cfg.eta, head_lr=cfg.head_lr,
-                                 noise_std=cfg.noise_std, seed=_seed(cfg.seed, s, n), device=device)
+                                 noise_std=cfg.noise_std, seed=derive_seed(cfg.seed, s, n), device=device)
             for name in FIG3_METHODS:
                 runs[name].append(curves[name])
         out[n] = {name: torch.stack(runs[name]) for name in FIG3_METHODS}
@@ -242,12 +235,12 @@ def dist_curves(n: int, m: int, r: float, variants: dict, *, d: int, k: int, rou
     All variants share B_*, the heads, the method-of-moments start and the sampling seed."""
     device = default_device() if device is None else torch.device(device)
     Bstar, W = _instance(d, k, n, seed, device)
-    B0 = fedrep.method_of_moments_init(sample_tasks(Bstar, W, m, noise_std=noise_std, seed=_seed(seed, 3)), k)
-    data = fedrep.FreshSamples(Bstar, W, m, noise_std)
+    B0 = fedrep.method_of_moments_init(sample_tasks(Bstar, W, m, noise_std=noise_std, seed=derive_seed(seed, 3)), k)
+    data = FreshSamples(Bstar, W, m, noise_std)
     out = {}
     for name, K in variants.items():
         res = fedrep.fedrep(B0, data, eta=eta, rounds=rounds, r=r, head_steps=K,
-                            head_lr=None if K is None else head_lr, seed=_seed(seed, 4))
+                            head_lr=None if K is None else head_lr, seed=derive_seed(seed, 4))
         out[name] = res.dist(Bstar).cpu()
     return out
 
@@ -324,7 +317,7 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
     """New clients fit a head on FedRep's B versus local-only least squares in R^d (Fig. 4).
 
     Local only is the min-norm least-squares fit (no ridge), whose expected error has the
-    closed form of book 1.1 (``sample_complexity.expected_ls_error`` with p = d); the head on
+    closed form of book 1.1 (:func:`replearn.linear.expected_ls_error` with p = d); the head on
     the true B_* is the oracle with p = k. FedAvg (Algorithm 1 of Collins et al. 2022 on the
     clients' least-squares losses, full participation) runs ``rounds`` rounds from w_0 = 0 and a
     Haar-random Q, scaled to B_0 = Q/sqrt(fedavg_alpha) ("FedAvg") or not ("FedAvg, unscaled
@@ -336,16 +329,16 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
     leak = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
     cond = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
     for s in range(cfg.seeds):
-        Bstar, W = _instance(cfg.d, cfg.k, cfg.n, _seed(cfg.seed, s), device)
+        Bstar, W = _instance(cfg.d, cfg.k, cfg.n, derive_seed(cfg.seed, s), device)
         data, res, _ = train_fedrep(Bstar, W, cfg.m, noise_std=cfg.noise_std, eta=cfg.eta, rounds=cfg.rounds,
-                                    seed=_seed(cfg.seed, s, cfg.m))
-        Q0 = random_orthonormal(cfg.d, cfg.k, seed=_seed(cfg.seed, s, 7), device=device)
+                                    seed=derive_seed(cfg.seed, s, cfg.m))
+        Q0 = random_orthonormal(cfg.d, cfg.k, seed=derive_seed(cfg.seed, s, 7), device=device)
         w0 = torch.zeros(cfg.k, dtype=DTYPE, device=device)
         learned = {"FedRep": res.B[-1]}
         for name, B0 in (("FedAvg", Q0 / cfg.fedavg_alpha**0.5), ("FedAvg, unscaled start", Q0)):
             learned[name] = federated.fedavg(B0, w0, data, alpha=cfg.fedavg_alpha, tau=cfg.fedavg_tau,
                                              rounds=cfg.rounds).final[0]
-        W_new = fedrep.paper_heads(cfg.new, cfg.k, seed=_seed(cfg.seed, s, 5), device=device)
+        W_new = fedrep.paper_heads(cfg.new, cfg.k, seed=derive_seed(cfg.seed, s, 5), device=device)
         theta = targets(Bstar, W_new)
         for name, B in learned.items():
             dist[name][s] = float(principal_angle_distance(B, Bstar))
@@ -354,7 +347,7 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
             Q = torch.linalg.qr(B).Q
             leak[name][s] = float((theta - (theta @ Q) @ Q.T).square().sum(-1).mean())
         for j, m_new in enumerate(cfg.m_news):
-            gen = make_generator(_seed(cfg.seed, s, 6, m_new))
+            gen = make_generator(derive_seed(cfg.seed, s, 6, m_new))
             X = randn(cfg.new, m_new, cfg.d, generator=gen, device=device)
             y = torch.einsum("cmd,cd->cm", X, theta) + cfg.noise_std * randn(cfg.new, m_new, generator=gen,
                                                                              device=device)

@@ -9,8 +9,9 @@ fine-tuning**: least squares of ``y`` on the ``k`` features ``B^T x`` with ``B``
     F = ||(I - P_B) B_*||_F^2,
 
 where ``E_ls(m, p, noise_var, signal_sqnorm)`` is the minimum-norm least-squares error of
-book 1.1 (:func:`replearn.experiments.sample_complexity.expected_ls_error`). The *floor* F
-does not shrink with m; it is zero only when col(B) = col(B_*).
+book 1.1 (:func:`replearn.linear.expected_ls_error`; the whole right-hand side is
+:func:`replearn.linear.expected_head_error`, F is :func:`replearn.linear.head_error_floor`).
+The *floor* F does not shrink with m; it is zero only when col(B) = col(B_*).
 
 :func:`run` trains ARM (Collins et al. 2022, Sec. 3) and FedAvg with ``tau`` local steps
 from the same random B_0 on the population losses and compares head-only fine-tuning on
@@ -28,18 +29,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from ..backend import DTYPE, default_device, make_generator, randn
+from ..backend import DTYPE, default_device, derive_seed, make_generator, randn
 from ..federated import fedavg, local_updates
 from ..linalg import orthonormal_basis, principal_angle_distance, random_orthonormal
-from ..linear import SampledTasks, ground_truth_representation, make_heads, population_tasks
+from ..linear import (SampledTasks, expected_head_error, expected_ls_error, ground_truth_representation,
+                      head_error_floor, least_squares, make_heads, population_tasks)
 from ..lower_bound import adversarial_ground_truth
 from ..meta import arm
 from ..checks import check_int, check_ints, check_nonnegative, check_number, check_positive
 from ..profiles import Settings
-from .sample_complexity import expected_ls_error, least_squares
 
 LEARNED = ("ARM", "FedAvg", "true representation")
 METHODS = LEARNED + ("from scratch",)
@@ -132,20 +132,6 @@ class FinetuneResult:
         return self.joint if method == JOINT else self.errors[method]
 
 
-def floor(B: torch.Tensor, Bstar: torch.Tensor) -> float:
-    """||(I - P_B) B_*||_F^2: the mean over w_* ~ N(0, I_k) of the part of theta_* = B_* w_*
-    outside col(B), i.e. the error floor of head-only fine-tuning (Prop. ``arm-ft-prop-floor``).
-    Equals sum_j sin^2 of the principal angles, so dist^2 <= floor <= k dist^2."""
-    Q = orthonormal_basis(B)
-    return float((Bstar - Q @ (Q.mT @ Bstar)).pow(2).sum())
-
-
-def expected_head_error(m: int, k: int, noise_var: float, floor_value: float) -> float:
-    """Mean head-only fine-tuning error over w_* ~ N(0, I_k) and the data (Prop.
-    ``arm-ft-prop-floor``): ``F + E_ls(m, k, noise_var + F, k - F)`` with F the floor."""
-    return floor_value + expected_ls_error(m, k, noise_var + floor_value, max(k - floor_value, 0.0))
-
-
 def head_errors(Bs: dict, Bstar: torch.Tensor, m: int, *, noise_std: float, trials: int,
                 batch: int, seed) -> dict:
     """New-task errors ||theta_hat - theta_*||^2 of head-only fine-tuning on every
@@ -193,11 +179,6 @@ def joint_errors(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor, m: int, 
     return (fitted - theta).pow(2).sum(-1)
 
 
-def _seed_for(seed: int, m: int, stream: int) -> int:
-    """An independent seed for sample size ``m`` and experiment ``stream``."""
-    return int(np.random.SeedSequence([seed, m, stream]).generate_state(1)[0])
-
-
 def train(cfg: FinetuneSettings, device=None) -> tuple[torch.Tensor, dict]:
     """B_* and the final ARM and FedAvg models ``{"ARM": (B, w), "FedAvg": (B, w)}``, trained
     on the population losses of ``cfg.n`` tasks from the same random B_0 (orthonormal) and
@@ -227,10 +208,10 @@ def run(cfg: FinetuneSettings, device=None) -> FinetuneResult:
     ``arm-ft-prop-joint``. Every m has its own seeds derived from ``(cfg.seed, m)``."""
     Bstar, models = train(cfg, device)
     Bs = {"ARM": models["ARM"][0], "FedAvg": models["FedAvg"][0], "true representation": Bstar}
-    floors = {name: floor(B, Bstar) for name, B in Bs.items()}
+    floors = {name: float(head_error_floor(B, Bstar)) for name, B in Bs.items()}
     dists = {name: float(principal_angle_distance(B, Bstar)) for name, B in Bs.items()}
     per_m = [head_errors(Bs, Bstar, m, noise_std=cfg.noise_std, trials=cfg.trials, batch=cfg.batch,
-                         seed=_seed_for(cfg.seed, m, 0)) for m in cfg.ms]
+                         seed=derive_seed(cfg.seed, m, 0)) for m in cfg.ms]
     errors = {name: torch.stack([e[name] for e in per_m]).cpu() for name in METHODS}
     var = cfg.noise_std**2
     theory = {name: torch.tensor([expected_head_error(m, cfg.k, var, floors[name]) for m in cfg.ms], dtype=DTYPE)
@@ -239,7 +220,7 @@ def run(cfg: FinetuneSettings, device=None) -> FinetuneResult:
     joint_ms = [m for m in cfg.ms if m <= cfg.d - cfg.k]
     B_arm, w_arm = models["ARM"]
     joint = [joint_errors(B_arm, w_arm, Bstar, m, noise_std=cfg.noise_std, trials=cfg.trials,
-                          steps=cfg.joint_steps, lr=cfg.joint_lr, seed=_seed_for(cfg.seed, m, 1)).cpu()
+                          steps=cfg.joint_steps, lr=cfg.joint_lr, seed=derive_seed(cfg.seed, m, 1)).cpu()
              for m in joint_ms]
     bound = torch.tensor([(1 - m / (cfg.d - cfg.k)) * floors["ARM"] for m in joint_ms], dtype=DTYPE)
     return FinetuneResult(torch.tensor(cfg.ms), errors, theory, floors, dists, torch.tensor(joint_ms),

@@ -18,10 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from ..backend import DTYPE, SeedLike, make_generator, randn
+from ..backend import DTYPE, SeedLike, derive_seed, make_generator, randn
 from ..linalg import basis_at_distance, orthonormal_basis
 from ..linear import PopulationTasks, make_heads, population_tasks
 from ..lower_bound import adversarial_ground_truth
@@ -174,14 +173,9 @@ class LowerBoundSweepResult:
         return self.min_dist / self.delta
 
 
-def _instance_seed(seed: int, i: int) -> int:
-    """An independent seed for instance ``i`` (so an instance does not depend on the count)."""
-    return int(np.random.SeedSequence([seed, i]).generate_state(1)[0])
-
-
 def _draw_and_run(cfg: LowerBoundSweepSettings, i: int) -> tuple:
     """Draw instance ``i`` of the sweep, run ARM on it, return its row of the result."""
-    gen = make_generator(_instance_seed(cfg.seed, i))
+    gen = make_generator(derive_seed(cfg.seed, i))
     u = torch.rand(5, generator=gen, dtype=DTYPE).tolist()
     d = int(torch.randint(cfg.d_min, cfg.d_max + 1, (1,), generator=gen))
     k = int(torch.randint(2, min(cfg.k_max, d - 1) + 1, (1,), generator=gen))

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .. import linear, maml, meta
-from ..backend import default_device, make_generator, randn
+from .. import linear, maml, meta, rates
+from ..backend import default_device
 from ..checks import check_int, check_nonnegative, check_number, check_positive, check_positives, check_sequence
 from ..profiles import Settings
 
@@ -90,22 +90,8 @@ class MamlDynamicsSettings(Settings):
         return self.scale**2 / self.cond
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One instance: ground truth ``Bstar`` (d, k), heads ``W`` (n, k), start ``B0``, ``w0``."""
-
-    Bstar: torch.Tensor
-    W: torch.Tensor
-    B0: torch.Tensor
-    w0: torch.Tensor
-
-    @property
-    def tasks(self) -> linear.PopulationTasks:
-        return linear.population_tasks(self.Bstar, self.W)
-
-
 def make_problem(cfg: MamlDynamicsSettings, *, cond: float | None = None, alpha: float | None = None,
-                 degenerate: bool = False, device=None) -> Problem:
+                 degenerate: bool = False, device=None) -> linear.Problem:
     """The instance of ``cfg`` (optionally with another head condition number ``cond`` or inner
     step ``alpha``, which rescales B_0). ``degenerate=True`` projects the heads onto a random
     (k-1)-dimensional subspace of R^k, so that they no longer span it (no task diversity)."""
@@ -116,19 +102,9 @@ def make_problem(cfg: MamlDynamicsSettings, *, cond: float | None = None, alpha:
     W = linear.make_heads(cfg.n, cfg.k, mean_norm=cfg.mean_norm, cond=cond, scale=cfg.scale,
                           seed=cfg.seed + 1, device=device)
     if degenerate:
-        W = degenerate_heads(W, cfg.seed + 3)
+        W = linear.degenerate_heads(W, cfg.seed + 3)
     B0, w0 = maml.structured_init(Bstar, alpha, cfg.delta0, seed=cfg.seed + 2)
-    return Problem(Bstar, W, B0, w0)
-
-
-def degenerate_heads(W: torch.Tensor, seed: int) -> torch.Tensor:
-    """``W`` with its component along a random unit vector u of R^k removed: the heads then
-    lie in the (k-1)-dimensional subspace u^perp and (1/n) W^T W is singular."""
-    if W.ndim != 2 or W.shape[1] < 2:
-        raise ValueError(f"need heads W of shape (n, k) with k >= 2, got {tuple(W.shape)}")
-    u = randn(W.shape[1], generator=make_generator(seed), device=W.device)
-    u = u / u.norm()
-    return W - (W @ u)[:, None] * u[None, :]
+    return linear.Problem(Bstar, W, B0, w0)
 
 
 # --------------------------------------------------------------------------- book 2.1
@@ -200,7 +176,7 @@ class MamlDynamicsResult:
     """The instance ``problem``, the trajectories and distances ``dist[method]`` (T + 1,) of ARM
     and the four meta-learners, and ARM's subspace ``floor`` (:func:`replearn.meta.arm_subspace_floor`)."""
 
-    problem: Problem
+    problem: linear.Problem
     trajectories: dict
     dist: dict
     floor: float
@@ -221,22 +197,11 @@ def run(cfg: MamlDynamicsSettings, *, degenerate: bool = False, device=None) -> 
         floor=float(meta.arm_subspace_floor(pb.B0, pb.Bstar, pb.W)))
 
 
-def linear_rate(dist: torch.Tensor, *, low: float = 1e-8, high: float = 1e-1, min_points: int = 10) -> float:
-    """The empirical linear rate: the least-squares slope of -log dist(B_t, B_*) against t over
-    the iterates with ``low < dist < high`` (the linear phase, above machine precision).
-    A per-step contraction factor rho gives the rate -log rho. Raises ``ValueError`` if fewer
-    than ``min_points`` iterates fall in the window (run longer or widen it)."""
-    if not 0 < low < high:
-        raise ValueError(f"need 0 < low < high, got low={low}, high={high}")
-    dist = torch.as_tensor(dist, dtype=torch.float64).cpu()
-    t = torch.arange(dist.shape[0], dtype=torch.float64)
-    mask = (dist > low) & (dist < high)
-    if int(mask.sum()) < min_points:
-        raise ValueError(f"only {int(mask.sum())} iterates have {low} < dist < {high} (need {min_points}): "
-                         "run more iterations or widen the window")
-    x, y = t[mask], -dist[mask].log()
-    x = x - x.mean()
-    return float((x * (y - y.mean())).sum() / (x * x).sum())
+def linear_rate(dist: torch.Tensor) -> float:
+    """The section's empirical linear rate of dist(B_t, B_*): :func:`replearn.rates.linear_rate`
+    over the linear phase ``1e-8 < dist < 1e-1`` (above machine precision, past the transient),
+    with at least 10 iterates in it. A per-step contraction factor rho gives the rate -log rho."""
+    return rates.linear_rate(dist, low=1e-8, high=1e-1, min_points=10)
 
 
 def rate_sweep(cfg: MamlDynamicsSettings, algorithms=("ANIL", "FO-ANIL"), device=None) -> dict:

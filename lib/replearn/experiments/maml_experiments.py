@@ -9,11 +9,11 @@
 - :func:`run_finite_samples` (book 2.5): ANIL / FO-ANIL with ``m`` fresh samples per task and
   iteration, the distance they reach as m and the number of tasks n vary (the paper's
   finite-sample theorem: m = Omega((d/n + 1) k^3) suffices, far below d).
-- :func:`train_neural_maml` and :func:`optimality_terms` (book 2.6): MAML on a small tanh network
-  for few-shot sine regression, and the terms of the optimality-gap bound of Wang, Cai, Yang &
-  Wang (ICML 2020, Theorem 1) at the point it reaches; :func:`run_neural_optimality` over widths
-  and restarts. With a fixed feature map (:func:`random_features`) and the squared loss the MAML
-  objective is a convex quadratic (:func:`linear_maml_quadratic`, :func:`quadratic_gd`).
+- :func:`run_neural_optimality` (book 2.6): MAML on a small tanh network for few-shot sine
+  regression (:func:`sine_tasks`), and the terms of the optimality-gap bound of Wang, Cai, Yang &
+  Wang (ICML 2020, Theorem 1) at the points it reaches, over widths and restarts. The network,
+  its MAML objective, the bound's terms and the fixed-feature quadratic are in
+  :mod:`replearn.sinusoid`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.func import grad, jacrev, vmap
 
-from .. import linear, maml, meta
-from ..backend import DTYPE, make_generator
+from .. import linear, maml, meta, sinusoid
+from ..backend import DTYPE
 from ..checks import (check_choice, check_int, check_ints, check_nonnegative, check_number, check_positive,
                       check_sequence)
 from ..profiles import Settings
@@ -264,7 +263,7 @@ def finite_sample_distance(cfg: FiniteSampleSettings, algorithm: str, n: int, m:
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=seed)
     W = linear.make_heads(n, cfg.k, cond=cfg.cond, exact=n > cfg.k, seed=seed + 1)
     B0, w0 = maml.structured_init(Bstar, cfg.alpha, cfg.delta0, seed=seed + 2)
-    data = maml.FreshSamples(Bstar, W, m, m, noise_std=cfg.noise_std)
+    data = linear.FreshSamples(Bstar, W, m, noise_std=cfg.noise_std)  # inner and outer samples: m each
     traj = maml.meta_train(B0, w0, data, algorithm=algorithm, alpha=cfg.alpha, beta=cfg.beta,
                            iterations=cfg.iterations, seed=seed + 3)
     return traj.dist(Bstar).cpu().numpy()
@@ -322,153 +321,12 @@ class NeuralMamlSettings(Settings):
         check_positive(self.lr, "lr")
 
 
-@dataclass(frozen=True)
-class SineTasks:
-    X_in: torch.Tensor   # (n, m_in)
-    Y_in: torch.Tensor
-    X_out: torch.Tensor  # (n, m_out)
-    Y_out: torch.Tensor
-
-
-def sine_tasks(n: int, m_in: int, m_out: int, *, seed: int = 0) -> SineTasks:
-    """n few-shot sine regression tasks with fixed support and query points (see settings)."""
-    if not all(isinstance(x, int) and x >= 1 for x in (n, m_in, m_out)):
-        raise ValueError(f"n, m_in and m_out must be positive integers, got {n!r}, {m_in!r}, {m_out!r}")
-    gen = make_generator(seed)
-    amp = 0.5 + 1.5 * torch.rand(n, 1, generator=gen, dtype=DTYPE)
-    phase = math.pi * torch.rand(n, 1, generator=gen, dtype=DTYPE)
-    X_in = -5 + 10 * torch.rand(n, m_in, generator=gen, dtype=DTYPE)
-    X_out = -5 + 10 * torch.rand(n, m_out, generator=gen, dtype=DTYPE)
-    return SineTasks(X_in, amp * torch.sin(X_in + phase), X_out, amp * torch.sin(X_out + phase))
-
-
-def n_params(width: int) -> int:
-    return 3 * width + 1
-
-
-def mlp(theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """h_theta(x) = c + sum_j v_j tanh(u_j x + b_j), theta = (u, b, v, c) flattened (3 width + 1,)."""
-    p = (theta.shape[0] - 1) // 3
-    u, b, v, c = theta[:p], theta[p:2 * p], theta[2 * p:3 * p], theta[-1]
-    return torch.tanh(x[..., None] * u + b) @ v + c
-
-
-def _risk(theta, x, y):
-    return 0.5 * (mlp(theta, x) - y).pow(2).mean()
-
-
-def _adapted(theta, x_in, y_in, eta):
-    return theta - eta * grad(_risk)(theta, x_in, y_in)
-
-
-def _meta_loss(theta, x_in, y_in, x_out, y_out, eta):
-    return _risk(_adapted(theta, x_in, y_in, eta), x_out, y_out)
-
-
-def maml_objective(theta: torch.Tensor, tasks: SineTasks, eta: float) -> torch.Tensor:
-    """L(theta) = (1/n) sum_i R_i^out(theta - eta grad R_i^in(theta)), R(h) = 1/(2m) sum (h(x) - y)^2."""
-    per = vmap(_meta_loss, in_dims=(None, 0, 0, 0, 0, None))
-    return per(theta, tasks.X_in, tasks.Y_in, tasks.X_out, tasks.Y_out, eta).mean()
-
-
-def maml_gradient(theta: torch.Tensor, tasks: SineTasks, eta: float) -> torch.Tensor:
-    """The exact gradient of :func:`maml_objective` (through the inner step)."""
-    per = vmap(grad(_meta_loss), in_dims=(None, 0, 0, 0, 0, None))
-    return per(theta, tasks.X_in, tasks.Y_in, tasks.X_out, tasks.Y_out, eta).mean(0)
-
-
-@dataclass(frozen=True)
-class NeuralRun:
-    theta: torch.Tensor      # final parameters
-    objective: np.ndarray    # (steps + 1,) L(theta_t)
-    grad_norm: np.ndarray    # (steps + 1,) ||grad L(theta_t)||
-
-
-def train_neural_maml(width: int, tasks: SineTasks, *, eta: float, lr: float, steps: int, seed: int = 0) -> NeuralRun:
-    """Full-batch GD with step ``lr`` on the MAML objective from a random start (N(0, 1) input
-    weights and biases, N(0, 1/width) output weights, c = 0). Raises ValueError if it blows up."""
-    if not (isinstance(width, int) and width >= 1):
-        raise ValueError(f"width must be a positive integer, got {width!r}")
-    for name, value in (("eta", eta), ("lr", lr)):
-        if not (isinstance(value, (int, float)) and 0 < value < math.inf):
-            raise ValueError(f"{name} must be a positive finite step size, got {value!r}")
-    gen = make_generator(seed)
-    theta = torch.cat([torch.randn(2 * width, generator=gen, dtype=DTYPE),
-                       torch.randn(width, generator=gen, dtype=DTYPE) / math.sqrt(width),
-                       torch.zeros(1, dtype=DTYPE)])
-    objective, norms = [], []
-    for _ in range(steps + 1):
-        g = maml_gradient(theta, tasks, eta)
-        objective.append(float(maml_objective(theta, tasks, eta)))
-        norms.append(float(g.norm()))
-        if not math.isfinite(objective[-1]) or objective[-1] > 1e8:
-            raise ValueError(f"MAML on the width-{width} network diverged: lr = {lr} is too large")
-        theta = theta - lr * g
-    theta = theta + lr * g  # undo the last (unrecorded) step: theta is the iterate of the last record
-    return NeuralRun(theta, np.array(objective), np.array(norms))
-
-
-@dataclass(frozen=True)
-class OptimalityTerms:
-    """The terms of the bound at an approximate stationary point omega against a comparator theta'
-    (book 2.6): ``gap`` = L(omega) - L(theta'); ``first_order`` = <g, u> (convexity of the risks in
-    the prediction); ``eps`` = ||grad L(omega)||; ``g_norm`` = ||g||; ``radii`` (R's of the ridge
-    path) with ``residuals`` = ||u - J v_R|| (the expressivity term); ``bound`` = min over the path
-    of R eps + ||g|| residual (v = 0 and least squares included)."""
-
-    gap: float
-    first_order: float
-    eps: float
-    g_norm: float
-    u_norm: float
-    radii: np.ndarray
-    residuals: np.ndarray
-    bound: float
-    best_radius: float
-    best_residual: float
-
-
-def optimality_terms(omega: torch.Tensor, comparator: torch.Tensor, tasks: SineTasks, eta: float) -> OptimalityTerms:
-    """Inner products over the query points of all tasks: <a, b> = (1/n) sum_i sum_j a_ij b_ij.
-
-    g_ij = (h_{omega_i}(x_ij) - y_ij) / m_out is the derivative of the task risk in the adapted
-    prediction, u = h_{omega_i} - h_{theta'_i} (adapted predictions of both points), J_i the
-    Jacobian in theta of omega's adapted predictions. Then grad L(omega) = (1/n) sum_i J_i^T g_i,
-    and for every v:  L(omega) - L(theta') <= <g, u> = grad L(omega)^T v + <g, u - J v>
-    <= ||v|| eps + ||g|| ||u - J v||.
-    """
-    n, m_out = tasks.X_out.shape
-    adapted = vmap(_adapted, in_dims=(None, 0, 0, None))
-
-    def predictions(theta):
-        return vmap(mlp)(adapted(theta, tasks.X_in, tasks.Y_in, eta), tasks.X_out)  # (n, m_out)
-
-    h_w, h_c = predictions(omega), predictions(comparator)
-    g = (h_w - tasks.Y_out) / m_out
-    u = h_w - h_c
-    J = jacrev(predictions)(omega).reshape(n * m_out, -1)  # (n m_out, P)
-    scale = 1.0 / n
-
-    def norm(a):
-        return math.sqrt(scale * float(a.pow(2).sum()))
-
-    gradient = scale * J.T @ g.reshape(-1)
-    eps = float(gradient.norm())
-    gap = float(maml_objective(omega, tasks, eta) - maml_objective(comparator, tasks, eta))
-    first_order = scale * float((g * u).sum())
-    # ridge path v(lam) = argmin ||u - J v||^2 + lam ||v||^2 (the norm's 1/n cancels), plus v = 0
-    U, S, Vh = torch.linalg.svd(J, full_matrices=False)
-    coef = U.T @ u.reshape(-1)
-    radii, residuals = [0.0], [norm(u)]
-    for lam in torch.logspace(4, -10, 57, dtype=DTYPE):
-        v = Vh.T @ (S / (S**2 + lam) * coef)
-        radii.append(float(v.norm()))
-        residuals.append(norm(u.reshape(-1) - J @ v))
-    radii, residuals = np.array(radii), np.array(residuals)
-    values = radii * eps + norm(g) * residuals
-    best = int(values.argmin())
-    return OptimalityTerms(gap, first_order, eps, norm(g), norm(u), radii, residuals, float(values[best]),
-                           float(radii[best]), float(residuals[best]))
+def sine_tasks(n: int, m_in: int, m_out: int, *, seed: int = 0) -> sinusoid.SinusoidTasks:
+    """The sine tasks of this section (see :class:`NeuralMamlSettings`): n tasks
+    y = a sin(x + phi), a ~ U[0.5, 2], phi ~ U[0, pi], x ~ U[-5, 5], with ``m_in`` support and
+    ``m_out`` query points (:func:`replearn.sinusoid.sinusoid_tasks` with phase b = -phi, whose
+    ends (0, -pi) are given in draw order)."""
+    return sinusoid.sinusoid_tasks(n, m_in, m_out, amplitude=(0.5, 2.0), phase=(0.0, -math.pi), seed=seed)
 
 
 # --------------------------------------------------------------------------- a fixed feature map
@@ -476,8 +334,9 @@ def optimality_terms(omega: torch.Tensor, comparator: torch.Tensor, tasks: SineT
 @dataclass(frozen=True)
 class FixedFeatureSettings(Settings):
     """MAML with a fixed feature map on the sine tasks of :class:`NeuralMamlSettings`: the hidden
-    layer of a width-``width`` tanh network frozen at its random draw (:func:`random_features`),
-    inner step ``eta``, then ``steps`` of GD with step 1 / lambda_max(H) from theta = 0."""
+    layer of a width-``width`` tanh network frozen at its random draw
+    (:func:`replearn.sinusoid.random_features`), inner step ``eta``, then ``steps`` of GD with
+    step 1 / lambda_max(H) from theta = 0."""
 
     n: int = 10
     m_in: int = 10
@@ -498,122 +357,6 @@ class FixedFeatureSettings(Settings):
             check_int(getattr(self, name), name, 1)
         check_int(self.steps, "steps", 0)
         check_positive(self.eta, "eta")
-
-
-def random_features(x: torch.Tensor, width: int, seed: int = 0) -> torch.Tensor:
-    """phi(x) = (tanh(u_1 x + b_1), ..., tanh(u_w x + b_w), 1), shape (..., width + 1).
-
-    (u, b) is the draw of :func:`train_neural_maml` (width, seed): the hidden layer of that
-    network frozen at initialisation, so ``mlp(cat(u, b, theta), x) = random_features(x) @ theta``
-    with theta = (v, c)."""
-    if not (isinstance(width, int) and not isinstance(width, bool) and width >= 1):
-        raise ValueError(f"width must be a positive integer, got {width!r}")
-    gen = make_generator(seed)
-    ub = torch.randn(2 * width, generator=gen, dtype=DTYPE)
-    hidden = torch.tanh(x.to(DTYPE)[..., None] * ub[:width] + ub[width:])
-    return torch.cat([hidden, torch.ones(*x.shape, 1, dtype=DTYPE)], dim=-1)
-
-
-def _check_linear_data(Phi_in, Y_in, Phi_out, Y_out, eta):
-    if not (isinstance(eta, (int, float)) and not isinstance(eta, bool) and 0 < eta < math.inf):
-        raise ValueError(f"eta must be a positive finite inner step size, got {eta!r}")
-    if Phi_in.ndim != 3 or Phi_out.ndim != 3:
-        raise ValueError(f"features must have shape (n, m, d), got {tuple(Phi_in.shape)} and {tuple(Phi_out.shape)}")
-    n, m_in, d = Phi_in.shape
-    if Phi_out.shape[0] != n or Phi_out.shape[2] != d:
-        raise ValueError(f"Phi_out {tuple(Phi_out.shape)} does not match Phi_in {tuple(Phi_in.shape)} in n or d")
-    if tuple(Y_in.shape) != (n, m_in) or tuple(Y_out.shape) != tuple(Phi_out.shape[:2]):
-        raise ValueError(f"labels must have shapes {(n, m_in)} and {tuple(Phi_out.shape[:2])}, "
-                         f"got {tuple(Y_in.shape)} and {tuple(Y_out.shape)}")
-    if min(n, m_in, d, Phi_out.shape[1]) < 1:
-        raise ValueError("need at least one task, one sample and one feature")
-
-
-def _linear_risk(theta, Phi, y):
-    return 0.5 * (Phi @ theta - y).pow(2).mean()
-
-
-def _linear_meta_loss(theta, Phi_in, y_in, Phi_out, y_out, eta):
-    return _linear_risk(theta - eta * grad(_linear_risk)(theta, Phi_in, y_in), Phi_out, y_out)
-
-
-def linear_maml_objective(theta: torch.Tensor, Phi_in: torch.Tensor, Y_in: torch.Tensor, Phi_out: torch.Tensor,
-                          Y_out: torch.Tensor, eta: float) -> torch.Tensor:
-    """The MAML objective of h_theta = phi^T theta computed by automatic differentiation through
-    the inner step (same risk as :func:`maml_objective`: R(h) = 1/(2m) sum (h(x) - y)^2)."""
-    _check_linear_data(Phi_in, Y_in, Phi_out, Y_out, eta)
-    per = vmap(_linear_meta_loss, in_dims=(None, 0, 0, 0, 0, None))
-    return per(theta, Phi_in, Y_in, Phi_out, Y_out, eta).mean()
-
-
-@dataclass(frozen=True)
-class LinearMamlQuadratic:
-    """L(theta) = 1/2 theta^T H theta - b^T theta + c (book 2.6): H (d, d) is PSD, b (d,)."""
-
-    H: torch.Tensor
-    b: torch.Tensor
-    c: float
-
-    def value(self, theta: torch.Tensor) -> torch.Tensor:
-        """L at theta (d,) or at a batch of points (..., d)."""
-        return 0.5 * ((theta @ self.H) * theta).sum(-1) - theta @ self.b + self.c
-
-    def gradient(self, theta: torch.Tensor) -> torch.Tensor:
-        return theta @ self.H - self.b
-
-    def minimiser(self, rtol: float = 1e-12) -> torch.Tensor:
-        """The minimum-norm global minimiser H^+ b (eigenvalues below rtol * lambda_max dropped)."""
-        evals, evecs = torch.linalg.eigh(self.H)
-        keep = evals > rtol * evals[-1]
-        return evecs[:, keep] @ ((evecs[:, keep].T @ self.b) / evals[keep])
-
-    def eigenvalues(self) -> torch.Tensor:
-        return torch.linalg.eigvalsh(self.H)
-
-
-def linear_maml_quadratic(Phi_in: torch.Tensor, Y_in: torch.Tensor, Phi_out: torch.Tensor, Y_out: torch.Tensor,
-                          eta: float) -> LinearMamlQuadratic:
-    """The MAML objective of a fixed linear feature map with squared loss, in closed form.
-
-    Task i's inner step is theta_i = A_i theta + a_i with A_i = I - eta Sigma_in,i,
-    Sigma_in,i = Phi_in,i^T Phi_in,i / m_in and a_i = eta Phi_in,i^T y_in,i / m_in; its query
-    loss is ||M_i theta - r_i||^2 / (2 m_out) with M_i = Phi_out,i A_i, r_i = y_out,i - Phi_out,i a_i.
-    Averaging over tasks: H = (1/n) sum M_i^T M_i / m_out, b = (1/n) sum M_i^T r_i / m_out,
-    c = (1/n) sum ||r_i||^2 / (2 m_out). H is PSD whatever eta (> 0) is."""
-    _check_linear_data(Phi_in, Y_in, Phi_out, Y_out, eta)
-    Phi_in, Y_in, Phi_out, Y_out = (t.to(DTYPE) for t in (Phi_in, Y_in, Phi_out, Y_out))
-    n, m_in, d = Phi_in.shape
-    m_out = Phi_out.shape[1]
-    A = torch.eye(d, dtype=DTYPE) - eta * Phi_in.mT @ Phi_in / m_in            # (n, d, d)
-    a = eta * (Phi_in.mT @ Y_in[..., None])[..., 0] / m_in                     # (n, d)
-    M = Phi_out @ A                                                             # (n, m_out, d)
-    r = Y_out - (Phi_out @ a[..., None])[..., 0]                                # (n, m_out)
-    H = (M.mT @ M).mean(0) / m_out
-    H = 0.5 * (H + H.T)
-    b = (M.mT @ r[..., None])[..., 0].mean(0) / m_out
-    c = float(r.pow(2).sum(-1).mean() / (2 * m_out))
-    return LinearMamlQuadratic(H, b, c)
-
-
-def quadratic_gd(q: LinearMamlQuadratic, steps: int, *, lr: float | None = None,
-                 theta0: torch.Tensor | None = None) -> torch.Tensor:
-    """Iterates (steps + 1, d) of GD theta <- theta - lr (H theta - b) from theta0 (default 0),
-    lr = 1 / lambda_max(H) by default; a step >= 2 / lambda_max (no descent) raises ValueError."""
-    if not (isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0):
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    top = float(q.eigenvalues()[-1])
-    lr = 1.0 / top if lr is None else lr
-    if not (isinstance(lr, (int, float)) and 0 < lr < 2.0 / top):
-        raise ValueError(f"lr must lie in (0, 2 / lambda_max) = (0, {2.0 / top:.4g}), got {lr!r}")
-    theta = torch.zeros_like(q.b) if theta0 is None else theta0.to(DTYPE).clone()
-    out = torch.empty(steps + 1, theta.shape[0], dtype=DTYPE)
-    out[0] = theta
-    step = torch.eye(theta.shape[0], dtype=DTYPE) - lr * q.H  # theta_{t+1} = step theta_t + lr b
-    shift = lr * q.b
-    for t in range(steps):
-        theta = step @ theta + shift
-        out[t + 1] = theta
-    return out
 
 
 # --------------------------------------------------------------------------- optimality over widths
@@ -648,21 +391,22 @@ class NeuralOptimalityResult:
 
 
 def run_neural_optimality(cfg: NeuralMamlSettings) -> NeuralOptimalityResult:
-    """Train MAML (:func:`train_neural_maml`) for every width and restart (init seed
-    cfg.seed + restart) on one set of sine tasks, then evaluate :func:`optimality_terms` at every
-    final point against the best final point of all runs. The global minimiser of a neural MAML
-    objective is unknown; the bound holds for any comparator, and the best point found is the
-    sharpest one available (its own gap is 0)."""
+    """Train MAML (:func:`replearn.sinusoid.train_neural_maml`) for every width and restart (init
+    seed cfg.seed + restart) on one set of :func:`sine_tasks`, then evaluate
+    :func:`replearn.sinusoid.optimality_terms` at every final point against the best final point
+    of all runs. The global minimiser of a neural MAML objective is unknown; the bound holds for
+    any comparator, and the best point found is the sharpest one available (its own gap is 0)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         tasks = sine_tasks(cfg.n, cfg.m_in, cfg.m_out, seed=cfg.seed)
-        runs = [[train_neural_maml(w, tasks, eta=cfg.eta, lr=cfg.lr, steps=cfg.steps, seed=cfg.seed + r)
+        runs = [[sinusoid.train_neural_maml(w, tasks, eta=cfg.eta, lr=cfg.lr, steps=cfg.steps, seed=cfg.seed + r)
                  for r in range(cfg.restarts)] for w in cfg.widths]
         curves = np.array([[run.objective for run in row] for row in runs])
         best = np.unravel_index(int(curves[:, :, -1].argmin()), curves.shape[:2])
         comparator = runs[best[0]][best[1]].theta
-        terms = [[optimality_terms(run.theta, comparator, tasks, cfg.eta) for run in row] for row in runs]
+        terms = [[sinusoid.optimality_terms(run.theta, comparator, tasks, cfg.eta) for run in row]
+                 for row in runs]
     finally:
         torch.set_num_threads(threads)
 

@@ -9,7 +9,7 @@ estimators fitted on ``m`` samples:
 - **from scratch**: minimum-norm least squares of ``y`` on ``x`` in ``R^d``.
 
 Both are instances of minimum-norm least squares in dimension ``p`` with Gaussian design,
-whose expected parameter error has the closed form of :func:`expected_ls_error`
+whose expected parameter error has the closed form of :func:`replearn.linear.expected_ls_error`
 (book 1.1, Proposition ``arm-model-prop-ls``):
 
     E ||theta_hat - theta||^2 = sigma^2 p / (m - p - 1)                        (m >= p + 2)
@@ -19,8 +19,8 @@ with ``p = k`` for the known representation and ``p = d`` from scratch. This is 
 "O(k) samples once col(B_*) is known versus Omega(d) without" remark of Collins et al.
 (2022) and Tripuraneni et al. (2021). :func:`run` estimates both errors by Monte Carlo,
 vectorised over trials: each chunk of trials is one batched QR solve
-(:func:`least_squares`, equal to :func:`replearn.linear.fit_linear` for full-rank designs,
-which Gaussian designs are with probability one, and several times faster than its SVD).
+(:func:`replearn.linear.least_squares`, equal to :func:`replearn.linear.fit_linear` for
+full-rank designs, which Gaussian designs are with probability one, and several times faster).
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from ..backend import DTYPE, default_device, make_generator, randn
-from ..linear import ground_truth_representation
+from ..backend import DTYPE, default_device, derive_seed, make_generator, randn
+from ..linear import expected_ls_error, ground_truth_representation, least_squares
 from ..checks import check_int, check_ints, check_nonnegative
 from ..profiles import Settings
 
@@ -97,50 +96,6 @@ class SampleComplexityResult:
         return torch.where(gap.abs() < 1e-12, torch.zeros_like(gap), gap / sem)
 
 
-def expected_ls_error(m: int, p: int, noise_var: float, signal_sqnorm: float = 1.0) -> float:
-    """E ||theta_hat - theta||^2 of minimum-norm least squares in R^p (book 1.1, Prop. ls).
-
-    ``m`` samples with rows ``x ~ N(0, I_p)``, ``y = <theta, x> + N(0, noise_var)``,
-    ``||theta||^2 = signal_sqnorm``. Returns ``noise_var p / (m - p - 1)`` for
-    ``m >= p + 2``, ``(1 - m/p) signal_sqnorm + noise_var m / (p - m - 1)`` for
-    ``m <= p - 2``; for ``|m - p| <= 1`` the expectation is infinite when ``noise_var > 0``
-    (``inf`` is returned) and ``(1 - m/p)_+ signal_sqnorm`` when ``noise_var = 0``.
-    """
-    check_int(m, "m (number of samples)", 1)
-    check_int(p, "p (dimension)", 1)
-    if not noise_var >= 0 or not signal_sqnorm >= 0:
-        raise ValueError(f"noise_var and signal_sqnorm must be >= 0, got {noise_var}, {signal_sqnorm}")
-    bias = max(0.0, 1.0 - m / p) * signal_sqnorm
-    if noise_var == 0:
-        return bias
-    if m >= p + 2:
-        return noise_var * p / (m - p - 1)
-    if m <= p - 2:
-        return bias + noise_var * m / (p - m - 1)
-    return math.inf
-
-
-def least_squares(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Minimum-norm least-squares solution of ``A v = y``, batched over leading dimensions.
-
-    For a full-rank design ``A`` (..., m, p) this is ``pinv(A) y``, i.e.
-    :func:`replearn.linear.fit_linear` with ``ridge = 0``, computed from a QR factorisation
-    instead of an SVD: ``A = QR`` when m >= p (ordinary least squares) and ``A^T = QR`` with
-    ``v = Q R^{-T} y`` when m < p (the interpolant of smallest norm). Rank-deficient designs
-    are not supported (they have probability zero for Gaussian data).
-    """
-    if A.ndim < 2 or A.shape[:-1] != y.shape:
-        raise ValueError(f"design {tuple(A.shape)} and targets {tuple(y.shape)} do not match")
-    m, p = A.shape[-2:]
-    if m >= p:
-        Q, R = torch.linalg.qr(A)
-        v = torch.linalg.solve_triangular(R, Q.mT @ y.unsqueeze(-1), upper=True)
-    else:
-        Q, R = torch.linalg.qr(A.mT)
-        v = Q @ torch.linalg.solve_triangular(R.mT, y.unsqueeze(-1), upper=False)
-    return v.squeeze(-1)
-
-
 def new_task_errors(Bstar: torch.Tensor, w_star: torch.Tensor, m: int, *, noise_std: float,
                     trials: int, seed=0, batch: int | None = None) -> dict:
     """Squared parameter errors of both estimators over ``trials`` independent data sets.
@@ -177,11 +132,6 @@ def new_task_errors(Bstar: torch.Tensor, w_star: torch.Tensor, m: int, *, noise_
     return {"known representation": torch.cat(known), "from scratch": torch.cat(scratch)}
 
 
-def _seed_for(seed: int, m: int) -> int:
-    """An independent seed for sample size ``m`` (so a grid point does not depend on the grid)."""
-    return int(np.random.SeedSequence([seed, m]).generate_state(1)[0])
-
-
 def run(cfg: SampleComplexitySettings, device=None) -> SampleComplexityResult:
     """Monte-Carlo errors of both estimators at every m in ``cfg.ms``, with the closed forms.
 
@@ -195,7 +145,7 @@ def run(cfg: SampleComplexitySettings, device=None) -> SampleComplexityResult:
     w_star = randn(cfg.k, generator=gen)
     w_star = (w_star / w_star.norm()).to(device)
     per_m = [new_task_errors(Bstar, w_star, m, noise_std=cfg.noise_std, trials=cfg.trials,
-                             seed=_seed_for(cfg.seed, m), batch=cfg.batch) for m in cfg.ms]
+                             seed=derive_seed(cfg.seed, m), batch=cfg.batch) for m in cfg.ms]
     errors = {name: torch.stack([e[name] for e in per_m]).cpu() for name in METHODS}
     var = cfg.noise_std**2
     dims = {"known representation": cfg.k, "from scratch": cfg.d}
@@ -205,7 +155,7 @@ def run(cfg: SampleComplexitySettings, device=None) -> SampleComplexityResult:
 
 
 def samples_to_reach(eps: float, p: int, noise_var: float, signal_sqnorm: float = 1.0) -> int:
-    """Smallest m whose expected error :func:`expected_ls_error` is at most ``eps``.
+    """Smallest m whose expected error :func:`replearn.linear.expected_ls_error` is at most ``eps``.
 
     Above the threshold the error ``noise_var p / (m - p - 1)`` is at most ``eps`` from
     ``m = p + 1 + noise_var p / eps`` on, so the search is over a finite range.

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from cifar_fixtures import load_or_skip
 
 from replearn import linalg, linear
 
@@ -15,3 +16,15 @@ def problem():
     w0 = 0.1 * torch.ones(k, dtype=torch.float64)
     return dict(d=d, k=k, n=n, Bstar=Bstar, W=W, alpha=alpha, B0=B0, w0=w0,
                 tasks=linear.population_tasks(Bstar, W))
+
+
+@pytest.fixture(scope="session")
+def cifar10():
+    """The CIFAR-10 subset of ``$REPLEARN_DATA`` (the test is skipped without it)."""
+    return load_or_skip("cifar10")
+
+
+@pytest.fixture(scope="session")
+def cifar100():
+    """The CIFAR-100 subset of ``$REPLEARN_DATA`` (the test is skipped without it)."""
+    return load_or_skip("cifar100")

@@ -1,0 +1,59 @@
+"""Book 4.7 driver (replearn.experiments.ch04_fedavg.s07_feature_similarity) on tiny settings and the
+real CIFAR-10 subset (skipped without it)."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from replearn.experiments.ch04_fedavg import s07_feature_similarity as s07
+
+TINY_TRAIN = replace(s07.SimilaritySettings().train, batch_size=5, participation=0.1)
+
+
+def test_paper_profile_follows_the_paper():
+    d, p = s07.SimilaritySettings(), s07.SimilaritySettings.paper()
+    assert (p.clients, p.alpha, p.taus, p.model) == (100, 0.6, (1, 5, 10, 50), "fedavg_cnn")
+    assert (p.train.lr, p.train.momentum, p.train.batch_size, p.train.participation, p.dtype) == \
+        (0.01, 0.5, 10, 0.1, "float32")
+    assert all(p.total_steps % tau == 0 for tau in p.taus)
+    assert d.dtype == "float64" and len(d.seeds) >= 3
+    long = s07.SimilaritySettings.long()
+    assert long.total_steps > d.total_steps and len(long.seeds) >= len(d.seeds)
+
+
+def test_bad_settings_raise_at_construction():
+    with pytest.raises(ValueError, match="multiple of every tau"):
+        s07.SimilaritySettings(total_steps=10, taus=(1, 3))
+    with pytest.raises(ValueError, match="participation"):
+        s07.SimilaritySettings(train=replace(s07.SimilaritySettings().train, participation=0.0))
+    with pytest.raises(ValueError, match="taus must be distinct"):
+        s07.SimilaritySettings(taus=(1, 1))
+    with pytest.raises(ValueError, match="taus"):
+        s07.SimilaritySettings(taus=())
+    with pytest.raises(ValueError, match="alpha"):
+        s07.SimilaritySettings(alpha=0.0)
+    with pytest.raises(ValueError, match="dtype"):
+        s07.SimilaritySettings(dtype="half")
+    with pytest.raises(ValueError, match="seeds"):
+        s07.SimilaritySettings(seeds=(1, 1))
+    with pytest.raises(ValueError, match="probe_per_class"):
+        s07.SimilaritySettings(probe_per_class=1)
+
+
+def test_similarity_tiny(cifar10):
+    s = s07.SimilaritySettings(total_steps=4, train=TINY_TRAIN, taus=(1, 2), probe_per_class=5,
+                               test_per_client=5)
+    r = s07.run_similarity(s, cifar=cifar10)
+    assert r.taus == (1, 2) and "CIFAR-10" in r.data
+    for tau in r.taus:
+        M = r.matrices[tau]
+        assert M.shape == (10, 10) and torch.allclose(M, M.T)
+        assert -1 <= float(M.min()) and float(M.max()) <= 1 + 1e-9
+        assert r.gap[tau] == pytest.approx(r.intra(tau) - r.inter(tau))
+        assert 0 <= r.probe_accuracy[tau] <= 1
+        assert 0 <= r.client_accuracy[tau] <= 1
+    assert int(r.client_sizes.sum()) == len(cifar10.y_train)
+    again = s07.run_similarity(s, cifar=cifar10)
+    assert all(torch.equal(r.matrices[t], again.matrices[t]) for t in r.taus)
+    assert again.probe_accuracy == r.probe_accuracy and again.client_accuracy == r.client_accuracy

@@ -1,0 +1,99 @@
+"""Book 5.7 driver (replearn.experiments.ch05_fedrep.s07_cifar_personalisation): Table 1 on the
+synthetic stand-in of :func:`cifar_fixtures.fake_cifar` (seconds); the default partition on the real
+CIFAR-10 subset (skipped without it)."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from cifar_fixtures import fake_cifar
+
+from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s07
+from replearn.neural import TrainConfig
+from replearn.personalisation import ALGORITHMS, PAPER_OPTIM, make_federation
+
+TINY_TRAIN = TrainConfig(rounds=2, participation=0.4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1,
+                         head_epochs=1, local_steps=None, head_steps=None, eval_every=2, last_rounds=1)
+TINY = dict(partitions=(("cifar10", 5, 2),), ft_epochs=1, train_per_client=20, test_per_client=10,
+            train=TINY_TRAIN)
+
+
+def test_default_partition_on_the_real_subset(cifar10):
+    s = s07.TableSettings()
+    (name, n, S), = s.partitions
+    assert name == "cifar10"
+    fed = make_federation(cifar10, n, S, train_per_client=s.train_per_client,
+                          test_per_client=s.test_per_client, seed=s.seed)
+    assert fed.clients.train_sizes.tolist() == [s.train_per_client] * n
+    assert all(len(y.unique()) == S for y in fed.clients.y_train)
+
+
+def test_run_table_tiny():
+    s = s07.TableSettings(**TINY)
+    r = s07.run_table(s, cifar={"cifar10": fake_cifar()})
+    p = s.partitions[0]
+    assert r.partitions == s.partitions
+    assert set(r.accuracy[p]) == set(s07.TABLE_METHODS)
+    for m in s07.TABLE_METHODS:
+        assert 0 <= r.accuracy[p][m] <= 1
+        assert r.client_accuracy[p][m].shape == (5,)
+    assert r.curves[p]["FedRep"].shape == (s.train.rounds,)
+    assert bool(torch.isnan(r.curves[p]["FedAvg+FT"]).all())      # fine-tuned once, after training
+    assert r.train_sizes[p].tolist() == [20] * 5 and r.test_sizes[p].tolist() == [10] * 5
+    # the paper's numbers cover every method and every paper partition
+    assert set(s07.TableSettings.paper().partitions) == set(s07.PAPER_TABLE1)
+    assert all(set(v) == set(s07.TABLE_METHODS) for v in s07.PAPER_TABLE1.values())
+    assert set(s07.TABLE_METHODS) == set(ALGORITHMS) | {"FedAvg+FT"}
+
+
+def test_run_table_is_deterministic():
+    s = s07.TableSettings(**TINY)
+    cifar = {"cifar10": fake_cifar()}
+    a = s07.run_table(s, cifar=cifar)
+    b = s07.run_table(s, cifar=cifar)
+    assert a.accuracy == b.accuracy
+    p = s.partitions[0]
+    assert all(torch.equal(a.client_accuracy[p][m], b.client_accuracy[p][m]) for m in s07.TABLE_METHODS)
+
+
+def test_bad_settings_raise_at_construction():
+    s = s07.TableSettings(**TINY)
+    with pytest.raises(ValueError, match="'cifar10' or 'cifar100'"):
+        replace(s, partitions=(("mnist", 5, 2),))
+    with pytest.raises(ValueError, match="participation"):
+        s07.TableSettings(train=replace(s07.TableSettings().train, participation=0.0))
+    with pytest.raises(ValueError, match="partitions"):
+        replace(s, partitions=())
+    with pytest.raises(ValueError, match="S \\(classes per client"):
+        replace(s, partitions=(("cifar10", 5, 0),))
+    with pytest.raises(ValueError, match="ft_epochs"):
+        replace(s, ft_epochs=0)
+    with pytest.raises(ValueError, match="dtype"):
+        replace(s, dtype="float16")
+    with pytest.raises(ValueError, match="seeds"):
+        replace(s, seeds=())
+
+
+def test_paper_reference():
+    assert s07.paper_reference(("cifar10", 10, 2))[0] == ("cifar10", 100, 2)
+    assert s07.paper_reference(("cifar10", 1000, 2))[0] == ("cifar10", 1000, 2)
+    assert s07.paper_reference(("cifar100", 20, 20))[1]["FedRep"] == 56.10
+    with pytest.raises(ValueError, match="no column"):
+        s07.paper_reference(("cifar10", 10, 3))
+
+
+def test_cpu_default_and_paper_profile():
+    t, p = s07.TableSettings(), s07.TableSettings.paper()
+    assert t.train_per_client >= 200 and t.train.rounds * t.train.participation >= 16  # 16 rounds per client
+    assert len(t.seeds) >= 3 and t.dtype == "float64" and t.variant == "narrow"
+    m = t.network("cifar10", 10, 0, "cpu")
+    assert m.head.weight.dtype == torch.float64 and m.body.conv1.out_channels == 16
+    mp = p.network("cifar10", 10, 0, "cpu")
+    assert mp.head.weight.dtype == torch.float32 and mp.body.conv1.out_channels == 64
+    assert p.train == PAPER_OPTIM["train"]
+    assert (p.train.batch_size, p.train.lr, p.train.local_steps, p.train.head_steps, p.train.head_epochs) == \
+        (10, 0.01, None, None, 10)
+    assert (p.train_per_client, p.test_per_client, p.ft_epochs) == (None, None, 10)
+    long = s07.TableSettings.long()
+    assert long.train.rounds > t.train.rounds and long.train.eval_every == long.train.rounds
+    assert len(long.seeds) >= len(t.seeds)

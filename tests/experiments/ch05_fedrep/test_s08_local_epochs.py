@@ -1,0 +1,59 @@
+"""Book 5.8 driver (replearn.experiments.ch05_fedrep.s08_local_epochs) on the synthetic stand-in of
+:func:`cifar_fixtures.fake_cifar`."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from cifar_fixtures import fake_cifar
+
+from replearn.experiments.ch05_fedrep import s08_local_epochs as s08
+from replearn.neural import TrainConfig
+
+TINY_TRAIN = TrainConfig(rounds=2, participation=0.4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1,
+                         head_epochs=1, local_steps=None, head_steps=None, eval_every=2, last_rounds=1)
+TINY = dict(clients=5, classes_per_client=2, train_per_client=20, test_per_client=10, train=TINY_TRAIN)
+
+
+def test_run_epochs_tiny():
+    s = s08.EpochSettings(epochs=(1, 2), **TINY)
+    r = s08.run_epochs(s, cifar=fake_cifar())
+    assert r.epochs == (1, 2)
+    assert r.accuracy["FedRep"].shape == (2,) and r.accuracy["FedAvg"].shape == (2,)
+    assert r.curves["FedAvg"].shape == (2, s.train.rounds)
+    assert torch.allclose(r.error("FedRep"), 1 - r.accuracy["FedRep"])
+    assert r.train_sizes.tolist() == [20] * 5
+    again = s08.run_epochs(s, cifar=fake_cifar())
+    assert all(torch.equal(r.accuracy[m], again.accuracy[m]) for m in r.accuracy)
+
+
+def test_bad_settings_raise_at_construction():
+    s = s08.EpochSettings(epochs=(1, 2), **TINY)
+    with pytest.raises(ValueError, match="distinct"):
+        replace(s, epochs=(1, 1))
+    with pytest.raises(ValueError, match="epochs"):
+        replace(s, epochs=(0, 1))
+    with pytest.raises(ValueError, match="unknown dataset"):
+        replace(s, dataset="mnist")
+    with pytest.raises(ValueError, match="participation"):
+        replace(s, train=replace(s.train, participation=0.0))
+
+
+def test_config_sets_the_epochs_of_one_run():
+    cfg = s08.EpochSettings().config(head_epochs=4)
+    assert cfg.local_steps is None and cfg.head_steps is None and cfg.head_epochs == 4
+    cfg = s08.EpochSettings().config(local_epochs=3)
+    assert cfg.local_epochs == 3 and cfg.local_steps is None
+
+
+def test_cpu_default_long_and_paper_profiles():
+    e = s08.EpochSettings()
+    assert e.train_per_client * e.clients % 10 == 0 and len(set(e.epochs)) == len(e.epochs)
+    assert e.train.local_steps is None and e.train.head_steps is None       # epochs, not steps
+    assert e.train.eval_every == e.train.rounds and len(e.seeds) >= 3
+    long = s08.EpochSettings.long()
+    assert long.train.rounds > e.train.rounds and long.train.eval_every == long.train.rounds
+    assert len(long.seeds) >= len(e.seeds)
+    p = s08.EpochSettings.paper()
+    assert p.clients == 100 and p.classes_per_client == 2 and p.train.participation == 0.1
+    assert (p.train.rounds, p.train.lr, p.train.batch_size, p.dtype) == (100, 0.01, 10, "float32")

@@ -1,0 +1,58 @@
+"""Book 5.9 driver (replearn.experiments.ch05_fedrep.s09_new_clients_cifar) on the synthetic stand-in of
+:func:`cifar_fixtures.fake_cifar`."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from cifar_fixtures import fake_cifar
+
+from replearn.experiments.ch05_fedrep import s09_new_clients_cifar as s09
+from replearn.neural import TrainConfig
+
+TINY_TRAIN = TrainConfig(rounds=2, participation=0.4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1,
+                         head_epochs=1, local_steps=None, head_steps=None, eval_every=2, last_rounds=1)
+TINY = dict(clients=4, classes_per_client=2, train_per_client=20, test_per_client=10, train=TINY_TRAIN,
+            n_new=2, new_clients=2, new_train=10, new_test=6, head_epochs_new=3)
+
+
+def test_run_new_clients_tiny():
+    s = s09.NewClientSettings(**TINY)
+    r = s09.run_new_clients(s, cifar=fake_cifar())
+    assert len(r.new_classes) == 2 and len(r.train_classes) == 8
+    assert not set(r.new_classes) & set(r.train_classes)
+    for m in s09.NEW_METHODS:
+        assert r.accuracy[m].shape == (3,) and r.client_accuracy[m].shape == (2,)
+    assert r.epochs.tolist() == [1, 2, 3]
+    assert set(r.trained) == {"FedRep", "FedAvg"}
+    again = s09.run_new_clients(s, cifar=fake_cifar())
+    assert all(torch.equal(r.accuracy[m], again.accuracy[m]) for m in s09.NEW_METHODS)
+
+
+def test_bad_settings_raise():
+    s = s09.NewClientSettings(**TINY)
+    # n_new is checked against the data's classes when run
+    with pytest.raises(ValueError, match="n_new"):
+        s09.run_new_clients(replace(s, n_new=10), cifar=fake_cifar())
+    # everything else when the settings are built
+    with pytest.raises(ValueError, match="exceeds"):
+        replace(s, new_classes_per_client=3)
+    with pytest.raises(ValueError, match="head_epochs_new"):
+        replace(s, head_epochs_new=0)
+    with pytest.raises(ValueError, match="unknown dataset"):
+        replace(s, dataset="mnist")
+    with pytest.raises(ValueError, match="participation"):
+        replace(s, train=replace(s.train, participation=0.0))
+
+
+def test_cpu_default_long_and_paper_profiles():
+    n = s09.NewClientSettings()
+    assert n.train_per_client * n.clients % (10 - n.n_new) == 0 and n.new_train * n.new_clients % n.n_new == 0
+    assert n.new_classes_per_client <= n.n_new and len(n.seeds) >= 3
+    long = s09.NewClientSettings.long()
+    assert long.train.rounds > n.train.rounds and long.train.eval_every == long.train.rounds
+    assert len(long.seeds) >= len(n.seeds)
+    p = s09.NewClientSettings.paper()
+    assert (p.dataset, p.n_new, p.clients, p.classes_per_client) == ("cifar100", 20, 100, 5)
+    assert (p.new_classes_per_client, p.new_train, p.head_epochs_new) == (5, 500, 20)
+    assert (p.train.rounds, p.train.participation, p.train.lr, p.dtype) == (100, 0.1, 0.01, "float32")

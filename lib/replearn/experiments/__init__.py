@@ -12,10 +12,10 @@ from ..profiles import Settings
 def settings_classes() -> dict[str, type[Settings]]:
     """Every public experiment settings class, keyed ``"module.ClassName"`` (sorted)."""
     found = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for info in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
+        module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
             if (isinstance(obj, type) and issubclass(obj, Settings) and obj.__module__ == module.__name__
                     and not name.startswith("_")):
-                found[f"{info.name}.{name}"] = obj
+                found[f"{info.name.removeprefix(__name__ + '.')}.{name}"] = obj
     return dict(sorted(found.items()))

@@ -40,10 +40,6 @@ PAPER_TABLE1 = {
                             "LG-FedAvg": 38.76, "FedRep": 56.10},
 }
 
-_ALGORITHMS = {"Local only": neural.local_only, "FedAvg": neural.fedavg, "FedPer": neural.fedper,
-               "LG-FedAvg": neural.lg_fedavg, "FedRep": neural.fedrep}
-
-
 @dataclass(frozen=True)
 class TableSettings(FederationSettings):
     """Table 1: ``partitions`` are (dataset, n clients, S classes per client); every method of

@@ -3,6 +3,7 @@ real CIFAR-10 subset (skipped without it)."""
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 
@@ -57,3 +58,45 @@ def test_similarity_tiny(cifar10):
     again = s07.run_similarity(s, cifar=cifar10)
     assert all(torch.equal(r.matrices[t], again.matrices[t]) for t in r.taus)
     assert again.probe_accuracy == r.probe_accuracy and again.client_accuracy == r.client_accuracy
+
+
+def _similarity_matrices():
+    g = np.random.default_rng(0)
+    out = {}
+    for tau in (1, 5):
+        A = g.uniform(0.2, 0.6, size=(4, 4))
+        out[tau] = (A + A.T) / 2 + np.eye(4) * 0.3
+    return out
+
+
+def test_draw_explorer_shows_the_matrix_and_the_row_against_dsgd():
+    from matplotlib.figure import Figure
+
+    mats = _similarity_matrices()
+    fig = Figure()
+    left, right = fig.subplots(1, 2)
+    s07.draw_explorer((left, right), mats, list("abcd"), 5, 2)
+    assert np.array_equal(left.images[0].get_array(), mats[5])
+    heights = [p.get_height() for p in right.patches]
+    assert np.allclose(heights, np.concatenate([mats[5][2], mats[1][2]]))   # FedAvg's row, then D-SGD's
+    assert left.get_title() == "FedAvg, τ = 5" and right.get_title() == "row of class c"
+    with pytest.raises(ValueError, match="no matrix for tau"):
+        s07.draw_explorer((left, right), mats, list("abcd"), 7, 0)
+    with pytest.raises(ValueError, match="class index"):
+        s07.draw_explorer((left, right), mats, list("abcd"), 5, 4)
+    with pytest.raises(ValueError, match="K class names"):
+        s07.draw_explorer((left, right), mats, list("abc"), 5, 0)
+
+
+def test_explorer_redraws_for_model_and_class():
+    panel = s07.explorer(_similarity_matrices(), list("abcd"))
+    out = panel.children[-1]
+    model, cls = panel.children[0].children
+    assert model.value == 5 and len(out.outputs) == 1
+    first = out.outputs[0]["data"]["image/png"]
+    cls.value = 3
+    second = out.outputs[0]["data"]["image/png"]
+    model.value = 1
+    assert len({first, second, out.outputs[0]["data"]["image/png"]}) == 3
+    with pytest.raises(ValueError, match="no matrix"):
+        s07.explorer(_similarity_matrices(), list("abcd"), tau=3)

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 
 from ... import data as D
 from ... import neural, similarity
 from ...backend import derive_seed
 from ...checks import check_int
-from ...transfer import MatchedTraining, accuracy, probe_set, train_matched
+from ...plotting import to_numpy
+from ...transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
+from ...widgets import Menu
+from ...widgets import explorer as build_explorer
 
 
 @dataclass(frozen=True)
@@ -110,3 +114,54 @@ def run_similarity(s: SimilaritySettings, *, cifar: D.CifarData | None = None) -
         cacc[tau] = r.final.average
     return SimilarityResult(tuple(s.taus), matrices, gap, pacc, cacc, cifar.class_names, cifar.describe(),
                             clients.train_sizes)
+
+
+# --------------------------------------------------------------------------- the explorer
+
+
+def draw_explorer(axes, matrices: dict, class_names, tau: int, cls: int) -> None:
+    """Left: the class cosine-similarity matrix ``matrices[tau]`` (K, K) as a heat map on the
+    colour scale shared by all models; right: its row ``cls`` (the similarity of class ``cls``
+    to every class) beside the same row of D-SGD's matrix (``matrices[1]``) when present.
+    ``axes`` is a pair of matplotlib axes."""
+    if tau not in matrices:
+        raise ValueError(f"no matrix for tau = {tau!r}; have {sorted(matrices)}")
+    M = to_numpy(matrices[tau])
+    K = M.shape[0]
+    if M.shape != (K, K) or len(class_names) != K:
+        raise ValueError(f"need a square (K, K) matrix and K class names, got {M.shape} and {len(class_names)}")
+    if not (isinstance(cls, (int, np.integer)) and 0 <= cls < K):
+        raise ValueError(f"cls must be a class index in [0, {K}), got {cls!r}")
+    vmin = min(float(to_numpy(m).min()) for m in matrices.values())
+    left, right = axes
+    left.imshow(M, vmin=vmin, vmax=1.0, cmap="viridis")
+    left.set_xticks(range(K), class_names, rotation=90, fontsize=7)
+    left.set_yticks(range(K), class_names, fontsize=7)
+    left.axhline(cls, color="w", lw=0.8)
+    left.grid(False)
+    name = method_name(tau)
+    left.set_title(name)
+    x = np.arange(K)
+    rows = {name: M[cls]} if tau == 1 or 1 not in matrices else {name: M[cls], "D-SGD": to_numpy(matrices[1])[cls]}
+    width = 0.8 / len(rows)
+    for j, (label, row) in enumerate(rows.items()):
+        right.bar(x + (j - (len(rows) - 1) / 2) * width, row, width, label=label)
+    right.set_xticks(x, class_names, rotation=90, fontsize=7)
+    right.set(ylabel="average cosine similarity", title=f"row of class {class_names[cls]!s}")
+    right.legend(fontsize=7)
+
+
+def explorer(matrices: dict, class_names, *, tau: int | None = None, cls: int = 0):
+    """An ipywidgets panel: menus for the model (tau; 1 is D-SGD) and a class, and the plot of
+    :func:`draw_explorer` for the class cosine-similarity ``matrices`` of book 4.7."""
+    taus = sorted(matrices)
+    if not taus:
+        raise ValueError("matrices is empty: pass {tau: (K, K) matrix}")
+    start = taus[-1] if tau is None else tau
+    if start not in matrices:
+        raise ValueError(f"no matrix for tau = {start!r}; have {taus}")
+    names = [str(c) for c in class_names]
+    controls = {"tau": Menu(start, tuple(("D-SGD" if t == 1 else f"τ = {t}", t) for t in taus), "model"),
+                "cls": Menu(cls, tuple((n, i) for i, n in enumerate(names)), "class")}
+    return build_explorer(controls, lambda axes, v: draw_explorer(axes, matrices, names, v["tau"], v["cls"]),
+                    figsize=(8.0, 3.6), axes=2)

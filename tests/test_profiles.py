@@ -39,6 +39,22 @@ def test_differences_lists_the_fields_the_paper_profile_changes():
         differences(int)
 
 
+def test_differences_look_inside_composed_configs():
+    from replearn.neural import TrainConfig
+    from replearn.profiles import differences
+
+    @dataclass(frozen=True)
+    class WithConfig(Settings):
+        n: int = 3
+        train: TrainConfig = TrainConfig(lr=0.05, rounds=20)
+
+        @classmethod
+        def paper(cls):
+            return cls(train=TrainConfig(lr=0.01, rounds=20, batch_size=50))
+
+    assert differences(WithConfig) == [("train.lr", 0.05, 0.01), ("train.batch_size", 10, 50)]
+
+
 def test_every_experiment_has_a_distinct_paper_profile():
     from replearn.experiments import settings_classes
     from replearn.profiles import differences

@@ -20,7 +20,7 @@ unless a settings class defines it), for the committed results files of ``make r
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 from .checks import check_bool, check_int, check_number, check_sequence
 
@@ -118,9 +118,20 @@ def _check_tuple(value, name: str, default: tuple) -> tuple:
 
 def differences(cls: type[Settings]) -> list[tuple[str, object, object]]:
     """``(field, default value, paper value)`` for every field of the settings class ``cls``
-    whose ``paper()`` value differs from its CPU default, in declaration order."""
+    whose ``paper()`` value differs from its CPU default, in declaration order; a field that
+    holds a dataclass (e.g. a ``neural.TrainConfig``) is compared field by field, named
+    ``"train.lr"`` and so on."""
     if not (isinstance(cls, type) and issubclass(cls, Settings)):
         raise ValueError(f"expected a Settings subclass, got {cls!r}")
-    default, paper = cls.default(), cls.paper()
-    return [(f.name, getattr(default, f.name), getattr(paper, f.name)) for f in fields(cls)
-            if getattr(default, f.name) != getattr(paper, f.name)]
+    return _differences(cls.default(), cls.paper(), "")
+
+
+def _differences(default, paper, prefix: str) -> list[tuple[str, object, object]]:
+    out = []
+    for f in fields(default):
+        a, b = getattr(default, f.name), getattr(paper, f.name)
+        if is_dataclass(a) and type(a) is type(b):
+            out += _differences(a, b, f"{prefix}{f.name}.")
+        elif a != b:
+            out.append((prefix + f.name, a, b))
+    return out

@@ -19,3 +19,20 @@ def settings_classes() -> dict[str, type[Settings]]:
                     and not name.startswith("_")):
                 found[f"{info.name.removeprefix(__name__ + '.')}.{name}"] = obj
     return dict(sorted(found.items()))
+
+
+def settings_by_section() -> dict[str, list[type[Settings]]]:
+    """The public settings classes of each section's driver, keyed by the section number: the
+    driver ``chNN_chapter.sMM_section`` drives section ``N.M``. In book order; classes in the
+    order the driver defines them."""
+    found = {}
+    for info in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
+        parts = info.name.split(".")[-2:]
+        if len(parts) != 2 or not (parts[0].startswith("ch") and parts[1].startswith("s")):
+            continue
+        module = importlib.import_module(info.name)
+        key = (int(parts[0][2:4]), int(parts[1][1:3]))
+        found[key] = [obj for name, obj in vars(module).items()
+                      if isinstance(obj, type) and issubclass(obj, Settings) and obj.__module__ == module.__name__
+                      and not name.startswith("_")]
+    return {f"{c}.{s}": classes for (c, s), classes in sorted(found.items()) if classes}

@@ -59,7 +59,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from .backend import default_device, make_generator
-from .profiles import check_int as _check_count
+from .checks import check_int
 
 Params = dict[str, torch.Tensor]
 
@@ -238,9 +238,9 @@ class TrainConfig:
         if self.head_steps is not None:
             counts["head_steps"] = self.head_steps
         for name, value in counts.items():
-            _check_count(value, name, 1)
-        _check_count(self.head_epochs, "head_epochs", 0)
-        _check_count(self.seed, "seed", 0)
+            check_int(value, name, 1)
+        check_int(self.head_epochs, "head_epochs", 0)
+        check_int(self.seed, "seed", 0)
         reals = dict(lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
                      participation=self.participation)
         for name, value in reals.items():
@@ -372,7 +372,7 @@ class AlgorithmSpec:
                 raise ValueError(f"phase {k} must be a neural.Phase(trainable, steps, epochs), got {ph!r}")
             if not ph.trainable:
                 raise ValueError(f"phase {k} trains no parameter")
-            _check_count(ph.epochs if ph.steps is None else ph.steps,
+            check_int(ph.epochs if ph.steps is None else ph.steps,
                          f"phase {k} {'epochs' if ph.steps is None else 'steps'}", 1)
 
     def check(self, model: nn.Module) -> None:
@@ -429,7 +429,7 @@ def sample_clients(n_clients: int, participation: float, generator: torch.Genera
     """The clients of one round, sorted: ``m = max(1, round(participation * n_clients))``
     clients drawn uniformly without replacement as ``torch.randperm(n_clients)[:m]`` from
     ``generator``; all clients, with no draw, when ``m = n_clients``."""
-    _check_count(n_clients, "n_clients", 1)
+    check_int(n_clients, "n_clients", 1)
     m = max(1, round(participation * n_clients))
     if m >= n_clients:
         return list(range(n_clients))
@@ -443,15 +443,15 @@ def plan_batches(n: int, batch_size: int, *, steps: int | None, epochs: int,
     permutations (each permutation's incomplete tail dropped), or, when ``steps`` is None,
     ``epochs`` permutations each cut into batches of ``batch_size`` (the last one smaller,
     like ``DataLoader(shuffle=True, drop_last=False)``)."""
-    _check_count(n, "n", 1)
-    _check_count(batch_size, "batch_size", 1)
+    check_int(n, "n", 1)
+    check_int(batch_size, "batch_size", 1)
     if steps is None:
-        _check_count(epochs, "epochs", 1)
+        check_int(epochs, "epochs", 1)
         out = []
         for _ in range(epochs):
             out.extend(torch.randperm(n, generator=generator).split(batch_size))
         return out
-    _check_count(steps, "steps", 1)
+    check_int(steps, "steps", 1)
     b = min(batch_size, n)
     per_perm = n // b
     perms = [torch.randperm(n, generator=generator)[: per_perm * b] for _ in range(-(-steps // per_perm))]
@@ -688,7 +688,7 @@ def evaluate(model: nn.Module, clients: ClientData, state: Params | None = None,
     a client without test data gets NaN (left out of :attr:`Evaluation.average`). The
     forward passes run on a :func:`fast_copy` of the model."""
     clients = check_inputs(model, clients)
-    _check_count(batch_size, "batch_size", 1)
+    check_int(batch_size, "batch_size", 1)
     params = dict(state) if state is not None else {n: p.detach() for n, p in model.named_parameters()}
     local = local or {}
     work = fast_copy(model).requires_grad_(False)

@@ -41,6 +41,18 @@ def test_agrees_with_scipy_subspace_angles(seed):
     assert np.allclose(np.sort(ours), np.sort(angles), atol=1e-8)
 
 
+def test_principal_sines_are_the_sines_of_the_principal_angles_and_broadcast():
+    B1, B2 = rand(9, 3, seed=1), rand(9, 3, seed=51)
+    sines = linalg.principal_sines(B1, B2)
+    assert torch.allclose(sines, torch.sin(linalg.principal_angles(B1, B2)).flip(-1), atol=1e-12)
+    assert float(sines[0]) == pytest.approx(float(linalg.principal_angle_distance(B1, B2)), abs=1e-14)
+    stack = torch.stack([B1, B2, 2.0 * B2])
+    assert linalg.principal_sines(stack, B2).shape == (3, 3)
+    assert float(linalg.principal_sines(stack, B2)[1:].abs().max()) < 1e-12
+    with pytest.raises(ValueError, match="rank-deficient"):
+        linalg.principal_sines(B1, torch.zeros(9, 3, dtype=torch.float64))
+
+
 def test_symmetric_for_equal_dimensions_and_broadcasts():
     B1, B2 = rand(8, 2), rand(8, 2, seed=3)
     assert float(linalg.principal_angle_distance(B1, B2)) == pytest.approx(

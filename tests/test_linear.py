@@ -137,6 +137,23 @@ def test_problem_holds_the_population_tasks_and_checks_its_parts(problem):
         linear.Problem(problem["Bstar"], problem["W"], problem["B0"].float(), problem["w0"])
 
 
+def test_problem_mean_regressor_and_random_problem():
+    pb = linear.random_problem(12, 3, 8, step=0.25, mean_norm=1.0, cond=2.0, seed=5)
+    assert torch.allclose(pb.mean_regressor, pb.Bstar @ pb.W.mean(0), rtol=0, atol=0)
+    assert torch.equal(pb.Bstar, linear.ground_truth_representation(12, 3, seed=5))
+    assert torch.equal(pb.W, linear.make_heads(8, 3, mean_norm=1.0, cond=2.0, exact=False, seed=6))
+    assert torch.equal(pb.B0, linalg.random_orthonormal(12, 3, seed=7) / 0.25**0.5)
+    assert torch.allclose(0.25 * pb.B0.T @ pb.B0, torch.eye(3, dtype=torch.float64), atol=1e-12)
+    assert torch.equal(pb.w0, torch.zeros(3, dtype=torch.float64))
+    exact = linear.random_problem(12, 3, 8, step=0.25, cond=2.0, exact=True, seed=5)
+    mu2, L2 = linear.head_diversity(exact.W, centred=True)
+    assert L2 / mu2 == pytest.approx(2.0, rel=1e-10)
+    with pytest.raises(ValueError, match="step"):
+        linear.random_problem(12, 3, 8, step=0.0)
+    with pytest.raises(ValueError, match="seed"):
+        linear.random_problem(12, 3, 8, step=0.1, seed=-1)
+
+
 def test_fresh_samples_draw_new_data_of_the_model(problem):
     Bstar, W = problem["Bstar"], problem["W"]
     sampler = linear.FreshSamples(Bstar, W, 6, noise_std=0.0)

@@ -46,3 +46,40 @@ def test_bad_inputs():
         lower_bound.adversarial_ground_truth(B0, W[:, :1], 0.3)
     with pytest.raises(ValueError, match="full column rank"):
         lower_bound.adversarial_ground_truth(torch.ones(6, 2, dtype=torch.float64), W, 0.3)
+
+
+def test_adversarial_instance_geometry():
+    inst = lower_bound.make_instance(15, 3, 10, 0.4, cond=5.0, mean_norm=1.0, seed=2)
+    assert isinstance(inst, linear.Problem)
+    assert float(linalg.principal_angle_distance(inst.B0, inst.Bstar)) == pytest.approx(0.4, abs=1e-12)
+    Q0 = linalg.orthonormal_basis(inst.B0)
+    v = inst.mean_regressor
+    assert float((v - Q0 @ (Q0.T @ v)).norm()) < 1e-12 * float(v.norm())
+
+
+def test_generic_tilt_improves_at_most_one_angle():
+    inst = lower_bound.make_instance(20, 3, 20, 0.3, construction="generic", cond=4.0, seed=1)
+    traj = meta.arm(inst.B0, inst.w0, inst.tasks, beta=0.3, iterations=300)
+    sines = linalg.principal_sines(traj.B, inst.Bstar)
+    assert torch.allclose(sines[0], torch.full((3,), 0.3, dtype=torch.float64), atol=1e-12)
+    assert float(sines[:, :2].min()) >= 0.3 - 1e-10   # the k - 1 largest stay at least delta
+    assert float(sines[-1, 2]) < 1e-3                 # one direction (along v) is fixed
+
+
+@pytest.mark.parametrize("kwargs", [dict(k=1), dict(d=3, k=3), dict(n=3, k=3), dict(delta=0.0),
+                                    dict(construction="random"), dict(b0_scale=0.0)])
+def test_make_instance_validation(kwargs):
+    args = dict(d=10, k=3, n=8, delta=0.3)
+    args.update(kwargs)
+    with pytest.raises(ValueError):
+        lower_bound.make_instance(args.pop("d"), args.pop("k"), args.pop("n"), args.pop("delta"), **args)
+
+
+def test_stable_step_is_the_inverse_curvature_scale_and_keeps_arm_stable():
+    inst = lower_bound.make_instance(12, 3, 10, 0.3, cond=3.0, b0_scale=0.5, seed=4)
+    s = torch.linalg.svdvals(inst.B0)
+    heads = float(inst.W.norm(dim=1).max()) ** 2
+    assert lower_bound.stable_step(inst) == pytest.approx(1.0 / (float(s[0]) ** 2 + heads / float(s[-1]) ** 2),
+                                                          rel=1e-14)
+    traj = meta.arm(inst.B0, inst.w0, inst.tasks, beta=0.5 * lower_bound.stable_step(inst), iterations=200)
+    assert bool(torch.isfinite(traj.B).all())

@@ -89,6 +89,17 @@ def principal_angle_distance(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor
     return torch.linalg.matrix_norm(residual, ord=2).clamp(0.0, 1.0)
 
 
+def principal_sines(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
+    """Sines of all k principal angles between col(B1) and col(B2), descending, shape (..., k).
+
+    They are the singular values of (I - P_{B1}) Q_{B2}; the first is
+    :func:`principal_angle_distance`. Broadcasts like it, e.g. a trajectory (T + 1, d, k)
+    against one B* (d, k); the same input conditions (B2 of full column rank).
+    """
+    Q1, Q2 = _checked_bases(B1, B2, full_rank_B1=False)
+    return torch.linalg.svdvals(Q2 - Q1 @ (Q1.mT @ Q2))
+
+
 def principal_angles(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
     """Principal angles (radians, ascending) between col(B1) and col(B2) of equal rank.
 

@@ -359,6 +359,25 @@ class Problem:
     def tasks(self) -> PopulationTasks:
         return population_tasks(self.Bstar, self.W)
 
+    @property
+    def mean_regressor(self) -> torch.Tensor:
+        """v = B_* wbar_*, the only part of the tasks that ARM's updates see (book 1.2)."""
+        return self.Bstar @ self.W.mean(0)
+
+
+def random_problem(d: int, k: int, n: int, *, step: float, mean_norm: float = 0.0, cond: float = 1.0,
+                   exact: bool = False, seed: int = 0, device=None) -> Problem:
+    """A Haar-random B_* (d, k) drawn from ``seed``, ``n`` heads of :func:`make_heads` (``mean_norm``,
+    ``cond``, ``exact``; i.i.d. Gaussian draws by default) from ``seed + 1``, and the start
+    B_0 = Q_0 / sqrt(step) with Q_0 Haar-random from ``seed + 2`` (so that step B_0^T B_0 = I_k,
+    the normalisation of Collins et al. 2022) and w_0 = 0: the instance of book 1.2 and 4.1."""
+    check_int(seed, "seed", 0)
+    check_positive(step, "step")
+    Bstar = ground_truth_representation(d, k, seed=seed, device=device)
+    W = make_heads(n, k, mean_norm=mean_norm, cond=cond, exact=exact, seed=seed + 1, device=device)
+    B0 = random_orthonormal(d, k, seed=seed + 2, device=device) / step**0.5
+    return Problem(Bstar, W, B0, torch.zeros(k, dtype=DTYPE, device=device))
+
 
 # --------------------------------------------------------------------------- losses and gradients
 

@@ -5,15 +5,24 @@ Population ARM on the tasks (B_*, W) only ever sees the mean regressor
 By induction col(B_t) stays inside col(B_0) + span(v). If B_* is chosen so that v lies in
 col(B_0) while col(B_*) leaves col(B_0) at angle arcsin(delta), then col(B_t) never leaves
 col(B_0) and dist(B_T, B_*) >= dist(B_0, B_*) = delta for every T, step size and head set.
+
+:func:`make_instance` draws such an instance around a Gaussian B_0 (or, for comparison, one whose
+every direction is tilted), and :func:`stable_step` gives the step-size scale at which ARM and
+FedAvg run on it (book 1.3 and 4.6, the ARM explorer).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .backend import SeedLike
-from .checks import check_number, check_same_kind, check_tensor
+from .backend import SeedLike, make_generator, randn
+from .checks import check_int, check_number, check_same_kind, check_tensor
 from .linalg import basis_at_distance
+from .linear import Problem, make_heads
+
+CONSTRUCTIONS = ("adversarial", "generic")
 
 
 def adversarial_ground_truth(B0: torch.Tensor, W: torch.Tensor, delta: float,
@@ -44,3 +53,47 @@ def adversarial_ground_truth(B0: torch.Tensor, W: torch.Tensor, delta: float,
             u = u / u.norm()
             R = R - 2.0 * torch.outer(u, u)
     return basis @ R
+
+
+def make_instance(d: int, k: int, n: int, delta: float, *, construction: str = "adversarial",
+                  cond: float = 1.0, mean_norm: float = 1.0, b0_scale: float = 1.0,
+                  w0_scale: float = 0.0, seed: SeedLike = 0) -> Problem:
+    """A random instance at distance ``delta`` from a Gaussian (not orthonormal) B_0.
+
+    ``B0`` has i.i.d. N(0, b0_scale^2 / d) entries (full rank with probability one), the
+    heads come from :func:`replearn.linear.make_heads` (``cond``, ``mean_norm``) and
+    ``w0`` has N(0, w0_scale^2) entries. ``construction="adversarial"`` tilts one direction
+    and puts ``B_* wbar_*`` in col(B_0) (:func:`adversarial_ground_truth`, the proof of book 1.3,
+    Theorem ``arm-lb-thm``); ``"generic"`` tilts all min(k, d - k) directions by arcsin(delta)
+    (:func:`replearn.linalg.basis_at_distance`). Draws, from ``seed``: the heads, B_0, w_0, B_*.
+    """
+    check_int(k, "k", 2)
+    check_int(d, "d", k + 1)
+    check_int(n, "n", k + 1)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    if construction not in CONSTRUCTIONS:
+        raise ValueError(f"construction must be one of {CONSTRUCTIONS}, got {construction!r}")
+    if not (b0_scale > 0 and w0_scale >= 0):
+        raise ValueError(f"need b0_scale > 0 and w0_scale >= 0, got {b0_scale}, {w0_scale}")
+    gen = make_generator(seed)
+    W = make_heads(n, k, mean_norm=mean_norm, cond=cond, seed=gen)
+    B0 = b0_scale / math.sqrt(d) * randn(d, k, generator=gen)
+    w0 = w0_scale * randn(k, generator=gen)
+    if construction == "adversarial":
+        Bstar = adversarial_ground_truth(B0, W, delta, seed=gen)
+    else:
+        Bstar = basis_at_distance(B0, delta, None, seed=gen)
+    return Problem(Bstar, W, B0, w0)
+
+
+def stable_step(problem: Problem) -> float:
+    """A curvature scale ``1 / (||B_0||_2^2 + max_i ||w_*_i||^2 / sigma_min(B_0)^2)``.
+
+    Near a fit B w = theta the loss 1/2 ||B w - theta||^2 has curvature about
+    ||B||^2 + ||w||^2, and a head fitted on B_0 has ||w|| <= ||theta|| / sigma_min(B_0);
+    step sizes that are a fraction of this scale keep ARM (and FedAvg) from diverging.
+    """
+    s = torch.linalg.svdvals(problem.B0)
+    heads = float(problem.W.norm(dim=1).max()) ** 2
+    return 1.0 / (float(s[0]) ** 2 + heads / float(s[-1]) ** 2)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from replearn import federated, linear
+from replearn import federated, linalg, linear
 
 
 def reference_fedavg(B, w, tasks, alpha, tau, rounds, clients=None, weights=None):
@@ -177,3 +177,63 @@ def test_global_gradient_norm_vanishes_for_dgd_but_not_fedavg(problem):
     expected = torch.sqrt(B.grad.pow(2).sum() + w.grad.pow(2).sum())
     got = federated.global_gradient_norm(problem["B0"], problem["w0"] + 0.3, problem["tasks"])
     assert float(got) == pytest.approx(float(expected), rel=1e-10)
+
+
+def test_global_gradient_norms_along_a_trajectory_match_the_pointwise_norm(problem):
+    tasks = problem["tasks"]
+    v = problem["Bstar"] @ problem["W"].mean(0)
+    for traj in (federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=problem["alpha"], tau=3, rounds=30),
+                 federated.dgd(problem["B0"], problem["w0"], tasks, alpha=problem["alpha"], rounds=30)):
+        g = federated.global_gradient_norms(traj, v)
+        assert g.shape == (31,)
+        for t in (0, 1, 17, 30):
+            assert float(g[t]) == pytest.approx(float(federated.global_gradient_norm(traj.B[t], traj.w[t], tasks)),
+                                                rel=1e-10, abs=1e-15)
+
+
+def _two_clients(d=4):
+    """Two clients with regressors e_1, e_2 (B_* = [e_1, e_2], heads I_2) that fit exactly with
+    B_i = [e_i, e_3], w_i = (1, 0): their average [(e_1 + e_2)/2, e_3] misses col(B_*)."""
+    E = torch.eye(d, dtype=torch.float64)
+    Bstar, W = E[:, :2], torch.eye(2, dtype=torch.float64)
+    B_local = torch.stack([torch.stack([E[:, 0], E[:, 2]], 1), torch.stack([E[:, 1], E[:, 2]], 1)])
+    return Bstar, W, B_local, torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+
+
+def test_average_local_fits_is_the_weighted_server_average(problem):
+    Bstar, W, B_local, w_local = _two_clients()
+    avg = federated.average_local_fits(B_local, w_local, Bstar, W=W)
+    assert torch.allclose(avg.B, torch.tensor([[0.5, 0.0], [0.5, 0.0], [0.0, 1.0], [0.0, 0.0]], dtype=torch.float64))
+    assert torch.equal(avg.w, torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert abs(avg.dist - 1.0) < 1e-12
+    # B_bar w_bar = (e_1 + e_2)/2: each client's loss is 1/2 ||(e_2 - e_1)/2||^2 = 1/4, and it is a minimiser of F
+    assert torch.allclose(avg.losses, torch.full((2,), 0.25, dtype=torch.float64)) and avg.grad_norm < 1e-12
+    weighted = federated.average_local_fits(B_local, w_local, Bstar, weights=torch.tensor([1.0, 3.0]), W=W)
+    assert torch.allclose(weighted.B, 0.25 * B_local[0] + 0.75 * B_local[1])
+    assert abs(weighted.dist - 1.0) < 1e-12
+    # B_bar w_bar = (e_1 + 3 e_2)/4 minimises the weighted objective; the losses are 1/2 ||B_bar w_bar - e_i||^2
+    assert weighted.grad_norm < 1e-12
+    assert torch.allclose(weighted.losses, torch.tensor([0.5625, 0.0625], dtype=torch.float64))
+    no_heads = federated.average_local_fits(B_local, w_local, Bstar)
+    assert torch.isnan(no_heads.losses).all() and no_heads.grad_norm != no_heads.grad_norm
+    # the global gradient norm is the library's, on the population losses of (B_*, W)
+    M = problem["n"]
+    B_many = problem["B0"].expand(M, -1, -1) + 0.01 * torch.arange(M, dtype=torch.float64)[:, None, None]
+    w_many = torch.ones(M, problem["k"], dtype=torch.float64)
+    avg = federated.average_local_fits(B_many, w_many, problem["Bstar"], W=problem["W"])
+    assert avg.grad_norm == pytest.approx(float(federated.global_gradient_norm(avg.B, avg.w, problem["tasks"])),
+                                          rel=1e-12)
+    assert avg.dist == pytest.approx(float(linalg.principal_angle_distance(avg.B, problem["Bstar"])), rel=1e-12)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda Bs, W, B, w: federated.average_local_fits(B[0], w, Bs), "B_local"),
+    (lambda Bs, W, B, w: federated.average_local_fits(B, w, Bs[:3]), "Bstar"),
+    (lambda Bs, W, B, w: federated.average_local_fits(B, w, Bs, weights=torch.tensor([1.0, -1.0])), "weights"),
+    (lambda Bs, W, B, w: federated.average_local_fits(B, w, Bs, weights=torch.ones(3)), "weights"),
+    (lambda Bs, W, B, w: federated.average_local_fits(B * float("nan"), w, Bs), "NaN"),
+    (lambda Bs, W, B, w: federated.average_local_fits(B, w, Bs, W=torch.eye(3, dtype=torch.float64)), "W must"),
+])
+def test_average_local_fits_rejects_bad_inputs(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(*_two_clients())

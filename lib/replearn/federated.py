@@ -12,18 +12,26 @@ One communication round of FedAvg (McMahan et al. 2017; Collins et al. 2022, Alg
 With ``tau = 1`` and all clients this is exactly gradient descent on the average risk
 (1/M) sum_i f_i, i.e. distributed GD (D-GD) and, for meta-learning tasks, ARM.
 All selected clients are updated at once as a batch (no Python loop over clients).
+
+Measurements: the gradient norm of the global objective at a point
+(:func:`global_gradient_norm`) or along a whole trajectory (:func:`global_gradient_norms`),
+the prior and signal weights of one round (:func:`global_update_weights`), and the server's
+average of given local models with its distance, losses and gradient norm
+(:func:`average_local_fits`).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
-from .backend import SeedLike, make_generator
+from .backend import SeedLike, check_finite, make_generator
 from .checks import (check_client_index, check_int, check_positive, check_same_kind, check_tensor,
                      check_weights)
-from .linear import PopulationTasks, SampledTasks, Tasks, grads, population_tasks
+from .linalg import principal_angle_distance
+from .linear import PopulationTasks, SampledTasks, Tasks, grads, losses, population_tasks, predict
 from .trajectory import Trajectory
 
 _BLOW_UP = 1e8
@@ -281,6 +289,69 @@ def global_gradient_norm(B: torch.Tensor, w: torch.Tensor, tasks: Tasks,
     Gw = p @ gw
     return torch.sqrt(GB.pow(2).sum() + Gw.pow(2).sum())
 
+
+
+def global_gradient_norms(traj: Trajectory, v: torch.Tensor) -> torch.Tensor:
+    """:func:`global_gradient_norm` (equal weights, population losses) at every iterate of
+    ``traj`` at once, shape (T + 1,), from the mean regressor ``v = B_* wbar_*`` (d,) alone.
+
+    By book 1.2, Prop. ``arm-dyn-prop-avg``, the equal-weight objective (1/M) sum_i
+    1/2 ||B w - B_* w_*_i||^2 (Collins et al. 2022, eq. (6)) is 1/2 ||B w - v||^2 plus a
+    constant, so grad_B = (B w - v) w^T and grad_w = B^T (B w - v): O(dk) per iterate.
+    """
+    r = predict(traj.B, traj.w) - v
+    grad_w = (traj.B.mT @ r.unsqueeze(-1)).squeeze(-1)
+    return torch.sqrt(r.pow(2).sum(-1) * traj.w.pow(2).sum(-1) + grad_w.pow(2).sum(-1))
+
+
+@dataclass(frozen=True)
+class AveragedModel:
+    """The server's weighted average ``B`` (d, k), ``w`` (k) of the local models, its
+    principal-angle distance ``dist`` to B_*, its per-client losses ``losses`` (M,) and the
+    norm ``grad_norm`` of the global objective's gradient there (equal weights)."""
+
+    B: torch.Tensor
+    w: torch.Tensor
+    dist: float
+    losses: torch.Tensor
+    grad_norm: float
+
+
+def average_local_fits(B_local: torch.Tensor, w_local: torch.Tensor, Bstar: torch.Tensor,
+                       weights: torch.Tensor | None = None, W: torch.Tensor | None = None) -> AveragedModel:
+    """Average local models as FedAvg's server does (Collins et al. 2022, eq. (3)).
+
+    ``B_local`` (M, d, k) and ``w_local`` (M, k) are the clients' models, ``weights`` (M,)
+    optional positive weights (e.g. n_i; equal by default). The distance is measured to
+    ``Bstar`` (d, k); with the heads ``W`` (M, k) the result also carries each client's
+    population loss and the global gradient norm (else those are NaN).
+    """
+    if B_local.ndim != 3 or w_local.ndim != 2 or w_local.shape != (B_local.shape[0], B_local.shape[2]):
+        raise ValueError(f"need B_local (M, d, k) and w_local (M, k); got {tuple(B_local.shape)} and "
+                         f"{tuple(w_local.shape)}")
+    M, d, k = B_local.shape
+    if Bstar.shape != (d, k):
+        raise ValueError(f"Bstar must have shape ({d}, {k}) like the local representations, got {tuple(Bstar.shape)}")
+    check_finite(B_local, "B_local")
+    check_finite(w_local, "w_local")
+    if weights is None:
+        p = torch.full((M,), 1.0 / M, dtype=B_local.dtype, device=B_local.device)
+    else:
+        p = torch.as_tensor(weights, dtype=B_local.dtype, device=B_local.device)
+        if p.shape != (M,) or not bool(torch.isfinite(p).all()) or not bool((p > 0).all()):
+            raise ValueError(f"weights must be {M} positive finite numbers (one per client)")
+        p = p / p.sum()
+    B = torch.einsum("s,sdk->dk", p, B_local)
+    w = p @ w_local
+    dist = float(principal_angle_distance(B, Bstar))
+    if W is None:
+        nan = float("nan")
+        return AveragedModel(B=B, w=w, dist=dist, losses=torch.full((M,), nan, dtype=B.dtype), grad_norm=nan)
+    if W.shape != (M, k):
+        raise ValueError(f"W must hold one head per client, shape ({M}, {k}), got {tuple(W.shape)}")
+    tasks = population_tasks(Bstar, W)
+    return AveragedModel(B=B, w=w, dist=dist, losses=losses(B, w, tasks),
+                         grad_norm=float(global_gradient_norm(B, w, tasks, weights=p)))
 
 def global_update_weights(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor, W: torch.Tensor, *,
                           alpha: float, tau: int, index: torch.Tensor | None = None,

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from replearn import linalg, linear, lower_bound, meta
+from replearn import federated, linalg, linear, lower_bound, meta
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -83,3 +83,28 @@ def test_stable_step_is_the_inverse_curvature_scale_and_keeps_arm_stable():
                                                           rel=1e-14)
     traj = meta.arm(inst.B0, inst.w0, inst.tasks, beta=0.5 * lower_bound.stable_step(inst), iterations=200)
     assert bool(torch.isfinite(traj.B).all())
+
+
+def test_weighted_instance_defeats_weighted_dgd_only():
+    sizes = torch.tensor([5.0, 50.0, 10.0, 80.0, 20.0, 30.0, 7.0, 60.0], dtype=torch.float64)
+    inst = lower_bound.weighted_adversarial_instance(12, 3, 8, 0.3, sizes, cond=3.0, mean_norm=1.0, seed=0)
+    assert abs(float(linalg.principal_angle_distance(inst.B0, inst.Bstar)) - 0.3) < 1e-12
+    weighted = federated.dgd(inst.B0, inst.w0, inst.tasks, alpha=0.3, rounds=200, weights=sizes)
+    assert float((weighted.dist(inst.Bstar) - 0.3).abs().max()) < 1e-10
+    # the construction is specific to the weights: unweighted D-GD sees another mean regressor
+    plain = federated.dgd(inst.B0, inst.w0, inst.tasks, alpha=0.3, rounds=200)
+    assert float((plain.dist(inst.Bstar) - 0.3).abs().max()) > 1e-4
+    # the weighted mean regressor lies in col(B_0); B_0, w_0 and the heads are make_instance's
+    p = sizes / sizes.sum()
+    v = inst.Bstar @ (p @ inst.W)
+    Q = linalg.orthonormal_basis(inst.B0)
+    assert float((v - Q @ (Q.T @ v)).norm()) < 1e-10 * float(v.norm())
+    base = lower_bound.make_instance(12, 3, 8, 0.3, cond=3.0, mean_norm=1.0, w0_scale=0.1, seed=0)
+    assert torch.equal(inst.B0, base.B0) and torch.equal(inst.w0, base.w0) and torch.equal(inst.W, base.W)
+
+
+def test_weights_must_match_clients():
+    with pytest.raises(ValueError, match="positive"):
+        lower_bound.weighted_adversarial_instance(10, 2, 8, 0.2, torch.ones(7), cond=2.0, mean_norm=1.0)
+    with pytest.raises(ValueError, match="positive"):
+        lower_bound.weighted_adversarial_instance(10, 2, 8, 0.2, -torch.ones(8), cond=2.0, mean_norm=1.0)

@@ -9,6 +9,11 @@ col(B_0) and dist(B_T, B_*) >= dist(B_0, B_*) = delta for every T, step size and
 :func:`make_instance` draws such an instance around a Gaussian B_0 (or, for comparison, one whose
 every direction is tilted), and :func:`stable_step` gives the step-size scale at which ARM and
 FedAvg run on it (book 1.3 and 4.6, the ARM explorer).
+
+On population losses, D-GD on the weighted global objective ``sum_i p_i f_i`` is ARM with the
+weighted mean head ``sum_i p_i w_*_i`` (Collins et al. 2022, FedAvg paper, Prop. 1, for any
+client weights): :func:`weighted_adversarial_instance` applies the construction to the heads
+rescaled by ``M p_i``, whose plain mean is the weighted one (book 4.6).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import math
 
 import torch
 
-from .backend import SeedLike, make_generator, randn
+from .backend import DTYPE, SeedLike, make_generator, randn
 from .checks import check_int, check_number, check_same_kind, check_tensor
 from .linalg import basis_at_distance
 from .linear import Problem, make_heads
@@ -97,3 +102,21 @@ def stable_step(problem: Problem) -> float:
     s = torch.linalg.svdvals(problem.B0)
     heads = float(problem.W.norm(dim=1).max()) ** 2
     return 1.0 / (float(s[0]) ** 2 + heads / float(s[-1]) ** 2)
+
+
+def weighted_adversarial_instance(d: int, k: int, M: int, delta: float, weights: torch.Tensor, *,
+                                  cond: float, mean_norm: float, seed: int = 0) -> Problem:
+    """An instance whose B_* defeats D-GD on the objective weighted by ``weights`` (M,).
+
+    Draws B_0, w_0 (entries N(0, 0.1^2)) and M heads as :func:`make_instance` from ``seed``, then
+    builds B_* with :func:`adversarial_ground_truth` (from ``seed + 1``) from the heads scaled by
+    ``M p_i`` (p = weights / sum): their mean is the weighted mean head, so the weighted mean
+    regressor lies in col(B_0).
+    """
+    inst = make_instance(d, k, M, delta, cond=cond, mean_norm=mean_norm, w0_scale=0.1, seed=seed)
+    p = torch.as_tensor(weights, dtype=DTYPE)
+    if p.shape != (M,) or not bool((p > 0).all()):
+        raise ValueError(f"weights must be {M} positive numbers, got shape {tuple(p.shape)}")
+    scaled = M * (p / p.sum())[:, None] * inst.W
+    Bstar = adversarial_ground_truth(inst.B0, scaled, delta, seed=seed + 1)
+    return Problem(Bstar, inst.W, inst.B0, inst.w0)

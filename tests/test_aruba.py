@@ -213,3 +213,71 @@ def test_bad_inputs_raise():
         aruba.meta_learn(tasks, phi0=torch.zeros(5, dtype=torch.float64))
     with pytest.raises(ValueError, match="smoothing"):
         aruba.meta_learn(tasks, power=1.0)
+
+
+# --------------------------------------------------------------------------- measurements and bounds (3.1-3.3)
+
+def test_late_mean_is_the_second_half_mean():
+    R = torch.tensor([[1.0, 2.0, 3.0, 5.0], [0.0, 0.0, 1.0, 3.0]], dtype=torch.float64)
+    assert aruba.late_mean(R) == 3.0
+    assert aruba.late_mean(R[:, :3]) == 1.5                        # T = 3: tasks 2 and 3
+
+
+def test_fixed_rate_sweep_matches_meta_learn_and_marks_divergence():
+    fam = aruba.TaskFamily(d=4, m=6, radius=1e12)                   # (almost) no ball: a huge rate diverges
+    tasks = aruba.sample_tasks(fam, 10, runs=2, seed=0)
+    sweep = aruba.fixed_rate_sweep(tasks, (0.01, 1e3))
+    assert sweep.shape == (2,) and sweep.dtype == torch.float64
+    assert float(sweep[0]) == aruba.late_mean(aruba.meta_learn(tasks, init="learned", rate=0.01).regret)
+    assert math.isnan(float(sweep[1]))
+    fixed = aruba.fixed_rate_sweep(tasks, (0.01,), init="fixed")
+    assert float(fixed[0]) == aruba.late_mean(aruba.meta_learn(tasks, init="fixed", rate=0.01).regret)
+
+
+def test_rademacher_regret_formula_and_bounds():
+    m, D = 30, 2.0
+    r = aruba.rademacher_regret(m, D, 200, seed=3)
+    assert r.shape == (200,)
+    assert bool((r <= D * math.sqrt(m) + 1e-9).all())           # OGD's upper bound with G = 1
+    assert abs(float(r.mean()) - D * aruba.expected_abs_walk(m)) < 4 * float(r.std()) / math.sqrt(200)
+
+
+def test_expected_abs_walk_small_cases():
+    assert aruba.expected_abs_walk(1) == 1.0
+    assert aruba.expected_abs_walk(2) == 1.0
+    assert aruba.expected_abs_walk(3) == 1.5
+    assert aruba.expected_abs_walk(100) >= math.sqrt(100 / 3)
+
+
+def test_ftl_meta_regret_matches_definition():
+    gen = torch.Generator().manual_seed(0)
+    star = torch.randn(1, 6, 3, generator=gen, dtype=torch.float64)
+    means = star.cumsum(1) / torch.arange(1, 7, dtype=torch.float64)[:, None]
+    init = torch.cat([torch.zeros(1, 1, 3, dtype=torch.float64), means[:, :-1]], 1)
+    regret, bound = aruba.ftl_meta_regret(init, star)
+    direct = sum(float((init[0, t] - star[0, t]).pow(2).sum()) for t in range(6)) \
+        - sum(float((star[0].mean(0) - star[0, t]).pow(2).sum()) for t in range(6))
+    assert abs(float(regret) - direct) < 1e-12 and float(regret) <= float(bound)
+    with pytest.raises(ValueError, match="runs, T, d"):
+        aruba.ftl_meta_regret(init[0], star[0])
+
+
+def test_average_regret_bound_value():
+    assert math.isclose(aruba.average_regret_bound(1.0, 1.0, 4, 1, 1.0, 0.5), 8 + 1 + 1)
+
+
+def test_convexity_gaps_nonnegative():
+    for per_coordinate in (True, False):
+        assert bool((aruba.convexity_gaps(300, 4, per_coordinate=per_coordinate, seed=1) >= -1e-12).all())
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: aruba.rademacher_regret(0, 1.0, 5),
+    lambda: aruba.rademacher_regret(5, -1.0, 5),
+    lambda: aruba.expected_abs_walk(0),
+    lambda: aruba.convexity_gaps(0),
+    lambda: aruba.average_regret_bound(1.0, 1.0, 10, 0, 1.0, 0.1),
+])
+def test_measurement_bad_inputs_raise(bad):
+    with pytest.raises(ValueError):
+        bad()

@@ -16,10 +16,12 @@ import torch
 
 from replearn import (aruba, checks, fedrep, federated, linalg, linear, lower_bound, maml, meta, similarity,
                       widgets)
-from replearn.experiments import (arm_dynamics, aruba_basics, aruba_neural, aruba_rates, dgd_lower_bound,
+from replearn.experiments import (arm_dynamics, dgd_lower_bound,
                                   fedavg_convergence, fedavg_generalisation, fedrep_basics, fedrep_figures,
                                   finetuning, local_fits, maml_dynamics, maml_experiments, sample_complexity)
 from replearn.experiments import lower_bound as lower_bound_experiment
+from replearn.experiments.ch03_aruba import (s01_online_learning, s02_meta_initialisation, s03_framework,
+                                             s04_adaptive_rates, s05_neural)
 from replearn.experiments import settings_classes
 from replearn.profiles import _annotated_kinds
 from replearn.trajectory import Trajectory
@@ -359,12 +361,15 @@ CASES = [
     ("FedAvgConvergence seed<0", lambda: fedavg_convergence.FedAvgConvergenceSettings(seed=-1), r"seed"),
     ("ArmDynamics k>=d", lambda: arm_dynamics.ArmDynamicsSettings(k=50), r"\bd\b"),
     ("ArmDynamics beta<0", lambda: arm_dynamics.ArmDynamicsSettings(beta=-1.0), r"beta"),
-    ("SingleTask ms=()", lambda: aruba_basics.SingleTaskSettings(ms=()), r"ms"),
-    ("MetaInit centre outside", lambda: aruba_basics.MetaInitSettings(center_norm=20.0), r"center_norm"),
+    ("SingleTask ms=()", lambda: s01_online_learning.SingleTaskSettings(ms=()), r"ms"),
+    ("MetaInit centre outside",
+     lambda: s02_meta_initialisation.MetaInitSettings(family=aruba.TaskFamily(m=40, center_norm=20.0)),
+     r"center_norm"),
+    ("MetaInit family", lambda: s02_meta_initialisation.MetaInitSettings(family=(10, 40)), r"family"),
     ("Framework reptile rates",
-     lambda: aruba_basics.FrameworkSettings(reptile_rates=(-1.0,)), r"reptile_rates"),
-    ("ArubaNeural power=1", lambda: aruba_neural.ArubaNeuralSettings(power=1.0), r"power"),
-    ("ArubaRates varying>d", lambda: aruba_rates.ArubaRatesSettings(varying=11), r"varying"),
+     lambda: s03_framework.FrameworkSettings(reptile_rates=(-1.0,)), r"reptile_rates"),
+    ("ArubaNeural power=1", lambda: s05_neural.ArubaNeuralSettings(power=1.0), r"power"),
+    ("ArubaRates varying>d", lambda: s04_adaptive_rates.ArubaRatesSettings(varying=11), r"varying"),
     ("DgdLowerBound d_range", lambda: dgd_lower_bound.DgdLowerBoundSettings(d_range=(10,)), r"d_range"),
     ("Generalisation tau=1", lambda: fedavg_generalisation.GeneralisationSettings(tau=1), r"tau"),
     ("Personalisation spreads",
@@ -389,8 +394,8 @@ CASES = [
     ("Finetune delta=1", lambda: finetuning.FinetuneSettings(delta=1.0), r"delta"),
     ("current() override", lambda: fedrep_basics.MomentSettings.current(repeats=0), r"repeats"),
     # ------------------------------------------------------------------ driver helpers
-    ("theorem_bound T=0", lambda: aruba_basics.theorem_bound(1.0, 1.0, 10, 0, 1.0, 0.1), r"\bT\b"),
-    ("theorem_bound eta=nan", lambda: aruba_basics.theorem_bound(1.0, 1.0, 10, 5, 1.0, NAN), r"eta"),
+    ("average_regret_bound T=0", lambda: aruba.average_regret_bound(1.0, 1.0, 10, 0, 1.0, 0.1), r"\bT\b"),
+    ("average_regret_bound eta=nan", lambda: aruba.average_regret_bound(1.0, 1.0, 10, 5, 1.0, NAN), r"eta"),
     ("stable_step fraction=nan", lambda: fedavg_generalisation.stable_step(B0[None], W0[None], X1[None], NAN),
      r"fraction"),
     ("stable_step shapes", lambda: fedavg_generalisation.stable_step(B0[None], W0[None], X1, 0.5), r"\bX\b"),

@@ -1,7 +1,8 @@
-"""ARUBA's per-coordinate learning rate on an anisotropic task family (book 3.4).
+"""Book 3.4: ARUBA's per-coordinate learning rate on an anisotropic task family (Khodak, Balcan
+and Talwalkar 2019, blog "Adaptive gradient-based meta-learning", section "Using ARUBA to adapt
+to the inter-task geometry").
 
-Blog (Khodak, Balcan and Talwalkar 2019), section "Using ARUBA to adapt to the inter-task
-geometry": preconditioned OGD has the regret upper bound
+Preconditioned OGD has the regret upper bound
 U_t(phi, eta) = sum_j (phi_j - theta*_j)^2 / (2 eta_j) + sum_j eta_j sum_i grad_{t,i,j}^2, and
 the meta-learned rate eta_{t,j} = sqrt((B_{t,j} + eps_t) / (G_{t,j} + zeta_t)) adapts to the
 coordinates along which the task optima vary. :func:`run` compares, on a family whose optima
@@ -18,7 +19,9 @@ learned initialisation (running mean of the theta*_t):
 :func:`rate_profile` runs ARUBA on a family with graded spreads and returns the learned rates
 next to the spreads and to the per-coordinate minimiser of the summed bounds in hindsight.
 The smoothing constant of :func:`replearn.aruba.meta_learn` is a field here (``smoothing``);
-see the module docstring of :mod:`replearn.aruba` for its form.
+see the module docstring of :mod:`replearn.aruba` for its form. The section's interactive
+explorer: :func:`explorer_curves` (the curves), :func:`draw_explorer` and :func:`explorer`
+(the ipywidgets panel).
 """
 
 from __future__ import annotations
@@ -29,9 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import aruba
-from ..checks import check_int, check_number, check_positive, check_positives
-from ..profiles import Settings
+from ... import aruba
+from ...checks import check_int, check_number, check_positive, check_positives, check_seed
+from ...plotting import plot_curves, to_numpy
+from ...profiles import Settings
+from ...widgets import Menu, Slider
+from ...widgets import explorer as build_explorer
 
 METHODS = ("single-task OGD", "oracle scalar rate", "AdaGrad (tuned)", "learned scalar rate", "ARUBA")
 
@@ -93,8 +99,7 @@ class ArubaRatesResult:
 
     def late(self) -> dict:
         """Mean regret over the second half of the tasks (all runs), per method."""
-        half = next(iter(self.regret.values())).shape[1] // 2
-        return {name: float(r[:, half:].mean()) for name, r in self.regret.items()}
+        return {name: aruba.late_mean(r) for name, r in self.regret.items()}
 
 
 def run(cfg: ArubaRatesSettings) -> ArubaRatesResult:
@@ -102,7 +107,6 @@ def run(cfg: ArubaRatesSettings) -> ArubaRatesResult:
     fam = cfg.family()
     tasks = aruba.sample_tasks(fam, cfg.T, runs=cfg.runs, seed=cfg.seed)
     smooth = {"smoothing": cfg.smoothing, "power": cfg.power}
-    half = cfg.T // 2
     adagrad = {}
     for eta0 in cfg.adagrad_grid:
         try:
@@ -111,7 +115,7 @@ def run(cfg: ArubaRatesSettings) -> ArubaRatesResult:
             continue
     if not adagrad:
         raise ValueError("AdaGrad diverged for every base rate of the grid")
-    scores = {e: float(r.regret[:, half:].mean()) for e, r in adagrad.items()}
+    scores = {e: aruba.late_mean(r.regret) for e, r in adagrad.items()}
     best = min(scores, key=scores.get)
     runs = {
         "single-task OGD": aruba.single_task_ogd(tasks),
@@ -132,10 +136,9 @@ def smoothing_sweep(cfg: ArubaRatesSettings, values=(0.1, 0.03, 0.01, 0.003)) ->
     """Late-half mean regret of ARUBA and of the learned scalar rate for several smoothing
     constants (library default 0.1), on the tasks of :func:`run`: {s: (aruba, scalar)}."""
     tasks = aruba.sample_tasks(cfg.family(), cfg.T, runs=cfg.runs, seed=cfg.seed)
-    half = cfg.T // 2
     out = {}
     for s in values:
-        pair = [float(aruba.meta_learn(tasks, rate=r, smoothing=s, power=cfg.power).regret[:, half:].mean())
+        pair = [aruba.late_mean(aruba.meta_learn(tasks, rate=r, smoothing=s, power=cfg.power).regret)
                 for r in ("aruba", "aruba_scalar")]
         out[float(s)] = tuple(pair)
     return out
@@ -170,3 +173,66 @@ def rate_profile(cfg: ArubaRatesSettings, low: float = 0.01, high: float = 1.0) 
     B = 0.5 * (res.init - tasks.theta_star).pow(2).sum(1)
     G = replay.grad_sq.sum(1)
     return RateProfile(fam.spreads, res.rate[:, -1], (B / G).sqrt(), fam.single_task_rate())
+
+
+# --------------------------------------------------------------------------- the explorer
+
+#: The meta-learners the explorer offers.
+EXPLORER_METHODS = ("ARUBA", "learned scalar rate", "oracle scalar rate", "AdaGrad")
+
+
+def explorer_curves(V: float, anisotropy: float, m: int, T: int, method: str, *, d: int = 10,
+                    seed: int = 0) -> dict:
+    """Task-averaged regret R-bar_t of one meta-learner and of single-task OGD, t = 1..T.
+
+    The family (:class:`replearn.aruba.TaskFamily`, squared loss) has its task optima spread
+    ``anisotropy`` times more along its first max(1, d // 5) coordinates than along the
+    others, with total similarity ||spread|| = ``V``. ``method``: "ARUBA" (per-coordinate rate),
+    "learned scalar rate", "oracle scalar rate" (V / (G sqrt m)) or "AdaGrad" (base rate 0.3),
+    all with the learned initialisation; ARUBA's smoothing constant is 0.01 as in book 3.4.
+    Returns numpy arrays ``{"task": (T,), method: (T,), "single-task OGD": (T,)}``.
+    Raises ValueError on bad input.
+    """
+    if not isinstance(method, str) or method not in EXPLORER_METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {EXPLORER_METHODS}")
+    check_number(V, "V (task similarity)", low=0.0, high=5.0, low_open=True)
+    check_number(anisotropy, "anisotropy (a ratio of spreads)", low=1.0)
+    check_int(m, "m (rounds)", 1)
+    check_int(T, "T (tasks)", 1)
+    check_int(d, "d", 2)
+    check_seed(seed)
+    varying = max(1, d // 5)
+    shape = np.array([float(anisotropy)] * varying + [1.0] * (d - varying))
+    spread = tuple((float(V) * shape / np.linalg.norm(shape)).tolist())
+    fam = aruba.TaskFamily(d=d, m=m, spread=spread)
+    tasks = aruba.sample_tasks(fam, T, seed=seed)
+    if method == "ARUBA":
+        res = aruba.meta_learn(tasks, rate="aruba", smoothing=0.01)
+    elif method == "learned scalar rate":
+        res = aruba.meta_learn(tasks, rate="aruba_scalar", smoothing=0.01)
+    elif method == "oracle scalar rate":
+        res = aruba.meta_learn(tasks, rate=fam.oracle_rate())
+    else:
+        res = aruba.meta_learn(tasks, rate="adagrad", eta0=0.3)
+    return {"task": np.arange(1, T + 1), method: to_numpy(res.task_averaged()[0]),
+            "single-task OGD": to_numpy(aruba.single_task_ogd(tasks).task_averaged()[0])}
+
+
+def draw_explorer(ax, curves: dict, title: str = "") -> None:
+    """Plot the curves of :func:`explorer_curves` on a log axis."""
+    shown = {name: values for name, values in curves.items() if name != "task"}
+    plot_curves(ax, curves["task"], shown, logy=True, xlabel="task t", ylabel=r"$\bar R_t$", title=title)
+
+
+def explorer(**defaults):
+    """An ipywidgets panel: sliders for V, the anisotropy, m and T, a menu for the method, and
+    a plot of :func:`explorer_curves` (keyword ``defaults`` set the initial values)."""
+    controls = {"V": Slider(1.4, 0.1, 5.0, 0.1, "V"), "anisotropy": Slider(100.0, 0, 2, 0.25, "anisotropy", "log"),
+                "m": Slider(20, 5, 100, 5, "m", "int"), "T": Slider(200, 20, 500, 20, "T", "int"),
+                "method": Menu("ARUBA", EXPLORER_METHODS, "method")}
+
+    def draw(ax, v):
+        title = f"{v['method']}, V = {v['V']:.1f}, anisotropy = {v['anisotropy']:.0f}, m = {v['m']}, T = {v['T']}"
+        draw_explorer(ax, explorer_curves(**v), title)
+
+    return build_explorer(controls, draw, defaults=defaults, continuous_update=False)

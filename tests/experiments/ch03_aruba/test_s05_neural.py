@@ -4,14 +4,14 @@ import pytest
 import torch
 
 from replearn import sinusoid
-from replearn.experiments import aruba_neural as an
+from replearn.experiments.ch03_aruba import s05_neural as s05
 
-TINY = an.ArubaNeuralSettings(hidden=16, meta_iterations=60, meta_batch=4, eval_tasks=40,
-                              rate_grid=(0.003, 0.01))
+TINY = s05.ArubaNeuralSettings(hidden=16, meta_iterations=60, meta_batch=4, eval_tasks=40,
+                               rate_grid=(0.003, 0.01))
 
 
 def test_reptile_is_the_library_meta_learner_with_the_settings():
-    ours = an.reptile(TINY, learn_rate=False, seed=3)
+    ours = s05.reptile(TINY, learn_rate=False, seed=3)
     lib = sinusoid.reptile(hidden=16, shots=TINY.shots, inner_steps=TINY.inner_steps, meta_iterations=60, meta_batch=4,
                            meta_step=TINY.meta_step, eta0=TINY.eta0, smoothing=TINY.smoothing, power=TINY.power,
                            learn_rate=False, seed=3)
@@ -19,7 +19,7 @@ def test_reptile_is_the_library_meta_learner_with_the_settings():
 
 
 def test_run_is_deterministic_and_meta_learning_helps():
-    r1, r2 = an.run(TINY), an.run(TINY)
+    r1, r2 = s05.run(TINY), s05.run(TINY)
     assert r1.final_loss() == r2.final_loss()
     loss = r1.final_loss()
     assert loss["meta init + ARUBA rates"] < loss["random init + single tuned rate"]
@@ -32,4 +32,4 @@ def test_run_is_deterministic_and_meta_learning_helps():
 @pytest.mark.parametrize("bad", [dict(hidden=0), dict(eta0=-1.0), dict(power=1.0), dict(rate_grid=())])
 def test_bad_settings_raise(bad):
     with pytest.raises(ValueError):
-        an.run(an.ArubaNeuralSettings(**bad))
+        s05.run(s05.ArubaNeuralSettings(**bad))

@@ -1,4 +1,5 @@
-"""ARUBA's learning rate on a small network: few-shot sinusoid regression (book 3.5).
+"""Book 3.5: ARUBA's learning rate on a small network, few-shot sinusoid regression (Khodak,
+Balcan and Talwalkar 2019, blog "Adaptive gradient-based meta-learning", last section).
 
 The blog of Khodak, Balcan and Talwalkar (2019) meta-learns, with Reptile, an initialisation
 and a per-coordinate learning rate for a convolutional network and reports that the learned
@@ -32,10 +33,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import sinusoid
-from ..backend import SeedLike, make_generator
-from ..checks import check_int, check_number, check_positive, check_positives
-from ..profiles import Settings
+from ... import sinusoid
+from ...backend import SeedLike, make_generator
+from ...checks import check_int, check_number, check_positive, check_positives
+from ...profiles import Settings
 
 
 @dataclass(frozen=True)

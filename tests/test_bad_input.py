@@ -16,10 +16,13 @@ import torch
 
 from replearn import (aruba, checks, fedrep, federated, linalg, linear, lower_bound, maml, meta, similarity,
                       widgets)
-from replearn.experiments import (arm_dynamics, dgd_lower_bound,
-                                  fedavg_convergence, fedavg_generalisation, fedrep_basics, fedrep_figures,
-                                  finetuning, local_fits, maml_dynamics, maml_experiments, sample_complexity)
+from replearn.experiments import (arm_dynamics, finetuning, maml_dynamics, maml_experiments,
+                                  sample_complexity)
+from replearn.experiments.ch04_fedavg import (s02_local_fits, s04_convergence, s05_generalisation,
+                                              s06_dgd_lower_bound)
 from replearn.experiments import lower_bound as lower_bound_experiment
+from replearn.experiments.ch05_fedrep import (s01_personalisation, s02_fedrep, s03_theory, s04_fig1_local_vs_global,
+                                              s05_fig3_head_updates, s06_new_clients)
 from replearn.experiments.ch03_aruba import (s01_online_learning, s02_meta_initialisation, s03_framework,
                                              s04_adaptive_rates, s05_neural)
 from replearn.experiments import settings_classes
@@ -329,10 +332,10 @@ CASES = [
     ("cosine float labels",
      lambda: similarity.class_cosine_similarity(CX, torch.zeros(12), 2), r"labels must be integers"),
     # ------------------------------------------------------------------ widgets
-    ("fedavg explorer tau", lambda: widgets.fedavg_explorer_curves(0, 0.1, 1.0, 1.0), r"tau"),
+    ("fedavg explorer tau", lambda: s04_convergence.explorer_curves(0, 0.1, 1.0, 1.0), r"tau"),
     ("maml explorer algorithm",
      lambda: widgets.maml_explorer_curves("Reptile", 0.1, 0.1, 1.0, 0.0, "random"), r"algorithm"),
-    ("fedrep explorer r", lambda: widgets.fedrep_explorer_curves(10, 5, 1.5, None), r"\br\b"),
+    ("fedrep explorer r", lambda: s06_new_clients.explorer_curves(10, 5, 1.5, None), r"\br\b"),
     ("Trajectory shapes", lambda: Trajectory(B0.expand(3, D, K), W0.expand(2, K)), r"need B \(T \+ 1, d, k\)"),
     ("Trajectory dtypes", lambda: Trajectory(B0.expand(3, D, K), W0.float().expand(3, K)), r"w \(the heads\)"),
     ("Trajectory 2-D B", lambda: Trajectory(B0, W0), r"B \(the representations\)"),
@@ -347,18 +350,18 @@ CASES = [
     ("check_sequence string", lambda: checks.check_ints("123", "ms"), r"ms"),
     # ------------------------------------------------------------------ settings fail at construction
     ("FedAvgConvergence fractions=()",
-     lambda: fedavg_convergence.FedAvgConvergenceSettings(fractions=()), r"fractions"),
+     lambda: s04_convergence.ConvergenceSettings(fractions=()), r"fractions"),
     ("FedAvgConvergence fraction 0",
-     lambda: fedavg_convergence.FedAvgConvergenceSettings(fractions=(1.0, 0.0)), r"fractions"),
-    ("FedAvgConvergence tau=0", lambda: fedavg_convergence.FedAvgConvergenceSettings(tau=0), r"tau"),
+     lambda: s04_convergence.ConvergenceSettings(fractions=(1.0, 0.0)), r"fractions"),
+    ("FedAvgConvergence tau=0", lambda: s04_convergence.ConvergenceSettings(tau=0), r"tau"),
     ("FedAvgConvergence rounds=True",
-     lambda: fedavg_convergence.FedAvgConvergenceSettings(rounds=True), r"rounds"),
+     lambda: s04_convergence.ConvergenceSettings(rounds=True), r"rounds"),
     ("FedAvgConvergence alpha=nan",
-     lambda: fedavg_convergence.FedAvgConvergenceSettings(alpha=NAN), r"alpha"),
+     lambda: s04_convergence.ConvergenceSettings(alpha=NAN), r"alpha"),
     ("FedAvgConvergence alpha str",
-     lambda: fedavg_convergence.FedAvgConvergenceSettings(alpha="0.2"), r"alpha"),
-    ("FedAvgConvergence taus", lambda: fedavg_convergence.FedAvgConvergenceSettings(taus=[1, 0]), r"taus"),
-    ("FedAvgConvergence seed<0", lambda: fedavg_convergence.FedAvgConvergenceSettings(seed=-1), r"seed"),
+     lambda: s04_convergence.ConvergenceSettings(alpha="0.2"), r"alpha"),
+    ("FedAvgConvergence taus", lambda: s04_convergence.ConvergenceSettings(taus=[1, 0]), r"taus"),
+    ("FedAvgConvergence seed<0", lambda: s04_convergence.ConvergenceSettings(seed=-1), r"seed"),
     ("ArmDynamics k>=d", lambda: arm_dynamics.ArmDynamicsSettings(k=50), r"\bd\b"),
     ("ArmDynamics beta<0", lambda: arm_dynamics.ArmDynamicsSettings(beta=-1.0), r"beta"),
     ("SingleTask ms=()", lambda: s01_online_learning.SingleTaskSettings(ms=()), r"ms"),
@@ -370,18 +373,18 @@ CASES = [
      lambda: s03_framework.FrameworkSettings(reptile_rates=(-1.0,)), r"reptile_rates"),
     ("ArubaNeural power=1", lambda: s05_neural.ArubaNeuralSettings(power=1.0), r"power"),
     ("ArubaRates varying>d", lambda: s04_adaptive_rates.ArubaRatesSettings(varying=11), r"varying"),
-    ("DgdLowerBound d_range", lambda: dgd_lower_bound.DgdLowerBoundSettings(d_range=(10,)), r"d_range"),
-    ("Generalisation tau=1", lambda: fedavg_generalisation.GeneralisationSettings(tau=1), r"tau"),
+    ("DgdLowerBound d_range", lambda: s06_dgd_lower_bound.DgdLowerBoundSettings(d_range=(10,)), r"d_range"),
+    ("Generalisation tau=1", lambda: s05_generalisation.GeneralisationSettings(tau=1), r"tau"),
     ("Personalisation spreads",
-     lambda: fedrep_basics.PersonalisationSettings(spreads=(0.1, -1.0)), r"spreads"),
-    ("Moment noise<0", lambda: fedrep_basics.MomentSettings(noise_std=-1.0), r"noise_std"),
-    ("Trajectory r=0", lambda: fedrep_basics.TrajectorySettings(r=0.0), r"\br\b"),
-    ("Rate window", lambda: fedrep_basics.RateSettings(window=(0.1, 0.01)), r"window"),
-    ("Federation tol=0", lambda: fedrep_basics.FederationSettings(tol=0.0), r"tol"),
-    ("Fig1 ms=()", lambda: fedrep_figures.Fig1Settings(ms=()), r"ms"),
-    ("Fig3 r>1", lambda: fedrep_figures.Fig3Settings(r=1.5), r"\br\b"),
-    ("Fig4 fedavg_alpha=0", lambda: fedrep_figures.Fig4Settings(fedavg_alpha=0.0), r"fedavg_alpha"),
-    ("LocalFits taus=()", lambda: local_fits.LocalFitsSettings(taus=()), r"taus"),
+     lambda: s01_personalisation.PersonalisationSettings(spreads=(0.1, -1.0)), r"spreads"),
+    ("Moment noise<0", lambda: s02_fedrep.MomentSettings(noise_std=-1.0), r"noise_std"),
+    ("Trajectory r=0", lambda: s02_fedrep.TrajectorySettings(r=0.0), r"\br\b"),
+    ("Rate window", lambda: s03_theory.RateSettings(window=(0.1, 0.01)), r"window"),
+    ("Federation tol=0", lambda: s03_theory.FederationSettings(tol=0.0), r"tol"),
+    ("Fig1 ms=()", lambda: s04_fig1_local_vs_global.Fig1Settings(ms=()), r"ms"),
+    ("Fig3 r>1", lambda: s05_fig3_head_updates.Fig3Settings(r=1.5), r"\br\b"),
+    ("Fig4 fedavg_alpha=0", lambda: s06_new_clients.Fig4Settings(fedavg_alpha=0.0), r"fedavg_alpha"),
+    ("LocalFits taus=()", lambda: s02_local_fits.LocalFitsSettings(taus=()), r"taus"),
     ("LowerBoundSweep step_fraction",
      lambda: lower_bound_experiment.LowerBoundSweepSettings(step_fraction=(0.5,)), r"step_fraction"),
     ("MamlDynamics n<=k", lambda: maml_dynamics.MamlDynamicsSettings(n=2), r"\bn\b"),
@@ -392,13 +395,13 @@ CASES = [
     ("FixedFeature eta=0", lambda: maml_experiments.FixedFeatureSettings(eta=0.0), r"eta"),
     ("SampleComplexity trials=0", lambda: sample_complexity.SampleComplexitySettings(trials=0), r"trials"),
     ("Finetune delta=1", lambda: finetuning.FinetuneSettings(delta=1.0), r"delta"),
-    ("current() override", lambda: fedrep_basics.MomentSettings.current(repeats=0), r"repeats"),
+    ("current() override", lambda: s02_fedrep.MomentSettings.current(repeats=0), r"repeats"),
     # ------------------------------------------------------------------ driver helpers
     ("average_regret_bound T=0", lambda: aruba.average_regret_bound(1.0, 1.0, 10, 0, 1.0, 0.1), r"\bT\b"),
     ("average_regret_bound eta=nan", lambda: aruba.average_regret_bound(1.0, 1.0, 10, 5, 1.0, NAN), r"eta"),
-    ("stable_step fraction=nan", lambda: fedavg_generalisation.stable_step(B0[None], W0[None], X1[None], NAN),
+    ("stable_step fraction=nan", lambda: s05_generalisation.stable_step(B0[None], W0[None], X1[None], NAN),
      r"fraction"),
-    ("stable_step shapes", lambda: fedavg_generalisation.stable_step(B0[None], W0[None], X1, 0.5), r"\bX\b"),
+    ("stable_step shapes", lambda: s05_generalisation.stable_step(B0[None], W0[None], X1, 0.5), r"\bX\b"),
     ("average_risk_minimum NaN", lambda: arm_dynamics.average_risk_minimum(_with(W, (0, 0), NAN)),
      r"W \(heads\) contains NaN"),
 ]
@@ -455,7 +458,7 @@ def test_valid_calls_are_unchanged_by_the_checks():
     assert float(linalg.principal_angle_distance(zero_col, BSTAR)) == pytest.approx(1.0)
     labels = aruba.ogd(OX, OY.float(), torch.zeros(3, dtype=F64), 0.1)  # float32 labels: converted
     assert labels.losses.dtype == F64
-    assert fedavg_convergence.FedAvgConvergenceSettings(taus=[1, 2]).taus == (1, 2)  # a list becomes a tuple
+    assert s04_convergence.ConvergenceSettings(taus=[1, 2]).taus == (1, 2)  # a list becomes a tuple
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU to put the inputs on two devices")

@@ -7,14 +7,6 @@ from replearn import maml, sinusoid
 from replearn.linear import SampledTasks
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # --------------------------------------------------------------------------- tasks
 
 def test_sinusoid_tasks_are_the_family_they_name():

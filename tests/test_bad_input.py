@@ -16,8 +16,10 @@ import torch
 
 from replearn import (aruba, checks, fedrep, federated, linalg, linear, lower_bound, maml, meta, similarity,
                       widgets)
-from replearn.experiments import (arm_dynamics, finetuning, maml_dynamics, maml_experiments,
+from replearn.experiments import (arm_dynamics, finetuning,
                                   sample_complexity)
+from replearn.experiments.ch02_maml_anil import (s02_population_dynamics, s04_tightness, s05_finite_samples,
+                                                 s06_global_optimality)
 from replearn.experiments.ch04_fedavg import (s02_local_fits, s04_convergence, s05_generalisation,
                                               s06_dgd_lower_bound)
 from replearn.experiments import lower_bound as lower_bound_experiment
@@ -334,7 +336,7 @@ CASES = [
     # ------------------------------------------------------------------ widgets
     ("fedavg explorer tau", lambda: s04_convergence.explorer_curves(0, 0.1, 1.0, 1.0), r"tau"),
     ("maml explorer algorithm",
-     lambda: widgets.maml_explorer_curves("Reptile", 0.1, 0.1, 1.0, 0.0, "random"), r"algorithm"),
+     lambda: s04_tightness.explorer_curves("Reptile", 0.1, 0.1, 1.0, 0.0, "random"), r"algorithm"),
     ("fedrep explorer r", lambda: s06_new_clients.explorer_curves(10, 5, 1.5, None), r"\br\b"),
     ("Trajectory shapes", lambda: Trajectory(B0.expand(3, D, K), W0.expand(2, K)), r"need B \(T \+ 1, d, k\)"),
     ("Trajectory dtypes", lambda: Trajectory(B0.expand(3, D, K), W0.float().expand(3, K)), r"w \(the heads\)"),
@@ -387,12 +389,12 @@ CASES = [
     ("LocalFits taus=()", lambda: s02_local_fits.LocalFitsSettings(taus=()), r"taus"),
     ("LowerBoundSweep step_fraction",
      lambda: lower_bound_experiment.LowerBoundSweepSettings(step_fraction=(0.5,)), r"step_fraction"),
-    ("MamlDynamics n<=k", lambda: maml_dynamics.MamlDynamicsSettings(n=2), r"\bn\b"),
-    ("Tightness delta0=1", lambda: maml_experiments.TightnessSettings(delta0=1.0), r"delta0"),
+    ("PopulationDynamics n<=k", lambda: s02_population_dynamics.PopulationDynamicsSettings(n=2), r"\bn\b"),
+    ("Tightness delta0=1", lambda: s04_tightness.TightnessSettings(delta0=1.0), r"delta0"),
     ("FiniteSample algorithms",
-     lambda: maml_experiments.FiniteSampleSettings(algorithms=("MAML",)), r"algorithms"),
-    ("NeuralMaml widths=()", lambda: maml_experiments.NeuralMamlSettings(widths=()), r"widths"),
-    ("FixedFeature eta=0", lambda: maml_experiments.FixedFeatureSettings(eta=0.0), r"eta"),
+     lambda: s05_finite_samples.FiniteSampleSettings(algorithms=("MAML",)), r"algorithms"),
+    ("NeuralMaml widths=()", lambda: s06_global_optimality.NeuralMamlSettings(widths=()), r"widths"),
+    ("FixedFeature eta=0", lambda: s06_global_optimality.FixedFeatureSettings(eta=0.0), r"eta"),
     ("SampleComplexity trials=0", lambda: sample_complexity.SampleComplexitySettings(trials=0), r"trials"),
     ("Finetune delta=1", lambda: finetuning.FinetuneSettings(delta=1.0), r"delta"),
     ("current() override", lambda: s02_fedrep.MomentSettings.current(repeats=0), r"repeats"),

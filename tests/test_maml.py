@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -275,3 +276,63 @@ def test_bad_inputs(inst):
         maml.split_tasks(linear.sample_tasks(inst["Bstar"], inst["W"], 5, seed=0), 5)
     with pytest.raises(ValueError, match="do not fit"):
         maml.hypotheses(maml.meta_train(B0, w0, tasks, alpha=ALPHA, **kw), inst["Bstar"], inst["W"][:, :2], ALPHA)
+
+
+# --------------------------------------------------------------------------- autograd oracle, Hessian term
+
+def test_adapted_heads_autograd_matches_closed_form():
+    d, k, n, alpha, delta0 = 8, 2, 6, 0.25, 0.5
+    Bstar = linear.ground_truth_representation(d, k, seed=0)
+    W = linear.make_heads(n, k, cond=2.0, seed=1)
+    B0, _ = maml.structured_init(Bstar, alpha, delta0, seed=2)
+    tasks = linear.population_tasks(Bstar, W)
+    w = 0.2 * torch.ones(k, dtype=torch.float64)
+    closed = maml.adapted_heads(B0, w, Bstar, W, alpha)
+    assert torch.allclose(maml.adapted_heads_autograd(B0, w, tasks, alpha), closed, atol=1e-12)
+    with pytest.raises(ValueError, match="alpha"):
+        maml.adapted_heads_autograd(B0, w, tasks, 0.0)
+
+
+def test_relative_hessian_term(inst):
+    B, w = point(inst)
+    for exact, first in maml.FIRST_ORDER.items():
+        G = torch.cat([g.flatten() for g in maml.meta_gradient(B, w, inst["tasks"], algorithm=exact, alpha=ALPHA)])
+        F = torch.cat([g.flatten() for g in maml.meta_gradient(B, w, inst["tasks"], algorithm=first, alpha=ALPHA)])
+        value = maml.relative_hessian_term(B, w, inst["tasks"], algorithm=exact, alpha=ALPHA)
+        assert value == float((G - F).norm() / G.norm()) and value > 0
+    small = maml.relative_hessian_term(B, w, inst["tasks"], algorithm="MAML", alpha=0.01)
+    assert small < maml.relative_hessian_term(B, w, inst["tasks"], algorithm="MAML", alpha=ALPHA)
+    with pytest.raises(ValueError, match="algorithm"):
+        maml.relative_hessian_term(B, w, inst["tasks"], algorithm="FO-MAML", alpha=ALPHA)
+
+
+# --------------------------------------------------------------------------- runs that may diverge
+
+def tightness_instance(mean_norm=2.0, seed=0, alpha=0.25):
+    """d = 12, k = 2, n = 10 heads with mean norm ``mean_norm`` and the structured start (book 2.4)."""
+    Bstar = linear.ground_truth_representation(12, 2, seed=seed)
+    W = linear.make_heads(10, 2, mean_norm=mean_norm, cond=2.0, seed=seed + 1)
+    B0, w0 = maml.structured_init(Bstar, alpha, 0.5, seed=seed + 2)
+    return B0, w0, linear.population_tasks(Bstar, W), Bstar
+
+
+def test_train_or_diverge_keeps_the_curve_before_the_blow_up(one_thread):
+    run = maml.train_or_diverge(*tightness_instance(), algorithm="FO-MAML", alpha=0.25, beta=0.25, iterations=400)
+    assert run.diverged and "diverged" in run.message and maml.outcome(run) == "diverged"
+    assert len(run.dist) == run.diverged_at and np.isfinite(run.dist).all()
+
+
+def test_train_or_diverge_finishes_and_propagates_other_errors(one_thread):
+    B0, w0, tasks, Bstar = tightness_instance(mean_norm=0.0)
+    run = maml.train_or_diverge(B0, w0, tasks, Bstar, algorithm="ANIL", alpha=0.25, beta=0.5, iterations=150)
+    assert not run.diverged and len(run.dist) == 151 and maml.outcome(run) == "converged"
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        maml.train_or_diverge(B0, w0, tasks, Bstar, algorithm="Reptile", alpha=0.25, beta=0.5, iterations=5)
+
+
+def test_train_or_diverge_runs_arm_and_outcome_stalled(one_thread):
+    B0, w0, tasks, Bstar = tightness_instance(mean_norm=0.0)
+    run = maml.train_or_diverge(B0, w0, tasks, Bstar, algorithm="ARM", alpha=0.25, beta=0.5, iterations=50)
+    reference = meta.arm(B0, w0, tasks, beta=0.5, iterations=50)
+    assert np.array_equal(run.dist, reference.dist(Bstar).numpy()) and maml.outcome(run) == "stalled"
+    assert run.delta_norm.shape == (51,) and torch.equal(run.B, reference.B[-1])

@@ -21,14 +21,20 @@ i: a fixed split (:func:`split_tasks`) or fresh samples every iteration
 (:class:`replearn.linear.FreshSamples` for the inner and for the outer samples, the setting of
 the paper's finite-sample theorems).
 
-The module also holds the closed forms used in the proofs (adapted heads, the FO-ANIL
-prior/signal decomposition), the tracker of the inductive hypotheses A1-A6, the two
+The module also holds the closed forms used in the proofs (adapted heads, with an autograd
+oracle; the FO-ANIL prior/signal decomposition), the relative size of the Hessian term that
+the first-order versions drop, a training run that keeps the iterates up to a blow-up
+(:func:`train_or_diverge`), the tracker of the inductive hypotheses A1-A6, the two
 initialisations of the experiments, and, for the global-optimality section (Wang et al.
 2020), the convex one-step MAML objective in the head of a fixed linear feature map.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 from torch.func import grad, vmap
 
@@ -36,6 +42,7 @@ from .backend import DTYPE, SeedLike, make_generator, randn
 from .checks import check_bool, check_int, check_positive, check_same_kind, check_tensor
 from .linalg import basis_at_distance, condition_number, orthonormal_basis, principal_angle_distance
 from .linear import FreshSamples, PopulationTasks, SampledTasks, Tasks, grads, population_tasks
+from .meta import arm
 from .trajectory import Trajectory
 
 ALGORITHMS = ("MAML", "FO-MAML", "ANIL", "FO-ANIL")
@@ -97,6 +104,19 @@ def adapted_heads(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor, W: torc
     unique = alpha * W @ (Bstar.mT @ B)                        # (..., n, k)
     return shared + unique
 
+
+def adapted_heads_autograd(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, alpha: float) -> torch.Tensor:
+    """w - alpha grad_w f_i(B, w) for every task, by ``torch.autograd`` one task at a time
+    (an oracle for the closed form :func:`adapted_heads`). Returns (n, k)."""
+    if not alpha > 0:
+        raise ValueError(f"the inner step size alpha must be positive, got {alpha}")
+    heads = []
+    for i in range(tasks.n):
+        w_ = w.detach().clone().requires_grad_(True)
+        loss = tasks.loss_theta(B.detach() @ w_, torch.tensor([i], device=B.device)).sum()
+        (g,) = torch.autograd.grad(loss, (w_,))
+        heads.append(w.detach() - alpha * g)
+    return torch.stack(heads)
 
 def fo_anil_decomposition(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor, W: torch.Tensor, *,
                           alpha: float, beta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -228,6 +248,25 @@ def meta_objective(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, *, algorithm:
                     _ADAPTS_REPRESENTATION[algorithm]).mean()
 
 
+FIRST_ORDER = {"MAML": "FO-MAML", "ANIL": "FO-ANIL"}
+
+
+def relative_hessian_term(B: torch.Tensor, w: torch.Tensor, tasks: Tasks, *, algorithm: str,
+                          alpha: float) -> float:
+    """Relative size of the Hessian term of the exact meta-gradient of ``algorithm`` (MAML or
+    ANIL) at (B, w),
+
+        ||G_exact - G_first-order|| / ||G_exact||   (G = (G_B, G_w) flattened),
+
+    with G_first-order the direction of its first-order version (:data:`FIRST_ORDER`), both
+    from :func:`meta_gradient`. At w = 0 both representation gradients vanish; the ratio is
+    then that of the head gradients."""
+    if algorithm not in FIRST_ORDER:
+        raise ValueError(f"algorithm must be one of {tuple(FIRST_ORDER)} (an exact meta-gradient), got {algorithm!r}")
+    G = torch.cat([g.flatten() for g in meta_gradient(B, w, tasks, algorithm=algorithm, alpha=alpha)])
+    F = torch.cat([g.flatten() for g in meta_gradient(B, w, tasks, algorithm=FIRST_ORDER[algorithm], alpha=alpha)])
+    return float((G - F).norm() / G.norm())
+
 # --------------------------------------------------------------------------- training
 
 def _check_blow_up(Bs: list, ws: list, limit: float, beta: float) -> None:
@@ -296,6 +335,61 @@ def meta_train(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks | FreshSamples, 
             _check_blow_up(Bs, ws, limit, beta)
     return Trajectory(torch.stack(Bs), torch.stack(ws))
 
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """One training run (:func:`train_or_diverge`): ``dist`` (T' + 1,) = dist(B_t, B_*),
+    ``w_norm`` = ||w_t|| and ``delta_norm`` = ||I - alpha B_t^T B_t|| along the iterates that
+    stayed finite, and ``diverged_at`` (the first bad iteration reported by :func:`meta_train`,
+    None if the run finished) with its ``message``; ``B``, ``w``: the last kept iterate."""
+
+    dist: np.ndarray
+    w_norm: np.ndarray
+    delta_norm: np.ndarray
+    diverged_at: int | None
+    message: str
+    B: torch.Tensor
+    w: torch.Tensor
+
+    @property
+    def diverged(self) -> bool:
+        return self.diverged_at is not None
+
+
+def _train(B0, w0, tasks, algorithm, alpha, beta, iterations):
+    if algorithm == "ARM":
+        return arm(B0, w0, tasks, beta=beta, iterations=iterations)
+    return meta_train(B0, w0, tasks, algorithm=algorithm, alpha=alpha, beta=beta, iterations=iterations)
+
+
+def train_or_diverge(B0: torch.Tensor, w0: torch.Tensor, tasks: PopulationTasks, Bstar: torch.Tensor, *,
+                     algorithm: str, alpha: float, beta: float, iterations: int) -> TrainingRun:
+    """Train ``algorithm`` (one of :data:`ALGORITHMS` or ``"ARM"``, :func:`replearn.meta.arm`
+    with step beta) on population tasks. If training raises its divergence ``ValueError``
+    ("diverged by iteration t"), the run is repeated for t - 1 iterations (deterministic: full
+    batch) so that the curve ends at the last iterate before the blow-up; other ValueErrors
+    propagate."""
+    message, diverged_at = "", None
+    try:
+        traj = _train(B0, w0, tasks, algorithm, alpha, beta, iterations)
+    except ValueError as err:
+        found = re.search(r"diverged by (?:iteration|round) (\d+)", str(err))
+        if found is None:
+            raise
+        message, diverged_at = str(err), int(found.group(1))
+        traj = _train(B0, w0, tasks, algorithm, alpha, beta, max(diverged_at - 1, 0))
+    k = B0.shape[1]
+    delta = torch.eye(k, dtype=DTYPE) - alpha * traj.B.mT @ traj.B
+    return TrainingRun(dist=traj.dist(Bstar).cpu().numpy(), w_norm=traj.w.norm(dim=-1).cpu().numpy(),
+                       delta_norm=torch.linalg.matrix_norm(delta, ord=2).cpu().numpy(), diverged_at=diverged_at,
+                       message=message, B=traj.B[-1], w=traj.w[-1])
+
+
+def outcome(run: TrainingRun, tol: float = 1e-3) -> str:
+    """"diverged", "converged" (final dist < tol) or "stalled"."""
+    if run.diverged:
+        return "diverged"
+    return "converged" if run.dist[-1] < tol else "stalled"
 
 # --------------------------------------------------------------------------- inductive hypotheses
 

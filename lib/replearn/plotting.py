@@ -23,6 +23,11 @@ COLORS = {
     "LG-FedAvg": "#bcbd22",
 }
 
+#: The colours and line styles of the meta-learners and ARM in the figures of book 2.4 and 2.5
+#: (a palette of their own, unlike :data:`COLORS`; FO-ANIL dashed, ARM dotted).
+MAML_COLORS = {"MAML": "#1f77b4", "FO-MAML": "#d62728", "ANIL": "#2ca02c", "FO-ANIL": "#ff7f0e", "ARM": "#7f7f7f"}
+MAML_STYLES = {"MAML": "-", "FO-MAML": "-", "ANIL": "-", "FO-ANIL": "--", "ARM": ":"}
+
 
 def use_style() -> None:
     """Apply the book's matplotlib style (small PNG figures, light grid, no top/right spines)."""

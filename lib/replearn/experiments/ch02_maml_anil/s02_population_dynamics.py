@@ -1,0 +1,119 @@
+"""Book 2.2: MAML, FO-MAML, ANIL and FO-ANIL learn B_*, ARM does not, at the linear rate of the
+main theorem (Collins, Mokhtari, Oh & Shakkottai, ICML 2022, Theorem 1 and Fig. 1, with
+population losses).
+
+On the population instance of :mod:`replearn.maml_instances` (structured start):
+
+* :func:`run` trains ARM and the four meta-learners from the same start;
+* :func:`contraction_envelope` is the form of the theorem's bound with an explicit constant;
+* :func:`rate_sweep` measures the linear rate of dist(B_t, B_*) (:func:`linear_rate`) against
+  the theorem's beta alpha mu_*^2 over head condition numbers, inner and outer steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ... import linear, maml, meta, rates
+from ...checks import check_int, check_number, check_positives, check_sequence
+from ...maml_instances import PopulationSettings, make_problem
+
+METHODS = ("ARM",) + maml.ALGORITHMS
+
+
+@dataclass(frozen=True)
+class PopulationDynamicsSettings(PopulationSettings):
+    """The population instance (:class:`~replearn.maml_instances.PopulationSettings`) and the
+    rate sweep (:func:`rate_sweep`): ``sweep_iterations`` steps for every value in ``conds``
+    (at alpha, beta), ``alphas`` (at beta, cond) and ``betas`` (at alpha, cond)."""
+
+    conds: tuple = (1.0, 2.0, 4.0, 8.0, 16.0)
+    alphas: tuple = (0.05, 0.1, 0.2, 0.4, 0.8)
+    betas: tuple = (0.1, 0.2, 0.4, 0.8, 1.6)
+    sweep_iterations: int = 600
+
+    @classmethod
+    def paper(cls):
+        """The paper-size instance of :meth:`PopulationSettings.paper
+        <replearn.maml_instances.PopulationSettings.paper>` with longer sweep runs."""
+        return replace(super().paper(), sweep_iterations=1000)
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.sweep_iterations, "sweep_iterations", 1)
+        check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
+        for name in ("alphas", "betas"):
+            check_positives(getattr(self, name), name)
+
+
+@dataclass(frozen=True)
+class PopulationDynamicsResult:
+    """The instance ``problem``, the trajectories and distances ``dist[method]`` (T + 1,) of ARM
+    and the four meta-learners, and ARM's subspace ``floor`` (:func:`replearn.meta.arm_subspace_floor`)."""
+
+    problem: linear.Problem
+    trajectories: dict
+    dist: dict
+    floor: float
+
+
+def run(cfg: PopulationSettings, *, degenerate: bool = False, device=None) -> PopulationDynamicsResult:
+    """ARM (step beta) and MAML, FO-MAML, ANIL, FO-ANIL (inner step alpha, outer step beta) for
+    ``cfg.iterations`` steps from the structured start of ``cfg`` (Collins et al. 2022, Fig. 1
+    setting with population losses); ``degenerate=True``: heads without diversity."""
+    pb = make_problem(cfg, degenerate=degenerate, device=device)
+    trajectories = {"ARM": meta.arm(pb.B0, pb.w0, pb.tasks, beta=cfg.beta, iterations=cfg.iterations)}
+    for algorithm in maml.ALGORITHMS:
+        trajectories[algorithm] = maml.meta_train(pb.B0, pb.w0, pb.tasks, algorithm=algorithm, alpha=cfg.alpha,
+                                                  beta=cfg.beta, iterations=cfg.iterations)
+    return PopulationDynamicsResult(
+        problem=pb, trajectories=trajectories,
+        dist={name: tr.dist(pb.Bstar).cpu() for name, tr in trajectories.items()},
+        floor=float(meta.arm_subspace_floor(pb.B0, pb.Bstar, pb.W)))
+
+
+def linear_rate(dist: torch.Tensor) -> float:
+    """The section's empirical linear rate of dist(B_t, B_*): :func:`replearn.rates.linear_rate`
+    over the linear phase ``1e-8 < dist < 1e-1`` (above machine precision, past the transient),
+    with at least 10 iterates in it. A per-step contraction factor rho gives the rate -log rho."""
+    return rates.linear_rate(dist, low=1e-8, high=1e-1, min_points=10)
+
+
+def rate_sweep(cfg: PopulationDynamicsSettings, algorithms=("ANIL", "FO-ANIL"), device=None) -> dict:
+    """Measured linear rates (:func:`linear_rate`) against the theorem's scale beta alpha mu_*^2.
+
+    Three one-parameter sweeps around ``cfg``: the head condition number over ``cfg.conds``
+    (mu_*^2 = scale^2 / cond), the inner step over ``cfg.alphas`` and the outer step over
+    ``cfg.betas``, each run for ``cfg.sweep_iterations`` steps. Returns
+    ``{sweep: {"values": (p,), "x": beta alpha mu^2 (p,), algorithm: rates (p,)}}`` for
+    ``sweep`` in ``"cond"``, ``"alpha"``, ``"beta"``.
+    """
+    for algorithm in algorithms:
+        if algorithm not in maml.ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}; choose from {maml.ALGORITHMS}")
+    grids = {"cond": cfg.conds, "alpha": cfg.alphas, "beta": cfg.betas}
+    out = {}
+    for sweep, values in grids.items():
+        rows = {"values": torch.tensor(values, dtype=torch.float64), "x": []}
+        rows.update({a: [] for a in algorithms})
+        for value in values:
+            c = replace(cfg, **{sweep: float(value)})
+            pb = make_problem(c, device=device)
+            rows["x"].append(c.beta * c.alpha * c.mu2)
+            for algorithm in algorithms:
+                traj = maml.meta_train(pb.B0, pb.w0, pb.tasks, algorithm=algorithm, alpha=c.alpha, beta=c.beta,
+                                       iterations=c.sweep_iterations)
+                rows[algorithm].append(linear_rate(traj.dist(pb.Bstar)))
+        out[sweep] = {key: torch.as_tensor(val, dtype=torch.float64) for key, val in rows.items()}
+    return out
+
+
+def contraction_envelope(cfg: PopulationSettings, c: float = 0.5) -> torch.Tensor:
+    """delta0 (1 - c beta alpha mu_*^2)^t for t = 0..T: the form of the main theorem's bound
+    with an explicit constant c in the Omega(.) (an illustration, not the paper's constant)."""
+    rho = 1.0 - c * cfg.beta * cfg.alpha * cfg.mu2
+    if not 0.0 < rho < 1.0:
+        raise ValueError(f"1 - c beta alpha mu^2 = {rho} is not in (0, 1): choose a smaller c or step sizes")
+    return cfg.delta0 * torch.tensor([rho**t for t in range(cfg.iterations + 1)], dtype=torch.float64)

@@ -1,0 +1,108 @@
+"""Book 2.5: ANIL and FO-ANIL with finite samples: the distance they reach with ``m`` fresh
+samples per task and iteration as m and the number of tasks n vary (Collins, Mokhtari, Oh &
+Shakkottai, ICML 2022, Sec. 5: m = Omega((d/n + 1) k^3) suffices, far below d).
+
+:func:`run_finite_samples` runs the grids of :class:`FiniteSampleSettings`;
+:func:`finite_sample_distance` is one run (:func:`replearn.maml.meta_train` on a
+:class:`replearn.linear.FreshSamples` sampler from the structured start).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ... import linear, maml
+from ...checks import check_choice, check_int, check_ints, check_nonnegative, check_sequence
+from ...maml_instances import check_instance_settings
+from ...profiles import Settings
+
+
+@dataclass(frozen=True)
+class FiniteSampleSettings(Settings):
+    """ANIL / FO-ANIL with ``m`` fresh inner and ``m`` fresh outer samples per task and
+    iteration (noise ``noise_std``), n tasks with centred heads of condition number ``cond``,
+    structured start at ``delta0``. Grid ``ms`` at ``n_fixed`` tasks and grid ``ns`` at
+    ``m_fixed`` samples; the reported error is dist(B_t, B_*) averaged over the last ``tail``
+    iterations and over ``seeds`` instances."""
+
+    d: int = 50
+    k: int = 3
+    cond: float = 2.0
+    noise_std: float = 0.1
+    alpha: float = 0.25
+    beta: float = 0.5
+    delta0: float = 0.5
+    iterations: int = 80
+    tail: int = 20
+    ms: tuple[int, ...] = (8, 16, 32, 64)
+    n_fixed: int = 40
+    ns: tuple[int, ...] = (5, 10, 20, 40, 80)
+    m_fixed: int = 16
+    algorithms: tuple[str, ...] = ("ANIL", "FO-ANIL")
+    seeds: int = 2
+    seed: int = 0
+
+    @classmethod
+    def paper(cls):
+        """The paper's dimension d = 100 with k = 5 (Collins et al. 2022, Sec. 5), longer runs."""
+        return cls(d=100, k=5, iterations=500, tail=50, ms=(16, 32, 64, 128, 256), ns=(10, 20, 40, 80, 160, 320),
+                   m_fixed=32, n_fixed=50, seeds=5)
+
+    def validate(self) -> None:
+        super().validate()
+        check_instance_settings(self)
+        check_nonnegative(self.noise_std, "noise_std")
+        check_int(self.iterations, "iterations", 1)
+        check_int(self.tail, "tail", 1, self.iterations)
+        check_ints(self.ms, "ms (sample sizes)")
+        check_ints(self.ns, "ns (task counts)")
+        check_int(self.n_fixed, "n_fixed", 1)
+        check_int(self.m_fixed, "m_fixed", 1)
+        check_sequence(self.algorithms, "algorithms", lambda v, n: check_choice(v, n, ("ANIL", "FO-ANIL")))
+        check_int(self.seeds, "seeds", 1)
+
+
+@dataclass(frozen=True)
+class FiniteSampleResult:
+    """``by_m[alg]`` (len(ms), seeds) and ``by_n[alg]`` (len(ns), seeds): the tail-averaged
+    distances; ``curves[alg]`` {m: (T + 1,) dist of the first seed at n_fixed}."""
+
+    ms: tuple
+    ns: tuple
+    by_m: dict
+    by_n: dict
+    curves: dict
+
+
+def finite_sample_distance(cfg: FiniteSampleSettings, algorithm: str, n: int, m: int, seed: int) -> np.ndarray:
+    """dist(B_t, B_*) (T + 1,) of one fresh-sample run with n tasks and m samples (inner and outer)."""
+    if algorithm not in maml.ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}")
+    Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=seed)
+    W = linear.make_heads(n, cfg.k, cond=cfg.cond, exact=n > cfg.k, seed=seed + 1)
+    B0, w0 = maml.structured_init(Bstar, cfg.alpha, cfg.delta0, seed=seed + 2)
+    data = linear.FreshSamples(Bstar, W, m, noise_std=cfg.noise_std)  # inner and outer samples: m each
+    traj = maml.meta_train(B0, w0, data, algorithm=algorithm, alpha=cfg.alpha, beta=cfg.beta,
+                           iterations=cfg.iterations, seed=seed + 3)
+    return traj.dist(Bstar).cpu().numpy()
+
+
+def run_finite_samples(cfg: FiniteSampleSettings) -> FiniteSampleResult:
+    """The grids of :class:`FiniteSampleSettings` (runs with one torch thread: many tiny ops)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seeds = [cfg.seed + 10 * s for s in range(cfg.seeds)]
+        by_m, by_n, curves = {}, {}, {}
+        for alg in cfg.algorithms:
+            runs_m = [[finite_sample_distance(cfg, alg, cfg.n_fixed, m, s) for s in seeds] for m in cfg.ms]
+            runs_n = [[finite_sample_distance(cfg, alg, n, cfg.m_fixed, s) for s in seeds] for n in cfg.ns]
+            by_m[alg] = np.array([[r[-cfg.tail:].mean() for r in row] for row in runs_m])
+            by_n[alg] = np.array([[r[-cfg.tail:].mean() for r in row] for row in runs_n])
+            curves[alg] = {m: row[0] for m, row in zip(cfg.ms, runs_m)}
+    finally:
+        torch.set_num_threads(threads)
+    return FiniteSampleResult(cfg.ms, cfg.ns, by_m, by_n, curves)

@@ -1,8 +1,10 @@
+import math
+
 import pytest
 import torch
 
 from replearn import fedrep, linalg, linear
-from replearn.backend import make_generator
+from replearn.backend import derive_seed, make_generator
 
 
 def instance(d=10, k=2, n=100, seed=0):
@@ -232,3 +234,117 @@ def test_bad_shapes_and_k():
         fedrep.global_error(torch.zeros(3, 10, dtype=torch.float64), linear.targets(Bstar, W))
     with pytest.raises(ValueError, match="NaN"):
         fedrep.fedrep(torch.full((10, 2), float("nan"), dtype=torch.float64), data, eta=0.1, rounds=1)
+
+
+# --------------------------------------------------------------------------- closed forms and measurements (book 5.1-5.3)
+
+def test_single_model_formula_is_heterogeneity():
+    W = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0], [0.0, -2.0]], dtype=torch.float64)
+    Bstar = linear.ground_truth_representation(5, 2, seed=0)
+    value = float(fedrep.single_model_error_formula(linear.targets(Bstar, W)))
+    assert value == pytest.approx(0.5 * (1 + 1 + 4 + 4) / 4)
+
+
+def test_expected_moment_matrix_matches_samples_and_eigenspace():
+    Bstar = linear.ground_truth_representation(6, 2, seed=1)
+    W = fedrep.paper_heads(50, 2, seed=2)
+    M = fedrep.expected_moment_matrix(Bstar, W, noise_std=0.3)
+    top = torch.linalg.eigh(M).eigenvectors[:, -2:]
+    assert float(linalg.principal_angle_distance(top, Bstar)) < 1e-10
+    assert float(torch.linalg.eigvalsh(M)[0]) == pytest.approx(2.0 + 0.09)   # k + sigma^2
+    data = linear.sample_tasks(Bstar, W, 4000, noise_std=0.3, seed=3)
+    rel = torch.linalg.matrix_norm(fedrep.moment_matrix(data) - M, 2) / torch.linalg.matrix_norm(M, 2)
+    assert float(rel) < 0.05
+
+
+def test_expected_moment_matrix_rejects_negative_noise():
+    with pytest.raises(ValueError):
+        fedrep.expected_moment_matrix(torch.eye(3, 2, dtype=torch.float64), torch.ones(4, 2, dtype=torch.float64), -1.0)
+
+
+def test_fit_rate_recovers_geometric_sequence():
+    dist = 0.5 * 0.9 ** torch.arange(200, dtype=torch.float64)
+    rate, r2 = fedrep.fit_rate(dist)
+    assert rate == pytest.approx(0.9, abs=1e-10) and r2 == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="only 0 points"):
+        fedrep.fit_rate(torch.ones(10))  # every round outside the window (1e-12, 0.1)
+
+
+def test_theorem_factor():
+    assert fedrep.theorem_factor(0.1, 0.75, 1.0) == pytest.approx(math.sqrt(1 - 0.0375))
+    with pytest.raises(ValueError):
+        fedrep.theorem_factor(10.0, 1.0, 1.0)
+
+
+def test_population_step_contracts_as_proposition():
+    # one FedRep round with a huge batch approaches the infinite-sample bound of book 5.3
+    d, k, n = 8, 2, 20
+    Bstar = linear.ground_truth_representation(d, k, seed=0)
+    W = linear.make_heads(n, k, cond=2.0, exact=True, seed=1)
+    B0 = linalg.basis_at_distance(Bstar, 0.6, seed=2)
+    data = linear.sample_tasks(Bstar, W, 20000, seed=3)
+    eta = 0.5
+    B1 = fedrep.fedrep(B0, data, eta=eta, rounds=1, orthonormalize=True).B[-1]
+    bound = (1 - eta * 0.5 * (1 - 0.36)) * 0.6
+    assert float(linalg.principal_angle_distance(B1, Bstar)) < bound + 0.02
+
+
+def test_counting_bound_equates_equations_and_unknowns():
+    d, k, n = 12, 2, 5
+    m = fedrep.counting_bound(d, k, n)
+    assert m == pytest.approx(2 + 2 * 10 / 5)
+    assert n * m == pytest.approx(d * k - k * k + n * k)
+
+
+def test_rounds_to_reach():
+    curve = torch.tensor([1.0, 0.5, 0.1, 0.01])
+    assert fedrep.rounds_to_reach(curve, 0.1) == 2 and fedrep.rounds_to_reach(curve, 1e-3) is None
+
+
+# --------------------------------------------------------------------------- the experiments of Sec. 5.1 (book 5.4-5.6)
+
+def test_paper_instance_is_seeded_and_has_paper_heads():
+    Bstar, W = fedrep.paper_instance(10, 3, 7, seed=4)
+    assert Bstar.shape == (10, 3) and W.shape == (7, 3)
+    assert torch.allclose(Bstar.T @ Bstar, torch.eye(3, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(W.norm(dim=1), torch.full((7,), 3**0.5, dtype=torch.float64))
+    assert torch.equal(Bstar, linear.ground_truth_representation(10, 3, seed=derive_seed(4, 1)))
+    assert torch.equal(W, fedrep.paper_heads(7, 3, seed=derive_seed(4, 2)))
+    other, _ = fedrep.paper_instance(10, 3, 7, seed=5)
+    assert not torch.equal(Bstar, other)
+    assert fedrep.PAPER_NOISE_STD == pytest.approx(math.sqrt(1e-3))
+
+
+def test_train_fedrep_starts_from_the_moments_and_refits_the_heads():
+    Bstar, W = fedrep.paper_instance(10, 2, 40, seed=0)
+    data, res, heads = fedrep.train_fedrep(Bstar, W, 8, noise_std=0.0, eta=0.5, rounds=60, seed=3)
+    assert data.X.shape == (40, 8, 10) and res.rounds == 60
+    assert torch.equal(res.B[0], fedrep.method_of_moments_init(data, 2))
+    assert torch.equal(heads, fedrep.head_solve(res.B[-1], data))
+    dist = res.dist(Bstar)
+    assert float(dist[-1]) < 1e-3 * float(dist[0])
+
+
+def test_dist_curves_share_the_start_and_reproduce_fedrep():
+    kw = dict(d=8, k=2, rounds=20, eta=0.2, head_lr=0.1, noise_std=0.0, seed=1)
+    curves = fedrep.dist_curves(30, 5, 0.5, {"exact": None, "GD": 1}, **kw)
+    assert set(curves) == {"exact", "GD"} and curves["exact"].shape == (21,)
+    assert float(curves["exact"][0]) == float(curves["GD"][0])
+    again = fedrep.dist_curves(30, 5, 0.5, {"exact": None}, **kw)
+    assert torch.equal(again["exact"], curves["exact"])
+    Bstar, W = fedrep.paper_instance(8, 2, 30, 1)
+    B0 = fedrep.method_of_moments_init(linear.sample_tasks(Bstar, W, 5, seed=derive_seed(1, 3)), 2)
+    ref = fedrep.fedrep(B0, linear.FreshSamples(Bstar, W, 5, 0.0), eta=0.2, rounds=20, r=0.5, seed=derive_seed(1, 4))
+    assert torch.equal(ref.dist(Bstar), curves["exact"])
+
+
+@pytest.mark.parametrize("cls, bad", [
+    (fedrep.InstanceSettings, dict(d=2, k=2)), (fedrep.InstanceSettings, dict(k=0)),
+    (fedrep.InstanceSettings, dict(seed=-1)), (fedrep.FigureSettings, dict(noise_std=-1.0)),
+    (fedrep.FigureSettings, dict(eta=0.0)), (fedrep.FigureSettings, dict(rounds=0)),
+    (fedrep.FigureSettings, dict(seeds=0)), (fedrep.FigureSettings, dict(d=3, k=3)),
+])
+def test_settings_bases_fail_at_construction(cls, bad):
+    with pytest.raises(ValueError):
+        cls(**bad)
+    assert cls().d == 20 and cls().k == 2

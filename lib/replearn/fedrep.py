@@ -18,18 +18,30 @@ Baselines on the same data: local-only ridge regression, the single shared model
 minimises the pooled objective (4) (the fixed point of FedAvg/D-GD on a single linear model),
 and a new client that fits only a k-dimensional head on a learned representation (Fig. 4).
 Everything is vectorised over clients (batched solves and einsums, no per-client loop).
+
+The module also holds what the book's linear FedRep sections (5.1-5.6) share: the paper's
+synthetic instance (:func:`paper_instance`, :data:`PAPER_NOISE_STD`), FedRep trained on fixed
+data (:func:`train_fedrep`) and distance curves of several head rules from one start
+(:func:`dist_curves`), the bases of their settings (:class:`InstanceSettings`,
+:class:`FigureSettings`), closed forms (:func:`expected_moment_matrix`,
+:func:`single_model_error_formula`, :func:`theorem_factor`, :func:`counting_bound`) and
+measurements of a distance curve (:func:`fit_rate`, :func:`rounds_to_reach`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
-from .backend import SeedLike, check_finite, make_generator, randn
-from .checks import check_fraction, check_int, check_positive, check_same_kind, check_tensor
+from .backend import SeedLike, check_finite, default_device, derive_seed, make_generator, randn
+from .checks import check_fraction, check_int, check_nonnegative, check_positive, check_same_kind, check_tensor
 from .linalg import principal_angle_distance
-from .linear import FreshSamples, SampledTasks, fit_linear, predict, targets
+from .linear import (FreshSamples, SampledTasks, fit_linear, ground_truth_representation, predict, sample_tasks,
+                     targets)
+from .profiles import Settings
+from .rates import log_linear_fit
 
 _BLOW_UP = 1e8
 _CHECK_EVERY = 16  # rounds between divergence checks (each check synchronises a GPU)
@@ -44,6 +56,18 @@ def paper_heads(n: int, k: int, seed: SeedLike = 0, *, device=None) -> torch.Ten
     W = randn(n, k, generator=make_generator(seed))
     W = W * (k**0.5 / W.norm(dim=1, keepdim=True))
     return W.to(device) if device is not None else W
+
+
+#: Reading N(., 10^-3) in Sec. 5.1 as a variance: the noise standard deviation sqrt(1e-3) ~ 0.032.
+PAPER_NOISE_STD = 1e-3**0.5
+
+
+def paper_instance(d: int, k: int, n: int, seed: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """B_* (d, k) and paper heads W (n, k) of one repetition of the Sec. 5.1 experiments
+    (seeds ``derive_seed(seed, 1)`` and ``derive_seed(seed, 2)``)."""
+    Bstar = ground_truth_representation(d, k, seed=derive_seed(seed, 1), device=device)
+    W = paper_heads(n, k, seed=derive_seed(seed, 2), device=device)
+    return Bstar, W
 
 
 Data = SampledTasks | FreshSamples
@@ -79,6 +103,16 @@ def method_of_moments_init(data: SampledTasks, k: int) -> torch.Tensor:
     check_finite(data.Y, "Y")
     _, evecs = torch.linalg.eigh(moment_matrix(data))
     return evecs[:, -k:].flip(-1).contiguous()
+
+
+def expected_moment_matrix(Bstar: torch.Tensor, W: torch.Tensor, noise_std: float = 0.0) -> torch.Tensor:
+    """(1/n) sum_i E[y_i^2 x x^T] = (1/n) sum_i (||theta_*_i||^2 + noise^2) I + 2 theta_*_i theta_*_i^T
+    for x ~ N(0, I_d): the expectation of :func:`moment_matrix` (book 5.2, the method-of-moments lemma)."""
+    check_nonnegative(noise_std, "noise_std")
+    theta = targets(Bstar, W)
+    n, d = theta.shape
+    scale = float(theta.square().sum(-1).mean()) + noise_std**2
+    return scale * torch.eye(d, dtype=theta.dtype, device=theta.device) + 2.0 * theta.T @ theta / n
 
 
 # --------------------------------------------------------------------------- FedRep
@@ -342,3 +376,108 @@ def new_client_error(B: torch.Tensor, heads: torch.Tensor, theta_star: torch.Ten
     if theta_star.shape != (heads.shape[0], B.shape[0]):
         raise ValueError(f"theta_star must be ({heads.shape[0]}, {B.shape[0]}), got {tuple(theta_star.shape)}")
     return (predict(B, heads) - theta_star).square().sum(-1)
+
+
+def single_model_error_formula(theta_star: torch.Tensor) -> torch.Tensor:
+    """(1/2n) sum_i ||theta_*_i - theta_bar_*||^2: the smallest global error of one shared model,
+    attained at the mean regressor theta_bar_* (book 5.1)."""
+    return global_error(theta_star.mean(0), theta_star)
+
+
+# --------------------------------------------------------------------------- the experiments of Sec. 5.1
+
+def train_fedrep(Bstar: torch.Tensor, W: torch.Tensor, m: int, *, noise_std: float, eta: float,
+                 rounds: int, r: float = 1.0, seed: int = 0):
+    """FedRep on fixed data (m samples per client, the setting of Figs. 1 and 4).
+
+    Draws the clients' data, starts from the method-of-moments estimate on the same data,
+    runs Algorithm 2 (one gradient step on B per round, exact heads) and refits every
+    client's head on the final B. Returns ``(data, result, heads)``.
+    """
+    data = sample_tasks(Bstar, W, m, noise_std=noise_std, seed=derive_seed(seed, 3))
+    B0 = method_of_moments_init(data, Bstar.shape[1])
+    res = fedrep(B0, data, eta=eta, rounds=rounds, r=r, seed=derive_seed(seed, 4))
+    heads = head_solve(res.B[-1], data)
+    return data, res, heads
+
+
+def dist_curves(n: int, m: int, r: float, variants: dict, *, d: int, k: int, rounds: int, eta: float,
+                head_lr: float, noise_std: float, seed: int, device=None) -> dict:
+    """dist(B_t, B_*) (rounds + 1,) on one instance (:func:`paper_instance`) with fresh samples for
+    each head rule in ``variants`` ({name: None for the exact head, K for K GD steps of size
+    ``head_lr``}). All variants share B_*, the heads, the method-of-moments start and the
+    sampling seed."""
+    device = default_device() if device is None else torch.device(device)
+    Bstar, W = paper_instance(d, k, n, seed, device)
+    B0 = method_of_moments_init(sample_tasks(Bstar, W, m, noise_std=noise_std, seed=derive_seed(seed, 3)), k)
+    data = FreshSamples(Bstar, W, m, noise_std)
+    out = {}
+    for name, K in variants.items():
+        res = fedrep(B0, data, eta=eta, rounds=rounds, r=r, head_steps=K,
+                     head_lr=None if K is None else head_lr, seed=derive_seed(seed, 4))
+        out[name] = res.dist(Bstar).cpu()
+    return out
+
+
+@dataclass(frozen=True)
+class InstanceSettings(Settings):
+    """Base of the settings of the linear FedRep experiments (book 5.1-5.6): dimension d and
+    representation size k of B_* (1 <= k < d), and the experiment's seed."""
+
+    d: int = 20
+    k: int = 2
+    seed: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.k, "k", 1)
+        check_int(self.d, "d (needs k < d)", self.k + 1)
+
+
+@dataclass(frozen=True)
+class FigureSettings(InstanceSettings):
+    """Base of the settings of the paper's Figs. 1, 3 and 4 (book 5.4-5.6): in addition the label
+    noise ``noise_std`` (:data:`PAPER_NOISE_STD`), FedRep's representation step ``eta`` and
+    ``rounds``, and the number of independent repetitions ``seeds`` (new B_*, heads and data each)."""
+
+    noise_std: float = PAPER_NOISE_STD
+    eta: float = 0.5
+    rounds: int = 200
+    seeds: int = 3
+
+    def validate(self) -> None:
+        super().validate()
+        check_nonnegative(self.noise_std, "noise_std")
+        check_positive(self.eta, "eta")
+        check_int(self.rounds, "rounds", 1)
+        check_int(self.seeds, "seeds (independent repetitions)", 1)
+
+
+# --------------------------------------------------------------------------- theory and measurements
+
+def theorem_factor(eta: float, E0: float, sigma_min2: float) -> float:
+    """Per-round factor of Theorem 1: dist_T <= factor^T dist_0 with factor = (1 - eta E_0 sigma_min^2/2)^(1/2)."""
+    x = eta * E0 * sigma_min2 / 2
+    if not 0 <= x <= 1:
+        raise ValueError(f"eta E_0 sigma_min^2 / 2 = {x} must lie in [0, 1]")
+    return math.sqrt(1 - x)
+
+
+def fit_rate(dist: torch.Tensor, window: tuple = (1e-12, 0.1)) -> tuple[float, float]:
+    """Per-round factor exp(slope) of the least-squares line through log dist_t over the rounds
+    with window[0] < dist_t < window[1] (:func:`replearn.rates.log_linear_fit`, at least 3
+    rounds), the quantity Theorem 1 bounds (:func:`theorem_factor`), and the fit's R^2."""
+    fit = log_linear_fit(torch.arange(len(dist)), dist, low=window[0], high=window[1], min_points=3)
+    return math.exp(fit.slope), fit.r2
+
+
+def counting_bound(d: int, k: int, n: int) -> float:
+    """k + k(d - k)/n: the per-client sample size m at which the nm equations equal the
+    dk - k^2 + nk unknowns of (col(B), W)."""
+    return k + k * (d - k) / n
+
+
+def rounds_to_reach(curve: torch.Tensor, level: float) -> int | None:
+    """First round t with curve[t] <= level (None if never)."""
+    hit = (curve <= level).nonzero()
+    return int(hit[0]) if len(hit) else None

@@ -1,0 +1,103 @@
+"""Book 5.1: personalisation in the linear model (Collins, Hassani, Mokhtari, Shakkottai, ICML 2021,
+Sec. 2.1, objectives (3) and (4)).
+
+n clients with samples ``x ~ N(0, I_d)``, ``y = <B_* w_*_i, x>``: the single shared regressor that
+minimises the pooled objective (4) has the global error (1/2n) sum_i ||theta_*_i - theta_bar_*||^2
+(:func:`replearn.fedrep.single_model_error_formula`), which grows with the spread of the heads,
+while the personalised objective (3) has minimum zero (FedRep on the same data reaches it);
+local-only least squares needs m >= d samples per client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ... import fedrep, linear
+from ...backend import default_device
+from ...checks import check_int, check_ints, check_nonnegative, check_positive, check_positives
+from ...fedrep import InstanceSettings
+
+
+@dataclass(frozen=True)
+class PersonalisationSettings(InstanceSettings):
+    """Dimension d, representation size k, n clients with m noiseless samples each. The heads
+    are ``make_heads(mean_norm=mean_norm, scale=s, exact=True)`` for each spread s in ``spreads``:
+    a common mean head of norm ``mean_norm`` plus a centred part whose covariance is exactly
+    s^2 I_k. ``local_ms`` are the per-client sample sizes of the local-only fits (paper heads,
+    ||w_*_i|| = sqrt(k)); FedRep (MoM start, step ``eta``, ``rounds``) runs on the same data."""
+
+    n: int = 100
+    m: int = 50
+    mean_norm: float = 1.0
+    spreads: tuple = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+    local_ms: tuple = (2, 5, 10, 15, 20, 30, 40)
+    eta: float = 0.5
+    rounds: int = 200
+
+    @classmethod
+    def paper(cls):
+        """Sec. 5.1 of the paper: d = 20, k = 2, n = 100 clients."""
+        return cls(n=100, m=100, rounds=500)
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.n, "n", 2)
+        check_int(self.m, "m")
+        check_ints(self.local_ms, "local_ms")
+        check_int(self.rounds, "rounds", 0)
+        check_positive(self.eta, "eta")
+        check_positives(self.spreads, "spreads")
+        check_nonnegative(self.mean_norm, "mean_norm")
+
+
+@dataclass(frozen=True)
+class PersonalisationResult:
+    """Per spread: the global error of the fitted single model ``single`` and the formula
+    ``formula`` = (1/2n) sum ||theta_*_i - theta_bar||^2 (= k s^2 / 2), the distance
+    ``to_mean`` = ||theta_hat - theta_bar_*||, FedRep's global error ``fedrep`` (eq. 3) and
+    final distance ``fedrep_dist``. Per local sample size: ``local`` error and its formula
+    ``local_formula`` = (1 - m/d)_+ mean ||theta_*_i||^2 / 2."""
+
+    spreads: torch.Tensor
+    single: torch.Tensor
+    formula: torch.Tensor
+    to_mean: torch.Tensor
+    fedrep: torch.Tensor
+    fedrep_dist: torch.Tensor
+    local_ms: torch.Tensor
+    local: torch.Tensor
+    local_formula: torch.Tensor
+
+
+def run_personalisation(cfg: PersonalisationSettings, device=None) -> PersonalisationResult:
+    """Single model vs personalised model vs local-only, on sampled noiseless data (book 5.1)."""
+    device = default_device() if device is None else torch.device(device)
+    Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
+    single, formula, to_mean, fr, fr_dist = [], [], [], [], []
+    for j, s in enumerate(cfg.spreads):
+        W = linear.make_heads(cfg.n, cfg.k, mean_norm=cfg.mean_norm, scale=float(s), exact=True,
+                              seed=cfg.seed + 1, device=device)
+        theta_star = linear.targets(Bstar, W)
+        data = linear.sample_tasks(Bstar, W, cfg.m, seed=cfg.seed + 2 + j)
+        theta = fedrep.single_model_least_squares(data)
+        single.append(fedrep.global_error(theta, theta_star))
+        formula.append(fedrep.single_model_error_formula(theta_star))
+        to_mean.append((theta - theta_star.mean(0)).norm())
+        res = fedrep.fedrep(fedrep.method_of_moments_init(data, cfg.k), data, eta=cfg.eta, rounds=cfg.rounds)
+        fr.append(res.global_error(Bstar, W))
+        fr_dist.append(res.dist(Bstar)[-1])
+    W = fedrep.paper_heads(cfg.n, cfg.k, seed=cfg.seed + 1, device=device)
+    theta_star = linear.targets(Bstar, W)
+    local, local_formula = [], []
+    for j, m in enumerate(cfg.local_ms):
+        data = linear.sample_tasks(Bstar, W, m, seed=cfg.seed + 100 + j)
+        local.append(fedrep.global_error(fedrep.local_only(data), theta_star))
+        local_formula.append(max(0.0, 1.0 - m / cfg.d) * 0.5 * float(theta_star.square().sum(-1).mean()))
+    stack = lambda xs: torch.stack(xs).cpu()  # noqa: E731
+    return PersonalisationResult(
+        spreads=torch.tensor(cfg.spreads, dtype=torch.float64), single=stack(single), formula=stack(formula),
+        to_mean=stack(to_mean), fedrep=stack(fr), fedrep_dist=stack(fr_dist),
+        local_ms=torch.tensor(cfg.local_ms), local=stack(local),
+        local_formula=torch.tensor(local_formula, dtype=torch.float64))

@@ -1,0 +1,123 @@
+"""Book 5.2: the FedRep algorithm in the linear model (Collins, Hassani, Mokhtari, Shakkottai,
+ICML 2021, Algorithm 2).
+
+The method-of-moments initialisation of Algorithm 2: the distance of its estimate from col(B_*)
+as the number of clients n and samples m grow (:func:`run_moments`; the expectation of the
+moment matrix is :func:`replearn.fedrep.expected_moment_matrix`), and one FedRep run from the
+method-of-moments start and from a random one (:func:`run_trajectory`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ... import fedrep, linalg, linear
+from ...backend import default_device
+from ...checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive
+from ...fedrep import InstanceSettings
+
+
+# --------------------------------------------------------------------------- method of moments
+
+@dataclass(frozen=True)
+class MomentSettings(InstanceSettings):
+    """Dimension d, rank k, client counts ``ns`` and per-client sample sizes ``ms`` of the
+    initial batch, ``repeats`` independent draws (data and heads) averaged, label noise."""
+
+    ns: tuple = (10, 30, 100, 300, 1000)
+    ms: tuple = (2, 5, 10, 20)
+    repeats: int = 4
+    noise_std: float = 0.0
+
+    @classmethod
+    def paper(cls):
+        return cls(ns=(10, 30, 100, 300, 1000, 3000), repeats=10)
+
+    def validate(self) -> None:
+        super().validate()
+        check_ints(self.ns, "ns")
+        check_ints(self.ms, "ms")
+        check_int(self.repeats, "repeats")
+        check_nonnegative(self.noise_std, "noise_std")
+
+
+@dataclass(frozen=True)
+class MomentResult:
+    """``dist[a, b]``: mean dist(B_0, B_*) over the repeats for m = ms[a], n = ns[b]; ``spread``
+    the standard deviation over the repeats."""
+
+    ns: torch.Tensor
+    ms: torch.Tensor
+    dist: torch.Tensor
+    spread: torch.Tensor
+
+
+def run_moments(cfg: MomentSettings, device=None) -> MomentResult:
+    """dist(method_of_moments_init, B_*) over a grid of (m, n), paper heads (book 5.2)."""
+    device = default_device() if device is None else torch.device(device)
+    out = torch.zeros(len(cfg.ms), len(cfg.ns), cfg.repeats, dtype=torch.float64)
+    for rep in range(cfg.repeats):
+        seed = cfg.seed + 1000 * rep
+        Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=seed, device=device)
+        for b, n in enumerate(cfg.ns):
+            W = fedrep.paper_heads(n, cfg.k, seed=seed + 1, device=device)
+            for a, m in enumerate(cfg.ms):
+                data = linear.sample_tasks(Bstar, W, m, noise_std=cfg.noise_std, seed=seed + 2 + 10 * a + 100 * b)
+                B0 = fedrep.method_of_moments_init(data, cfg.k)
+                out[a, b, rep] = float(linalg.principal_angle_distance(B0, Bstar))
+    return MomentResult(ns=torch.tensor(cfg.ns), ms=torch.tensor(cfg.ms), dist=out.mean(-1),
+                        spread=out.std(-1) if cfg.repeats > 1 else torch.zeros_like(out[..., 0]))
+
+
+# --------------------------------------------------------------------------- one run
+
+@dataclass(frozen=True)
+class TrajectorySettings(InstanceSettings):
+    """Algorithm 2 with fresh batches of m samples per selected client and round, n clients,
+    participation rate r, step eta, ``rounds``, label noise ``noise_std``; paper heads."""
+
+    n: int = 100
+    m: int = 10
+    r: float = 1.0
+    eta: float = 0.5
+    rounds: int = 150
+    noise_std: float = 0.0
+
+    @classmethod
+    def paper(cls):
+        return cls(rounds=500)
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.n, "n")
+        check_int(self.m, "m")
+        check_int(self.rounds, "rounds", 0)
+        check_fraction(self.r, "r (participation rate)")
+        check_positive(self.eta, "eta")
+        check_nonnegative(self.noise_std, "noise_std")
+
+
+@dataclass(frozen=True)
+class TrajectoryResult:
+    """dist(B_t, B_*) for t = 0..T from the method-of-moments start (``mom``) and from a Haar-random
+    orthonormal start (``random``); ``B0`` the MoM start."""
+
+    mom: torch.Tensor
+    random: torch.Tensor
+    B0: torch.Tensor
+
+
+def run_trajectory(cfg: TrajectorySettings, device=None) -> TrajectoryResult:
+    """FedRep with fresh samples from the method-of-moments start and from a random one (book 5.2)."""
+    device = default_device() if device is None else torch.device(device)
+    Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
+    W = fedrep.paper_heads(cfg.n, cfg.k, seed=cfg.seed + 1, device=device)
+    data = linear.FreshSamples(Bstar, W, cfg.m, noise_std=cfg.noise_std)
+    B0 = fedrep.method_of_moments_init(
+        linear.sample_tasks(Bstar, W, cfg.m, noise_std=cfg.noise_std, seed=cfg.seed + 2), cfg.k)
+    Brand = linalg.random_orthonormal(cfg.d, cfg.k, cfg.seed + 3, device=device)
+    kw = dict(eta=cfg.eta, rounds=cfg.rounds, r=cfg.r, seed=cfg.seed + 4)
+    return TrajectoryResult(mom=fedrep.fedrep(B0, data, **kw).dist(Bstar).cpu(),
+                            random=fedrep.fedrep(Brand, data, **kw).dist(Bstar).cpu(), B0=B0.cpu())

@@ -1,0 +1,182 @@
+"""Book 5.3: the theory of FedRep in the linear model (Collins, Hassani, Mokhtari, Shakkottai,
+ICML 2021, Theorem 1).
+
+:func:`run_rates`: the measured per-round contraction of dist(B_t, B_*)
+(:func:`replearn.fedrep.fit_rate`) against the factor (1 - eta E_0 sigma_min^2 / 2)^(1/2) of
+Theorem 1 (:func:`replearn.fedrep.theorem_factor`) and the first-order factor
+1 - eta sigma_min^2; :func:`run_federation`: final distance of FedRep over a grid of (n, m),
+against local-only learning with the same m and the counting bound
+(:func:`replearn.fedrep.counting_bound`), i.e. when federation lowers the samples each client needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ... import fedrep, linalg, linear
+from ...backend import default_device
+from ...checks import check_int, check_ints, check_number, check_positive, check_positives, check_sequence
+from ...fedrep import InstanceSettings
+
+
+# --------------------------------------------------------------------------- rates
+
+@dataclass(frozen=True)
+class RateSettings(InstanceSettings):
+    """FedRep with the QR step of Theorem 1 (orthonormal B_t), fresh batches of m samples, full
+    participation, from a start at distance ``dist0`` (E_0 = 1 - dist0^2). Heads
+    ``make_heads(cond=c, exact=True)``: (1/n) W^T W has eigenvalues from 1 down to 1/c exactly,
+    so sigma_max^2 = 1 and sigma_min^2 = 1/c. The rate is measured over the rounds with
+    ``window[0] < dist < window[1]``."""
+
+    n: int = 100
+    m: int = 20
+    etas: tuple = (0.05, 0.1, 0.25)
+    conds: tuple = (1.0, 4.0)
+    dist0: float = 0.5
+    rounds: int = 400
+    window: tuple = (1e-12, 0.1)
+
+    @classmethod
+    def paper(cls):
+        return cls(etas=(0.025, 0.05, 0.1, 0.25), conds=(1.0, 2.0, 4.0, 8.0), rounds=1000)
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.n, "n", self.k)
+        check_int(self.m, "m")
+        check_int(self.rounds, "rounds", 3)
+        check_number(self.dist0, "dist0", low=0.0, high=1.0, low_open=True, high_open=True)
+        check_positives(self.etas, "etas", each_name="every eta")
+        check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
+        if len(self.window) != 2 or not 0 <= self.window[0] < self.window[1]:
+            raise ValueError(f"window must be a pair 0 <= low < high of distances, got {self.window!r}")
+
+
+@dataclass(frozen=True)
+class RateResult:
+    """Per (cond, eta) key: ``dist`` curves (T + 1,), measured per-round factor ``rate``,
+    Theorem 1's factor ``theorem`` = sqrt(1 - eta E_0 sigma_min^2 / 2), the first-order factor
+    ``first_order`` = 1 - eta sigma_min^2, and ``r2`` the R^2 of a straight-line fit of log dist
+    in the window (1 for exactly linear convergence); ``sigma2`` maps cond to
+    (sigma_min^2, sigma_max^2); ``E0`` = 1 - dist0^2."""
+
+    dist: dict
+    rate: dict
+    theorem: dict
+    first_order: dict
+    r2: dict
+    sigma2: dict
+    E0: float
+
+
+def run_rates(cfg: RateSettings, device=None) -> RateResult:
+    """Measured linear rate of FedRep (with QR) against Theorem 1 (book 5.3)."""
+    device = default_device() if device is None else torch.device(device)
+    Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
+    B0 = linalg.basis_at_distance(Bstar, cfg.dist0, seed=cfg.seed + 3)
+    E0 = 1.0 - cfg.dist0**2
+    dist, rate, thm, first, r2, sigma2 = {}, {}, {}, {}, {}, {}
+    for cond in cfg.conds:
+        W = linear.make_heads(cfg.n, cfg.k, cond=float(cond), exact=True, seed=cfg.seed + 1, device=device)
+        ev = torch.linalg.eigvalsh(W.T @ W / cfg.n)
+        smin, smax = float(ev[0]), float(ev[-1])
+        sigma2[cond] = (smin, smax)
+        data = linear.FreshSamples(Bstar, W, cfg.m)
+        for eta in cfg.etas:
+            res = fedrep.fedrep(B0, data, eta=eta, rounds=cfg.rounds, orthonormalize=True, seed=cfg.seed + 4)
+            curve = res.dist(Bstar).cpu()
+            dist[cond, eta] = curve
+            rate[cond, eta], r2[cond, eta] = fedrep.fit_rate(curve, cfg.window)
+            thm[cond, eta] = fedrep.theorem_factor(eta, E0, smin)
+            first[cond, eta] = 1.0 - eta * smin
+    return RateResult(dist=dist, rate=rate, theorem=thm, first_order=first, r2=r2, sigma2=sigma2, E0=E0)
+
+
+# --------------------------------------------------------------------------- federation
+
+@dataclass(frozen=True)
+class FederationSettings(InstanceSettings):
+    """Grid of client counts ``ns`` and per-client sample sizes ``ms`` (fixed noiseless data,
+    each client keeps its m samples for the whole run), dimension d, rank k, paper heads; FedRep
+    (exact heads, MoM start, step eta, full participation) for ``rounds``; a run counts as
+    recovering col(B_*) when its final distance is below ``tol``."""
+
+    d: int = 30
+    ns: tuple = (10, 20, 50, 100, 200, 400)
+    ms: tuple = (3, 4, 6, 8, 12, 16, 24)
+    eta: float = 0.5
+    rounds: int = 300
+    tol: float = 1e-3
+
+    @classmethod
+    def paper(cls):
+        return cls(ns=(10, 20, 50, 100, 200, 400, 1000), ms=(3, 4, 5, 6, 8, 10, 12, 16, 24, 32), rounds=1000)
+
+    def validate(self) -> None:
+        super().validate()
+        check_ints(self.ns, "ns")
+        check_ints(self.ms, "ms")
+        check_int(self.rounds, "rounds", 0)
+        check_positive(self.eta, "eta")
+        check_positive(self.tol, "tol")
+
+
+@dataclass(frozen=True)
+class FederationResult:
+    """``dist[a, b]`` final dist(B_T, B_*) and ``error[a, b]`` FedRep's global error (eq. 3) for
+    m = ms[a], n = ns[b]; ``local[a]`` local-only global error at m = ms[a] (largest n's clients),
+    ``local_formula[a]`` = (1 - m/d)_+ k/2; ``counting[b]`` = k + k(d - k)/n, the per-client sample
+    size at which the number of equations nm equals the number of unknowns of (B, W)."""
+
+    ns: torch.Tensor
+    ms: torch.Tensor
+    dist: torch.Tensor
+    error: torch.Tensor
+    local: torch.Tensor
+    local_formula: torch.Tensor
+    counting: torch.Tensor
+    tol: float
+
+    @property
+    def recovered(self) -> torch.Tensor:
+        return self.dist < self.tol
+
+    def smallest_m(self) -> torch.Tensor:
+        """Per n, the smallest m of the grid from which on every larger m recovers (inf if none)."""
+        out = []
+        for b in range(len(self.ns)):
+            ok = self.recovered[:, b].tolist()
+            best = float("inf")
+            for a in reversed(range(len(ok))):
+                if not ok[a]:
+                    break
+                best = float(self.ms[a])
+            out.append(best)
+        return torch.tensor(out, dtype=torch.float64)
+
+
+def run_federation(cfg: FederationSettings, device=None) -> FederationResult:
+    """FedRep over an (m, n) grid against local-only least squares (book 5.3)."""
+    device = default_device() if device is None else torch.device(device)
+    Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
+    dist = torch.zeros(len(cfg.ms), len(cfg.ns), dtype=torch.float64)
+    error = torch.zeros_like(dist)
+    for b, n in enumerate(cfg.ns):
+        W = fedrep.paper_heads(n, cfg.k, seed=cfg.seed + 1, device=device)
+        for a, m in enumerate(cfg.ms):
+            data = linear.sample_tasks(Bstar, W, m, seed=cfg.seed + 2 + 10 * a + 1000 * b)
+            res = fedrep.fedrep(fedrep.method_of_moments_init(data, cfg.k), data, eta=cfg.eta, rounds=cfg.rounds)
+            dist[a, b] = float(res.dist(Bstar)[-1])
+            error[a, b] = float(res.global_error(Bstar, W))
+    W = fedrep.paper_heads(cfg.ns[-1], cfg.k, seed=cfg.seed + 1, device=device)
+    theta_star = linear.targets(Bstar, W)
+    local = torch.tensor([float(fedrep.global_error(fedrep.local_only(
+        linear.sample_tasks(Bstar, W, m, seed=cfg.seed + 7 + a)), theta_star)) for a, m in enumerate(cfg.ms)],
+        dtype=torch.float64)
+    local_formula = torch.tensor([max(0.0, 1 - m / cfg.d) * cfg.k / 2 for m in cfg.ms], dtype=torch.float64)
+    counting = torch.tensor([fedrep.counting_bound(cfg.d, cfg.k, n) for n in cfg.ns], dtype=torch.float64)
+    return FederationResult(ns=torch.tensor(cfg.ns), ms=torch.tensor(cfg.ms), dist=dist, error=error,
+                            local=local, local_formula=local_formula, counting=counting, tol=cfg.tol)

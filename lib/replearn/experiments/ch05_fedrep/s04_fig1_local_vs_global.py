@@ -1,0 +1,98 @@
+"""Book 5.4: local only, one global model and FedRep on fixed data (Collins, Hassani, Mokhtari,
+Shakkottai 2021, Sec. 5.1, Fig. 1).
+
+Every client ``i`` has ``m`` fixed samples ``x ~ N(0, I_d)``, ``y = <B_* w_*_i, x> + N(0, noise_std^2)``
+with a Haar-random ``B_*`` and heads of norm ``sqrt(k)`` (:func:`replearn.fedrep.paper_instance`).
+:func:`run_fig1` measures the global error of eq. (3), ``(1/2n) sum_i ||theta_i - theta_*_i||^2``,
+of local-only ridge regression, of the single shared model minimising objective (4) (FedAvg's
+objective; we use its exact minimiser :func:`replearn.fedrep.single_model_least_squares` in place
+of running FedAvg) and of FedRep (:func:`replearn.fedrep.train_fedrep`: Algorithm 2 on the fixed
+data, method-of-moments start, heads refitted on the final B). The paper's label noise
+N(., 10^-3) is read as a variance (:data:`replearn.fedrep.PAPER_NOISE_STD`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ... import fedrep
+from ...backend import DTYPE, default_device, derive_seed
+from ...checks import check_fraction, check_int, check_ints, check_nonnegative
+from ...fedrep import FigureSettings
+from ...linear import predict, targets
+
+FIG1_METHODS = ("local only", "single model", "FedRep")
+
+
+@dataclass(frozen=True)
+class Fig1Settings(FigureSettings):
+    """Fig. 1: dimension d, representation size k, n clients, the grid ``ms`` of samples per
+    client, label noise, FedRep's step ``eta``, ``rounds`` and participation ``r``, the
+    local-only ``ridge`` (in the 1/(2m) normalisation of eq. (7)), and the number of
+    independent repetitions ``seeds`` (new B_*, heads and data each)."""
+
+    seeds: int = 5
+    n: int = 100
+    ms: tuple[int, ...] = (5, 10, 20)
+    r: float = 1.0
+    ridge: float = 0.01
+
+    @classmethod
+    def paper(cls):
+        """The paper's d = 20, k = 2, n = 100 and m in {5, 10, 20}; rounds and repetitions are
+        not stated, we use 1000 rounds and 10 repetitions."""
+        return cls(rounds=1000, seeds=10)
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.n, "n (clients)", 1)
+        check_ints(self.ms, "ms (samples per client)", each_name="every m in ms (samples per client)")
+        check_fraction(self.r, "r (participation rate)")
+        check_nonnegative(self.ridge, "ridge")
+
+
+@dataclass(frozen=True)
+class Fig1Result:
+    """``errors[method]`` (seeds, M): global error (3) at every m in ``ms``; ``dist0`` and
+    ``dist`` (seeds, M): FedRep's distance at the start (method of moments) and at the end;
+    ``floor`` (seeds,): the population global error of the best single model (Sec. 2.1)."""
+
+    ms: tuple
+    errors: dict
+    dist0: torch.Tensor
+    dist: torch.Tensor
+    floor: torch.Tensor
+
+    def mean(self, method: str) -> torch.Tensor:
+        return self.errors[method].mean(0)
+
+    def sem(self, method: str) -> torch.Tensor:
+        e = self.errors[method]
+        return e.std(0) / math.sqrt(e.shape[0]) if e.shape[0] > 1 else torch.zeros_like(e[0])
+
+
+def run_fig1(cfg: Fig1Settings, device=None) -> Fig1Result:
+    """Global error (3) of local-only, the single model of (4) and FedRep at every m (Fig. 1)."""
+    device = default_device() if device is None else torch.device(device)
+    errors = {name: torch.zeros(cfg.seeds, len(cfg.ms), dtype=DTYPE) for name in FIG1_METHODS}
+    dist0 = torch.zeros(cfg.seeds, len(cfg.ms), dtype=DTYPE)
+    dist = torch.zeros_like(dist0)
+    floor = torch.zeros(cfg.seeds, dtype=DTYPE)
+    for s in range(cfg.seeds):
+        Bstar, W = fedrep.paper_instance(cfg.d, cfg.k, cfg.n, derive_seed(cfg.seed, s), device)
+        theta = targets(Bstar, W)
+        floor[s] = float(fedrep.single_model_error_formula(theta))
+        for j, m in enumerate(cfg.ms):
+            data, res, heads = fedrep.train_fedrep(Bstar, W, m, noise_std=cfg.noise_std, eta=cfg.eta,
+                                                   rounds=cfg.rounds, r=cfg.r, seed=derive_seed(cfg.seed, s, m))
+            fits = {"local only": fedrep.local_only(data, cfg.ridge),
+                    "single model": fedrep.single_model_least_squares(data),
+                    "FedRep": predict(res.B[-1], heads)}
+            for name, fit in fits.items():
+                errors[name][s, j] = float(fedrep.global_error(fit, theta))
+            d_t = res.dist(Bstar)
+            dist0[s, j], dist[s, j] = float(d_t[0]), float(d_t[-1])
+    return Fig1Result(tuple(cfg.ms), errors, dist0, dist, floor)

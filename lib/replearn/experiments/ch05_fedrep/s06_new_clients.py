@@ -1,0 +1,199 @@
+"""Book 5.6: new clients fit only a head on a learned representation (Collins, Hassani, Mokhtari,
+Shakkottai 2021, Sec. 5.1, Fig. 4), and the explorer of FedRep's convergence.
+
+:func:`run_fig4`: train FedRep as in Fig. 1 (:func:`replearn.fedrep.train_fedrep`), and FedAvg
+(``fedavg_tau`` local steps of size ``fedavg_alpha``) on the same data from B_0 = Q/sqrt(alpha)
+(the start of Collins et al. 2022, Theorem 1 (ii)) and from the unscaled B_0 = Q, w_0 = 0; then
+new clients with ``m_new`` samples fit only a k-dimensional head on each learned B
+(:func:`replearn.fedrep.new_client_head`); compared with local-only least squares in R^d and
+with the head fitted on the true B_*. :func:`explorer` redraws dist(B_t, B_*) of FedRep with
+fresh samples (:func:`explorer_curves`, :func:`replearn.fedrep.dist_curves`) as the number of
+clients, the samples per round, the participation and the head rule vary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ... import federated, fedrep
+from ...backend import DTYPE, default_device, derive_seed, make_generator, randn
+from ...checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive, check_seed
+from ...fedrep import FigureSettings
+from ...linalg import principal_angle_distance, random_orthonormal
+from ...linear import SampledTasks, targets
+from ...plotting import plot_curves, to_numpy
+from ...widgets import Slider
+from ...widgets import explorer as build_explorer
+
+FIG4_METHODS = ("FedRep", "FedAvg", "FedAvg, unscaled start", "local only", "true representation")
+#: The methods of Fig. 4 that learn a representation on the training clients.
+FIG4_LEARNED = ("FedRep", "FedAvg", "FedAvg, unscaled start")
+
+
+@dataclass(frozen=True)
+class Fig4Settings(FigureSettings):
+    """Fig. 4: FedRep trained as in Fig. 1 on n clients with m samples each, and FedAvg with
+    ``fedavg_tau`` local steps of size ``fedavg_alpha`` for as many rounds on the same data; then
+    ``new`` new clients (fresh heads of norm sqrt(k)) per sample size in ``m_news``."""
+
+    n: int = 100
+    m: int = 10
+    m_news: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 30, 40, 60)
+    new: int = 200
+    fedavg_tau: int = 10
+    fedavg_alpha: float = 0.1
+
+    @classmethod
+    def paper(cls):
+        """The paper's d = 20, k = 2, n = 100 (m, rounds and the number of new clients are not
+        stated; we keep m = 10 and use 1000 rounds, 1000 new clients, 5 repetitions)."""
+        return cls(rounds=1000, new=1000, seeds=5)
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.n, "n (clients)", 1)
+        check_int(self.m, "m (samples per training client)", 1)
+        check_int(self.new, "new (new clients per sample size)", 1)
+        check_ints(self.m_news, "m_news", each_name="every m_new in m_news")
+        check_int(self.fedavg_tau, "fedavg_tau (FedAvg's local steps)", 1)
+        check_positive(self.fedavg_alpha, "fedavg_alpha")
+
+
+@dataclass(frozen=True)
+class Fig4Result:
+    """``errors[method]`` (seeds, M, new): ||theta_c - theta_*_c||^2 of every new client (its test
+    MSE minus the noise variance) at every m_new; for each method of :data:`FIG4_LEARNED`,
+    ``dist[method]`` (seeds,): dist of the trained B, and ``leak[method]`` (seeds,): the new
+    clients' average ||(I - P_B) theta_*_c||^2, the part of their regressors that the learned
+    column space misses, and ``cond[method]`` (seeds,): sigma_max(B) / sigma_min(B), large when a
+    direction of the learned B has collapsed."""
+
+    m_news: tuple
+    errors: dict
+    dist: dict
+    leak: dict
+    cond: dict
+
+    def mean(self, method: str) -> torch.Tensor:
+        return self.errors[method].mean(dim=(0, 2))
+
+    def median(self, method: str) -> torch.Tensor:
+        e = self.errors[method]
+        return e.transpose(0, 1).reshape(e.shape[1], -1).median(-1).values
+
+
+def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
+    """New clients fit a head on FedRep's B versus local-only least squares in R^d (Fig. 4).
+
+    Local only is the min-norm least-squares fit (no ridge), whose expected error has the
+    closed form of book 1.1 (:func:`replearn.linear.expected_ls_error` with p = d); the head on
+    the true B_* is the oracle with p = k. FedAvg (Algorithm 1 of Collins et al. 2022 on the
+    clients' least-squares losses, full participation) runs ``rounds`` rounds from w_0 = 0 and a
+    Haar-random Q, scaled to B_0 = Q/sqrt(fedavg_alpha) ("FedAvg") or not ("FedAvg, unscaled
+    start"); the new clients fit their heads on its final B.
+    """
+    device = default_device() if device is None else torch.device(device)
+    errors = {name: torch.zeros(cfg.seeds, len(cfg.m_news), cfg.new, dtype=DTYPE) for name in FIG4_METHODS}
+    dist = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
+    leak = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
+    cond = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
+    for s in range(cfg.seeds):
+        Bstar, W = fedrep.paper_instance(cfg.d, cfg.k, cfg.n, derive_seed(cfg.seed, s), device)
+        data, res, _ = fedrep.train_fedrep(Bstar, W, cfg.m, noise_std=cfg.noise_std, eta=cfg.eta,
+                                           rounds=cfg.rounds, seed=derive_seed(cfg.seed, s, cfg.m))
+        Q0 = random_orthonormal(cfg.d, cfg.k, seed=derive_seed(cfg.seed, s, 7), device=device)
+        w0 = torch.zeros(cfg.k, dtype=DTYPE, device=device)
+        learned = {"FedRep": res.B[-1]}
+        for name, B0 in (("FedAvg", Q0 / cfg.fedavg_alpha**0.5), ("FedAvg, unscaled start", Q0)):
+            learned[name] = federated.fedavg(B0, w0, data, alpha=cfg.fedavg_alpha, tau=cfg.fedavg_tau,
+                                             rounds=cfg.rounds).final[0]
+        W_new = fedrep.paper_heads(cfg.new, cfg.k, seed=derive_seed(cfg.seed, s, 5), device=device)
+        theta = targets(Bstar, W_new)
+        for name, B in learned.items():
+            dist[name][s] = float(principal_angle_distance(B, Bstar))
+            sv = torch.linalg.svdvals(B)
+            cond[name][s] = float(sv[0] / sv[-1])
+            Q = torch.linalg.qr(B).Q
+            leak[name][s] = float((theta - (theta @ Q) @ Q.T).square().sum(-1).mean())
+        for j, m_new in enumerate(cfg.m_news):
+            gen = make_generator(derive_seed(cfg.seed, s, 6, m_new))
+            X = randn(cfg.new, m_new, cfg.d, generator=gen, device=device)
+            y = torch.einsum("cmd,cd->cm", X, theta) + cfg.noise_std * randn(cfg.new, m_new, generator=gen,
+                                                                             device=device)
+            for name, rep in (*learned.items(), ("true representation", Bstar)):
+                heads = fedrep.new_client_head(rep, X, y)
+                errors[name][s, j] = fedrep.new_client_error(rep, heads, theta).cpu()
+            local = fedrep.local_only(SampledTasks(X, y), 0.0)
+            errors["local only"][s, j] = (local - theta).square().sum(-1).cpu()
+    return Fig4Result(tuple(cfg.m_news), errors, dist, leak, cond)
+
+
+# --------------------------------------------------------------------------- explorer
+
+
+def explorer_curves(n: int, m: int, r: float, head_steps: int | None, *, d: int = 10, k: int = 2,
+                    rounds: int = 200, seed: int = 0, eta: float = 0.2, head_lr: float = 0.1,
+                    noise_std: float = 0.0) -> dict:
+    """dist(B_t, B_*) of FedRep (Algorithm 2, fresh samples) on one instance, t = 0..rounds.
+
+    ``n`` clients with heads of norm sqrt(k) (:func:`replearn.fedrep.paper_heads`), Haar-random
+    B_* (d, k), ``m`` fresh samples per selected client per round, a fraction ``r`` of the
+    clients per round, the method-of-moments start and representation step ``eta``.
+    ``head_steps`` chooses the head update: ``0`` or ``None`` is FedRep's exact least-squares
+    head; ``K >= 1`` is K gradient steps of size ``head_lr`` from the client's previous head
+    (GD-GD for K = 1, 10GD-GD for K = 10). Returns numpy arrays ``{"round", "dist", "exact"}``,
+    each (rounds + 1,): the chosen variant and, as a reference, the exact-head FedRep on the
+    same instance, start and client samples (the two are equal when the head is exact).
+    Raises ValueError on bad input and when the iterates diverge (step size too large).
+    """
+    check_int(n, "n (clients)", 1)
+    check_int(m, "m (fresh samples per round)", 1)
+    check_fraction(r, "r (fraction of clients per round)")
+    if head_steps is not None:
+        check_int(head_steps, "head_steps (0 or None: exact head; K >= 1: K GD steps)", 0)
+    check_int(rounds, "rounds", 1)
+    check_int(k, "k", 1)
+    check_int(d, "d (needs 1 <= k < d)", k + 1)
+    check_positive(eta, "eta")
+    check_positive(head_lr, "head_lr")
+    check_nonnegative(noise_std, "noise_std")
+    check_seed(seed)
+    K = None if not head_steps else head_steps
+    variants = {"exact": None} if K is None else {"exact": None, "dist": K}
+    curves = fedrep.dist_curves(n, m, float(r), variants, d=d, k=k, rounds=rounds, eta=float(eta),
+                                head_lr=float(head_lr), noise_std=float(noise_std), seed=seed)
+    out = {"round": np.arange(rounds + 1), "exact": to_numpy(curves["exact"])}
+    out["dist"] = out["exact"].copy() if K is None else to_numpy(curves["dist"])
+    return out
+
+
+def draw_explorer(ax, curves: dict, head_steps: int | None, title: str = "") -> None:
+    """Plot the curves of :func:`explorer_curves` on a log axis."""
+    floor = 1e-12  # the exact-head runs reach machine precision; keep the log axis finite
+    if head_steps:
+        shown = {"FedRep": curves["exact"], ("GD-GD" if head_steps == 1 else f"{head_steps}GD-GD"): curves["dist"]}
+    else:
+        shown = {"FedRep": curves["exact"]}
+    shown = {name: np.maximum(y, floor) for name, y in shown.items()}
+    plot_curves(ax, curves["round"], shown, logy=True, xlabel="round t", ylabel=r"dist$(B_t, B_*)$",
+                title=title)
+    ax.set_ylim(max(floor, 0.5 * float(min(y.min() for y in shown.values()))), 1.5)
+
+
+def explorer(**defaults):
+    """An ipywidgets panel: sliders for the number of clients n, the fresh samples m per round,
+    the participation r and the head steps K (0 = exact head), and a plot of
+    :func:`explorer_curves` (keyword ``defaults`` set the initial slider values)."""
+    controls = {"n": Slider(100, 10, 1000, 10, "n", "int"), "m": Slider(5, 1, 20, 1, "m", "int"),
+                "r": Slider(0.1, 0.05, 1.0, 0.05, "r"), "head_steps": Slider(0, 0, 20, 1, "K (0: exact)", "int")}
+
+    def draw(ax, v):
+        K = v["head_steps"]
+        title = f"n = {v['n']}, m = {v['m']}, r = {v['r']:.2f}, " + ("exact head" if not K else f"K = {K}")
+        draw_explorer(ax, explorer_curves(**v), K, title)
+
+    start = {k: (v or 0) if k == "head_steps" else v for k, v in defaults.items()}
+    return build_explorer(controls, draw, defaults=start, continuous_update=False)

@@ -1,0 +1,56 @@
+"""Book 5.3 driver (replearn.experiments.ch05_fedrep.s03_theory): FedRep's measured rate against
+Theorem 1, and the samples per client that federation needs."""
+
+import math
+
+import pytest
+import torch
+
+from replearn import fedrep
+from replearn.experiments.ch05_fedrep import s03_theory as s03
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_rates_match_infinite_sample_factor_and_beat_theorem():
+    cfg = s03.RateSettings(d=10, k=2, n=40, m=40, etas=(0.2,), conds=(2.0,), rounds=200)
+    res = s03.run_rates(cfg)
+    key = (2.0, 0.2)
+    assert res.sigma2[2.0][0] == pytest.approx(0.5) and res.sigma2[2.0][1] == pytest.approx(1.0)
+    assert res.r2[key] > 0.99
+    assert res.rate[key] < res.theorem[key]
+    assert abs(math.log(res.rate[key]) / math.log(res.first_order[key]) - 1) < 0.25
+
+
+def test_federation_small_grid():
+    cfg = s03.FederationSettings(d=12, k=2, ns=(5, 200), ms=(3, 10), rounds=150)
+    res = s03.run_federation(cfg)
+    assert bool(res.recovered[0, 1])          # m = 3 with 200 clients recovers col(B_*)
+    assert not bool(res.recovered[0, 0])      # m = 3 with 5 clients does not
+    need = res.smallest_m()
+    assert float(need[1]) <= float(need[0])
+    assert res.counting[0] == pytest.approx(fedrep.counting_bound(12, 2, 5))
+    assert torch.allclose(res.local, res.local_formula, atol=0.15)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: s03.run_rates(s03.RateSettings(dist0=1.0)),
+    lambda: s03.run_rates(s03.RateSettings(etas=(0.0,))),
+    lambda: s03.run_federation(s03.FederationSettings(tol=0.0)),
+    lambda: s03.run_federation(s03.FederationSettings(ns=(2.5,))),
+])
+def test_bad_inputs_raise(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_paper_profiles_are_valid():
+    for cls in (s03.RateSettings, s03.FederationSettings):
+        cfg = cls.paper()
+        assert isinstance(cfg, cls)

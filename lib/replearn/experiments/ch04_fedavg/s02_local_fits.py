@@ -1,8 +1,8 @@
-"""Local convergence is not enough: averaging locally fitted models (book 4.2).
+"""Book 4.2: local convergence is not enough: averaging locally fitted models (the k = n = 2
+example of the FedAvg part of Mokhtari's talk on Collins et al. 2022).
 
 A two-client instance of the multi-task linear representation model with k = 2 in d >= 3
-dimensions (the k = n = 2 example of the FedAvg part of Mokhtari's talk on Collins et al.
-2022): client i has regressor theta_*_i = e_i, so B_* = [e_1, e_2] and the heads are
+dimensions: client i has regressor theta_*_i = e_i, so B_* = [e_1, e_2] and the heads are
 w_*_1 = (1, 0), w_*_2 = (0, 1). Each client fits its own data exactly with
 
     B_hat_1 = [e_1, e_3],  B_hat_2 = [e_2, e_3],  w_hat_1 = w_hat_2 = (1, 0),
@@ -12,8 +12,8 @@ w_bar = (1, 0): a full-rank representation whose column space contains e_3, whic
 orthogonal to col(B_*), so dist(B_bar, B_*) = 1. Optionally everything is rotated by a
 Haar-random orthogonal Q (distances and losses are rotation invariant).
 
-:func:`local_fit_instance` builds the instance and the local fits, :func:`average_local_fits`
-averages any set of local models and measures the result, and :func:`run` contrasts this
+:func:`local_fit_instance` builds the instance and the local fits (their average and its
+measurements: :func:`replearn.federated.average_local_fits`), and :func:`run` contrasts this
 with FedAvg (Collins et al. 2022, Alg. 1) on the same two clients for several numbers of
 local steps tau, from a generic start and from the averaged local fits.
 """
@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import federated, linalg, linear
-from ..backend import DTYPE, check_finite, default_device, randn, make_generator
-from ..linear import PopulationTasks
-from ..checks import check_int, check_ints, check_nonnegative, check_positive
-from ..profiles import Settings
+from ... import federated, linalg, linear
+from ...backend import DTYPE, default_device, make_generator, randn
+from ...checks import check_int, check_ints, check_nonnegative, check_positive
+from ...federated import AveragedModel
+from ...linear import PopulationTasks
+from ...profiles import Settings
 
 
 @dataclass(frozen=True)
@@ -49,19 +50,6 @@ class LocalFitInstance:
     def local_losses(self) -> torch.Tensor:
         """f_i(B_hat_i, w_hat_i) for both clients, shape (2,): zero for exact fits."""
         return linear.losses(self.B_local, self.w_local, self.tasks)
-
-
-@dataclass(frozen=True)
-class AveragedModel:
-    """The server's weighted average ``B`` (d, k), ``w`` (k) of the local models, its
-    principal-angle distance ``dist`` to B_*, its per-client losses ``losses`` (M,) and the
-    norm ``grad_norm`` of the global objective's gradient there (equal weights)."""
-
-    B: torch.Tensor
-    w: torch.Tensor
-    dist: float
-    losses: torch.Tensor
-    grad_norm: float
 
 
 def local_fit_instance(d: int = 3, *, rotation_seed: int | None = None, device=None) -> LocalFitInstance:
@@ -87,43 +75,6 @@ def local_fit_instance(d: int = 3, *, rotation_seed: int | None = None, device=N
                             B_local=B_local, w_local=w_local)
 
 
-def average_local_fits(B_local: torch.Tensor, w_local: torch.Tensor, Bstar: torch.Tensor,
-                       weights: torch.Tensor | None = None, W: torch.Tensor | None = None) -> AveragedModel:
-    """Average local models as FedAvg's server does (Collins et al. 2022, eq. (3)).
-
-    ``B_local`` (M, d, k) and ``w_local`` (M, k) are the clients' models, ``weights`` (M,)
-    optional positive weights (e.g. n_i; equal by default). The distance is measured to
-    ``Bstar`` (d, k); with the heads ``W`` (M, k) the result also carries each client's
-    population loss and the global gradient norm (else those are NaN).
-    """
-    if B_local.ndim != 3 or w_local.ndim != 2 or w_local.shape != (B_local.shape[0], B_local.shape[2]):
-        raise ValueError(f"need B_local (M, d, k) and w_local (M, k); got {tuple(B_local.shape)} and "
-                         f"{tuple(w_local.shape)}")
-    M, d, k = B_local.shape
-    if Bstar.shape != (d, k):
-        raise ValueError(f"Bstar must have shape ({d}, {k}) like the local representations, got {tuple(Bstar.shape)}")
-    check_finite(B_local, "B_local")
-    check_finite(w_local, "w_local")
-    if weights is None:
-        p = torch.full((M,), 1.0 / M, dtype=B_local.dtype, device=B_local.device)
-    else:
-        p = torch.as_tensor(weights, dtype=B_local.dtype, device=B_local.device)
-        if p.shape != (M,) or not bool(torch.isfinite(p).all()) or not bool((p > 0).all()):
-            raise ValueError(f"weights must be {M} positive finite numbers (one per client)")
-        p = p / p.sum()
-    B = torch.einsum("s,sdk->dk", p, B_local)
-    w = p @ w_local
-    dist = float(linalg.principal_angle_distance(B, Bstar))
-    if W is None:
-        nan = float("nan")
-        return AveragedModel(B=B, w=w, dist=dist, losses=torch.full((M,), nan, dtype=B.dtype), grad_norm=nan)
-    if W.shape != (M, k):
-        raise ValueError(f"W must hold one head per client, shape ({M}, {k}), got {tuple(W.shape)}")
-    tasks = linear.population_tasks(Bstar, W)
-    return AveragedModel(B=B, w=w, dist=dist, losses=linear.losses(B, w, tasks),
-                         grad_norm=float(federated.global_gradient_norm(B, w, tasks, weights=p)))
-
-
 # --------------------------------------------------------------------------- FedAvg on the instance
 
 @dataclass(frozen=True)
@@ -147,7 +98,7 @@ class LocalFitsSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.d, "d", 2)
+        check_int(self.d, "d (the construction needs d >= 3)", 3)
         check_positive(self.alpha, "alpha")
         check_int(self.rounds, "rounds", 1)
         check_ints(self.taus, "taus")
@@ -187,7 +138,7 @@ def run(cfg: LocalFitsSettings, device=None) -> LocalFitsResult:
     of size ``cfg.perturbation``."""
     device = default_device() if device is None else torch.device(device)
     inst = local_fit_instance(cfg.d, device=device)
-    avg = average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=inst.W)
+    avg = federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=inst.W)
     gen = make_generator(cfg.seed)
     B0 = linalg.random_orthonormal(cfg.d, 2, seed=gen, device=device) / cfg.alpha**0.5
     w0 = torch.zeros(2, dtype=DTYPE, device=device)

@@ -4,46 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from replearn import federated, meta
-from replearn.experiments import fedavg_convergence as fc
-from replearn.widgets import fedavg_explorer, fedavg_explorer_curves
+from replearn.experiments.ch04_fedavg import s04_convergence as s04
 
-SMALL = fc.FedAvgConvergenceSettings(d=12, k=3, M=8, alpha=0.3, rounds=300, fractions=(1.0, 0.5), seeds=2, taus=(1, 2, 4), conds=(1.0, 4.0),
-                                     diversity_tau=3, sweep_rounds=300, sweep_seeds=1)
-
-
-def test_global_update_matches_local_steps_along_a_run():
-    errors = fc.decomposition_errors(SMALL, rounds=20)
-    assert errors["fedavg"] < 1e-10 and errors["local updates"] < 1e-10
-
-
-def test_tau_one_signal_is_the_arm_step_and_rank_one():
-    pb = fc.make_problem(SMALL, 0)
-    w = 0.3 * torch.ones(SMALL.k, dtype=torch.float64)
-    prior, signal = federated.global_update_weights(pb.B0, w, pb.Bstar, pb.W, alpha=SMALL.alpha, tau=1)
-    prior_arm, signal_arm = meta.arm_decomposition(w, pb.W, SMALL.alpha)
-    assert torch.allclose(prior, prior_arm, atol=1e-13) and torch.allclose(signal, signal_arm, atol=1e-13)
-
-
-def test_signal_rank_follows_tau_and_head_span():
-    spectra = fc.signal_spectra(SMALL, taus=(1, 2, 5))
-    k = SMALL.k
-    for family, expected in (("diverse", k), ("degenerate", k - 1)):
-        sv = spectra[family]
-        assert int((sv[1] > 1e-10 * sv[1][0]).sum()) == 1
-        for tau in (2, 5):
-            assert int((sv[tau] > 1e-10 * sv[tau][0]).sum()) == expected
-
-
-def test_contraction_identity_and_prior_norm():
-    res = fc.contraction(replace(SMALL, rounds=150))
-    assert bool((res.perp_ratio <= res.prior_norm + 1e-12).all())
-    assert float(res.prior_norm.max()) <= 1.0
-    assert float(res.delta.max()) < 0.2
+SMALL = s04.ConvergenceSettings(d=12, k=3, M=8, alpha=0.3, rounds=300, fractions=(1.0, 0.5), seeds=2, taus=(1, 2, 4),
+                                conds=(1.0, 4.0), diversity_tau=3, sweep_rounds=300, sweep_seeds=1)
 
 
 def test_figure1_fedavg_learns_and_dgd_does_not():
-    res = fc.figure1(SMALL)
+    res = s04.figure1(SMALL)
     assert res.dist["FedAvg"].shape == (SMALL.seeds, SMALL.rounds + 1)
     assert float(res.dist["FedAvg"][:, -1].max()) < 1e-3
     assert float(res.dist["D-GD"][:, -1].min()) > 0.5
@@ -53,22 +21,22 @@ def test_figure1_fedavg_learns_and_dgd_does_not():
 
 def test_linear_rate_recovers_a_geometric_curve():
     t = torch.arange(200, dtype=torch.float64)
-    assert fc.linear_rate(0.7 * 0.95**t) == pytest.approx(-np.log(0.95), rel=1e-10)
-    assert fc.linear_rate(torch.full((50,), 0.9, dtype=torch.float64)) == pytest.approx(0.0, abs=1e-14)
+    assert s04.linear_rate(0.7 * 0.95**t) == pytest.approx(-np.log(0.95), rel=1e-10)
+    assert s04.linear_rate(torch.full((50,), 0.9, dtype=torch.float64)) == pytest.approx(0.0, abs=1e-14)
     # a curve that hits the floor: only the rounds before it count
     curve = torch.clamp(0.5**t, min=1e-15)
-    assert fc.linear_rate(curve) == pytest.approx(np.log(2.0), rel=1e-8)
-    assert fc.roughness(0.7 * 0.95**t) < 1e-12
+    assert s04.linear_rate(curve) == pytest.approx(np.log(2.0), rel=1e-8)
+    assert s04.roughness(0.7 * 0.95**t) < 1e-12
 
 
 @pytest.mark.parametrize("bad", [torch.ones(2), torch.zeros(10), torch.ones(3, 3)])
 def test_linear_rate_rejects_bad_curves(bad):
     with pytest.raises(ValueError):
-        fc.linear_rate(bad.double())
+        s04.linear_rate(bad.double())
 
 
 def test_rate_sweep_trends():
-    res = fc.rate_sweep(SMALL)
+    res = s04.rate_sweep(SMALL)
     assert res.rate_tau[0] == pytest.approx(0.0, abs=1e-10)      # tau = 1: D-GD does not move
     assert bool((torch.diff(res.rate_tau) > 0).all())               # more local steps, faster
     assert bool((torch.diff(res.rate_cond) < 0).all())              # less diversity, slower
@@ -76,31 +44,31 @@ def test_rate_sweep_trends():
 
 
 def test_partial_participation_converges_and_is_noisier():
-    res = fc.participation(SMALL)
+    res = s04.participation(SMALL)
     assert list(res.dist) == ["m = 8", "m = 4"]
     full, half = res.dist["m = 8"], res.dist["m = 4"]
     assert float(half[:, -1].max()) < 1e-3
-    assert fc.roughness(full[0]) < 1e-3 < fc.roughness(half[0])
+    assert s04.roughness(full[0]) < 1e-3 < s04.roughness(half[0])
 
 
 def test_settings_validation():
     with pytest.raises(ValueError, match="k < d"):
-        fc.figure1(replace(SMALL, k=12))
+        s04.figure1(replace(SMALL, k=12))
     with pytest.raises(ValueError, match="M >= k"):
-        fc.figure1(replace(SMALL, M=3))
+        s04.figure1(replace(SMALL, M=3))
     with pytest.raises(ValueError, match="fractions"):
-        fc.participation(replace(SMALL, fractions=(0.0,)))
+        s04.participation(replace(SMALL, fractions=(0.0,)))
     with pytest.raises(ValueError, match="delta0"):
-        fc.rate_sweep(replace(SMALL, delta0=1.0))
+        s04.rate_sweep(replace(SMALL, delta0=1.0))
     with pytest.raises(ValueError, match="local step"):
-        fc.rate_sweep(replace(SMALL, taus=(0, 2)))
-    assert fc.FedAvgConvergenceSettings.paper().d == 100 and fc.FedAvgConvergenceSettings.paper().seeds == 10
+        s04.rate_sweep(replace(SMALL, taus=(0, 2)))
+    assert s04.ConvergenceSettings.paper().d == 100 and s04.ConvergenceSettings.paper().seeds == 10
 
 
 # --------------------------------------------------------------------------- explorer
 
 def test_explorer_curves_shapes_and_types():
-    curves = fedavg_explorer_curves(2, 0.2, 1.0, 1.0, d=12, k=3, M=8, rounds=40)
+    curves = s04.explorer_curves(2, 0.2, 1.0, 1.0, d=12, k=3, M=8, rounds=40)
     assert set(curves) == {"round", "FedAvg", "D-GD"}
     for key in curves:
         assert isinstance(curves[key], np.ndarray) and curves[key].shape == (41,)
@@ -109,13 +77,13 @@ def test_explorer_curves_shapes_and_types():
 
 @pytest.mark.parametrize("participation", [1.0, 0.5])
 def test_explorer_tau_one_equals_dgd(participation):
-    curves = fedavg_explorer_curves(1, 0.2, 3.0, participation, d=12, k=3, M=8, rounds=60, seed=2)
+    curves = s04.explorer_curves(1, 0.2, 3.0, participation, d=12, k=3, M=8, rounds=60, seed=2)
     assert np.array_equal(curves["FedAvg"], curves["D-GD"])
 
 
 def test_explorer_fedavg_learns_and_is_deterministic():
-    a = fedavg_explorer_curves(3, 0.3, 1.0, 1.0, d=12, k=3, M=8, rounds=200, seed=1)
-    b = fedavg_explorer_curves(3, 0.3, 1.0, 1.0, d=12, k=3, M=8, rounds=200, seed=1)
+    a = s04.explorer_curves(3, 0.3, 1.0, 1.0, d=12, k=3, M=8, rounds=200, seed=1)
+    b = s04.explorer_curves(3, 0.3, 1.0, 1.0, d=12, k=3, M=8, rounds=200, seed=1)
     assert all(np.array_equal(a[key], b[key]) for key in a)
     assert a["FedAvg"][-1] < 1e-3 < 0.5 < a["D-GD"][-1]
 
@@ -125,24 +93,24 @@ def test_explorer_fedavg_learns_and_is_deterministic():
                                   (2, 0.2, 1.0, 0.0), (2, 0.2, 1.0, 1.5)])
 def test_explorer_bad_inputs_raise(args):
     with pytest.raises(ValueError):
-        fedavg_explorer_curves(*args, d=12, k=3, M=8, rounds=10)
+        s04.explorer_curves(*args, d=12, k=3, M=8, rounds=10)
 
 
 @pytest.mark.parametrize("kwargs", [dict(rounds=0), dict(d=3, k=3), dict(M=3), dict(seed=-1)])
 def test_explorer_bad_sizes_raise(kwargs):
     with pytest.raises(ValueError):
-        fedavg_explorer_curves(2, 0.2, 1.0, 1.0, **{"d": 12, "k": 3, "M": 8, "rounds": 10, **kwargs})
+        s04.explorer_curves(2, 0.2, 1.0, 1.0, **{"d": 12, "k": 3, "M": 8, "rounds": 10, **kwargs})
 
 
 def test_explorer_divergence_raises():
     with pytest.raises(ValueError, match="diverged"):
-        fedavg_explorer_curves(2, 5.0, 1.0, 1.0, d=12, k=3, M=8, rounds=40)
+        s04.explorer_curves(2, 5.0, 1.0, 1.0, d=12, k=3, M=8, rounds=40)
 
 
 def test_explorer_widget_builds_and_rejects_unknown_settings():
     pytest.importorskip("ipywidgets")
-    panel = fedavg_explorer(tau=3)
+    panel = s04.explorer(tau=3)
     assert len(panel.children) == 3
     assert len(panel.children[2].outputs) == 1
     with pytest.raises(ValueError, match="unknown"):
-        fedavg_explorer(beta=0.1)
+        s04.explorer(beta=0.1)

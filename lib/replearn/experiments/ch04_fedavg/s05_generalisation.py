@@ -1,4 +1,4 @@
-"""Generalisation without convergence: Collins et al. (2022), Sec. 5.1 and Fig. 3 (book 4.5).
+"""Book 4.5: generalisation without convergence (Collins et al. 2022, Sec. 5.1 and Fig. 3).
 
 One run draws an instance of the multi-task linear representation model as in the paper's
 Sec. 5.1: B_* Haar-random in O^{d x k} (orthogonalised Gaussian) and ``M`` client heads with
@@ -6,15 +6,10 @@ i.i.d. N(0, 1) entries. FedAvg with ``tau`` local steps and D-GD (tau = 1) are t
 clients' population losses with full participation, from the same B_0 (orthonormal columns
 scaled by 1/sqrt(alpha), so that alpha B_0^T B_0 = I) and w_0 = 0, with the same step size.
 
-**Left panel.** Along both trajectories :func:`gradient_norms` records the norm of the gradient
-of the global objective with equal weights (Collins et al. 2022, eq. (6), written with the
-book's 1/2: (1/M) sum_i 1/2 ||B w - B_* w_*_i||^2). By book 1.2, Prop. ``arm-dyn-prop-avg``
-this objective is 1/2 ||B w - v||^2 plus a constant, v = B_* wbar_* the mean regressor, so
-
-    grad_B = (B w - v) w^T,    grad_w = B^T (B w - v),
-
-and the norm costs O(dk) per round for a whole trajectory at once (it agrees with
-:func:`replearn.federated.global_gradient_norm`).
+**Left panel.** Along both trajectories :func:`replearn.federated.global_gradient_norms`
+records the norm of the gradient of the global objective with equal weights (Collins et al.
+2022, eq. (6), written with the book's 1/2: (1/M) sum_i 1/2 ||B w - B_* w_*_i||^2), from the
+mean regressor v = B_* wbar_* alone (book 1.2, Prop. ``arm-dyn-prop-avg``).
 
 **Right panel.** A new client M+1 has head w_*_{M+1} ~ N(0, I_k) (drawn like the training
 heads), ``n`` samples x ~ N(0, I_d) and y = <B_* w_*_{M+1}, x> + zeta, zeta ~ N(0, noise_std^2)
@@ -35,11 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import federated, linalg, linear
-from ..backend import DTYPE, default_device, derive_seed, make_generator, randn
-from ..checks import check_int, check_ints, check_nonnegative, check_number, check_positive, check_tensor
-from ..profiles import Settings
-from ..trajectory import Trajectory
+from ... import federated, linalg, linear
+from ...backend import DTYPE, default_device, derive_seed, make_generator, randn
+from ...checks import check_int, check_ints, check_nonnegative, check_number, check_positive, check_tensor
+from ...profiles import Settings
 
 METHODS = ("FedAvg", "D-GD")
 HEAD_ONLY = {"FedAvg": "FedAvg, head only", "D-GD": "D-GD, head only"}
@@ -116,15 +110,6 @@ class GeneralisationResult:
     def run_means(self, name: str) -> torch.Tensor:
         """Error averaged over the new clients of each run, shape (N, runs)."""
         return self.errors[name].mean(dim=2)
-
-
-
-def gradient_norms(traj: Trajectory, v: torch.Tensor) -> torch.Tensor:
-    """||grad f(B_t, w_t)|| for every iterate of ``traj``, f = 1/2 ||B w - v||^2 + const the
-    equal-weight population objective with mean regressor ``v``; shape (T + 1,)."""
-    r = linear.predict(traj.B, traj.w) - v
-    grad_w = (traj.B.mT @ r.unsqueeze(-1)).squeeze(-1)
-    return torch.sqrt(r.pow(2).sum(-1) * traj.w.pow(2).sum(-1) + grad_w.pow(2).sum(-1))
 
 
 def stable_step(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, fraction: float) -> torch.Tensor:
@@ -212,7 +197,7 @@ def run(cfg: GeneralisationSettings, device=None) -> GeneralisationResult:
         v = Bstar @ W.mean(0)
         Bstars.append(Bstar)
         for m, tr in trajectories.items():
-            grad_norm[m].append(gradient_norms(tr, v))
+            grad_norm[m].append(federated.global_gradient_norms(tr, v))
             dist[m].append(linalg.principal_angle_distance(tr.B[-1], Bstar))
             floor[m].append(linear.head_error_floor(tr.B[-1], Bstar))
             finals[m][0].append(tr.B[-1])

@@ -1,13 +1,12 @@
-"""The D-GD lower bound in federated form (book 4.6; Collins et al. 2022, FedAvg paper, Prop. 1).
+"""Book 4.6: the D-GD lower bound in federated form (Collins et al. 2022, FedAvg paper, Prop. 1).
 
 On population losses, D-GD on the weighted global objective ``sum_i p_i f_i`` is ARM with the
-weighted mean head ``sum_i p_i w_*_i``, so the construction of book 1.3
-(:func:`replearn.lower_bound.adversarial_ground_truth`, applied to the heads rescaled by
-``M p_i`` so that their plain mean is the weighted one) gives a B_* at distance delta from
-col(B_0) that D-GD never approaches, for any client weights. :func:`run_sweep` checks this
-on random weighted federated instances and runs FedAvg with ``tau`` local steps on the same
-instances; :func:`participation_curves` follows both methods when only part of the clients
-take part in each round, a case the proposition does not cover.
+weighted mean head ``sum_i p_i w_*_i``, so the construction of book 1.3 applied to the heads
+rescaled by ``M p_i`` (:func:`replearn.lower_bound.weighted_adversarial_instance`) gives a B_*
+at distance delta from col(B_0) that D-GD never approaches, for any client weights.
+:func:`run_sweep` checks this on random weighted federated instances and runs FedAvg with
+``tau`` local steps on the same instances; :func:`participation_curves` follows both methods
+when only part of the clients take part in each round, a case the proposition does not cover.
 """
 
 from __future__ import annotations
@@ -16,12 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import federated
-from ..backend import DTYPE, derive_seed, make_generator
-from ..lower_bound import adversarial_ground_truth
-from ..checks import check_int, check_nonnegative, check_number, check_positive
-from ..profiles import Settings
-from .lower_bound import Instance, make_instance
+from ... import federated
+from ...backend import DTYPE, derive_seed, make_generator
+from ...checks import check_int, check_nonnegative, check_number, check_positive
+from ...linear import Problem
+from ...lower_bound import weighted_adversarial_instance
+from ...profiles import Settings
 
 
 @dataclass(frozen=True)
@@ -68,23 +67,6 @@ class DgdLowerBoundSettings(Settings):
         check_nonnegative(self.mean_norm_max, "mean_norm_max")
 
 
-def weighted_adversarial_instance(d: int, k: int, M: int, delta: float, weights: torch.Tensor, *,
-                                  cond: float, mean_norm: float, seed: int = 0) -> Instance:
-    """An instance whose B_* defeats D-GD on the objective weighted by ``weights`` (M,).
-
-    Draws B_0, w_0 and heads as :func:`make_instance`, then builds B_* from the heads scaled
-    by ``M p_i`` (p = weights / sum): their mean is the weighted mean head, so the weighted
-    mean regressor lies in col(B_0).
-    """
-    inst = make_instance(d, k, M, delta, cond=cond, mean_norm=mean_norm, w0_scale=0.1, seed=seed)
-    p = torch.as_tensor(weights, dtype=DTYPE)
-    if p.shape != (M,) or not bool((p > 0).all()):
-        raise ValueError(f"weights must be {M} positive numbers, got shape {tuple(p.shape)}")
-    scaled = M * (p / p.sum())[:, None] * inst.W
-    Bstar = adversarial_ground_truth(inst.B0, scaled, delta, seed=seed + 1)
-    return Instance(inst.B0, inst.w0, Bstar, inst.W)
-
-
 @dataclass(frozen=True)
 class DgdLowerBoundResult:
     """Per instance: ``d, k, delta``, D-GD's final and smallest distance, FedAvg's final one."""
@@ -97,7 +79,7 @@ class DgdLowerBoundResult:
     fedavg_T: torch.Tensor
 
 
-def _instance(cfg: DgdLowerBoundSettings, i: int) -> tuple[Instance, torch.Tensor, float]:
+def _instance(cfg: DgdLowerBoundSettings, i: int) -> tuple[Problem, torch.Tensor, float]:
     """Instance ``i`` of the sweep with its client sizes and delta."""
     gen = make_generator(derive_seed(cfg.seed, i))
     d = int(torch.randint(cfg.d_range[0], cfg.d_range[1] + 1, (1,), generator=gen))
@@ -129,7 +111,7 @@ def run_sweep(cfg: DgdLowerBoundSettings) -> DgdLowerBoundResult:
                                *(torch.tensor(c, dtype=DTYPE) for c in cols[2:]))
 
 
-def participation_curves(inst: Instance, *, alpha: float, rounds: int, tau: int,
+def participation_curves(inst: Problem, *, alpha: float, rounds: int, tau: int,
                          clients_per_round: tuple[int, ...], seed: int = 0) -> dict:
     """dist(B_t, B_*) of D-GD and FedAvg(tau) when ``m`` clients are sampled per round.
 

@@ -5,24 +5,24 @@ import torch
 
 from replearn import federated, linear
 from replearn.backend import make_generator, randn
-from replearn.experiments import fedavg_generalisation as fg
+from replearn.experiments.ch04_fedavg import s05_generalisation as s05
 
-TINY = fg.GeneralisationSettings(d=8, k=2, M=6, rounds=1500, ns=(3, 30), runs=2, clients=4, ft_steps=50)
+TINY = s05.GeneralisationSettings(d=8, k=2, M=6, rounds=1500, ns=(3, 30), runs=2, clients=4, ft_steps=50)
 
 
 def test_gradient_norms_match_the_library_and_dgd_reaches_a_stationary_point():
     cfg = replace(TINY, rounds=3000)
-    Bstar, W, trajectories = fg.train(cfg, 0, "cpu")
+    Bstar, W, trajectories = s05.train(cfg, 0, "cpu")
     v = Bstar @ W.mean(0)
     tasks = linear.population_tasks(Bstar, W)
     for tr in trajectories.values():
-        g = fg.gradient_norms(tr, v)
+        g = federated.global_gradient_norms(tr, v)
         assert g.shape == (cfg.rounds + 1,)
         for t in (0, 1, 7, cfg.rounds):
             assert float(g[t]) == pytest.approx(float(federated.global_gradient_norm(tr.B[t], tr.w[t], tasks)),
                                                 rel=1e-10, abs=1e-15)
-    g_dgd = fg.gradient_norms(trajectories["D-GD"], v)
-    g_fed = fg.gradient_norms(trajectories["FedAvg"], v)
+    g_dgd = federated.global_gradient_norms(trajectories["D-GD"], v)
+    g_fed = federated.global_gradient_norms(trajectories["FedAvg"], v)
     assert float(g_dgd[-1]) < 1e-6 * float(g_dgd[0])   # D-GD converges to a stationary point ...
     assert float(g_fed[-1]) > 1e-2 * float(g_fed[0])   # ... FedAvg's gradient levels off
 
@@ -34,8 +34,8 @@ def test_batched_finetuning_equals_the_library_reference():
     w = randn(s, k, generator=gen)
     X = randn(s, n, d, generator=gen)
     y = randn(s, n, generator=gen)
-    lr = fg.stable_step(B, w, X, 0.3)
-    B_ft, w_ft = fg.finetune_joint(B, w, X, y, lr=lr, steps=25)
+    lr = s05.stable_step(B, w, X, 0.3)
+    B_ft, w_ft = s05.finetune_joint(B, w, X, y, lr=lr, steps=25)
     for j in range(s):
         B_ref, w_ref = linear.finetune_gd(B[j], w[j], X[j], y[j], lr=float(lr[j]), steps=25,
                                           update_representation=True)
@@ -56,16 +56,16 @@ def test_stable_step_is_the_inverse_gauss_newton_curvature():
             cols.append(X @ E @ w)
     J = torch.stack(cols + [X @ B[:, j] for j in range(k)], dim=1)
     lam = float(torch.linalg.eigvalsh(J.T @ J / n)[-1])
-    assert float(fg.stable_step(B[None], w[None], X[None], 0.5)[0]) == pytest.approx(0.5 / lam, rel=1e-10)
+    assert float(s05.stable_step(B[None], w[None], X[None], 0.5)[0]) == pytest.approx(0.5 / lam, rel=1e-10)
 
 
 def test_finetuning_from_the_true_representation_with_many_samples_is_accurate():
     d, k, n = 10, 2, 400
     Bstar = linear.ground_truth_representation(d, k, seed=5)
-    theta, X, y = fg.new_clients(Bstar, n, 6, 0.1, seed=6)
+    theta, X, y = s05.new_clients(Bstar, n, 6, 0.1, seed=6)
     B = (Bstar / 0.2**0.5).expand(6, d, k)
     w = torch.zeros(6, k, dtype=B.dtype)
-    B_ft, w_ft = fg.finetune_joint(B, w, X, y, lr=fg.stable_step(B, w, X, 0.25), steps=200)
+    B_ft, w_ft = s05.finetune_joint(B, w, X, y, lr=s05.stable_step(B, w, X, 0.25), steps=200)
     assert float(linear.excess_risk(B_ft, w_ft, theta).max()) < 0.01
     head = linear.finetune_head(B, X, y)
     assert float(linear.excess_risk(B, head, theta).max()) < 0.01
@@ -76,27 +76,27 @@ def test_finetuning_from_the_true_representation_with_many_samples_is_accurate()
 
 
 def test_run_shapes_claims_and_reproducibility(monkeypatch):
-    res = fg.run(TINY, device="cpu")
+    res = s05.run(TINY, device="cpu")
     assert res.rounds.shape == (TINY.rounds + 1,)
     assert res.ns.tolist() == list(TINY.ns)
-    for m in fg.METHODS:
+    for m in s05.METHODS:
         assert res.grad_norm[m].shape == (TINY.runs, TINY.rounds + 1)
         assert res.dist[m].shape == (TINY.runs,)
         assert res.steps[m].shape == (2, TINY.runs, TINY.clients)
-    for name in fg.ERRORS:
+    for name in s05.ERRORS:
         assert res.errors[name].shape == (2, TINY.runs, TINY.clients)
         assert res.mean(name).shape == (2,) and res.run_means(name).shape == (2, TINY.runs)
         assert bool((res.errors[name] >= 0).all())
     assert float(res.dist["FedAvg"].max()) < 1e-3 < float(res.dist["D-GD"].min())
     assert float(res.mean("FedAvg")[0]) < float(res.mean("D-GD")[0])
-    again = fg.run(TINY, device="cpu")
-    for name in fg.ERRORS:
+    again = s05.run(TINY, device="cpu")
+    for name in s05.ERRORS:
         assert torch.equal(res.errors[name], again.errors[name])
     assert torch.equal(res.grad_norm["FedAvg"], again.grad_norm["FedAvg"])
-    other = fg.run(replace(TINY, seed=1, rounds=10), device="cpu")
-    assert not torch.equal(other.errors[fg.ORACLE], res.errors[fg.ORACLE])
+    other = s05.run(replace(TINY, seed=1, rounds=10), device="cpu")
+    assert not torch.equal(other.errors[s05.ORACLE], res.errors[s05.ORACLE])
     monkeypatch.setenv("REPLEARN_PROFILE", "paper")
-    paper = fg.GeneralisationSettings.current()
+    paper = s05.GeneralisationSettings.current()
     assert (paper.d, paper.k, paper.M, paper.tau, paper.runs, paper.ft_steps) == (100, 5, 40, 2, 10, 200)
 
 
@@ -113,7 +113,7 @@ def test_run_shapes_claims_and_reproducibility(monkeypatch):
 ])
 def test_bad_settings_raise(change, message):
     with pytest.raises(ValueError, match=message):
-        fg.run(replace(TINY, **change), device="cpu")
+        s05.run(replace(TINY, **change), device="cpu")
 
 
 def test_divergent_finetuning_raises():
@@ -121,4 +121,4 @@ def test_divergent_finetuning_raises():
     B, w = randn(2, 6, 2, generator=gen), randn(2, 2, generator=gen)
     X, y = randn(2, 4, 6, generator=gen), randn(2, 4, generator=gen)
     with pytest.raises(ValueError, match="diverged"):
-        fg.finetune_joint(B, w, X, y, lr=100 * fg.stable_step(B, w, X, 1.0), steps=200)
+        s05.finetune_joint(B, w, X, y, lr=100 * s05.stable_step(B, w, X, 1.0), steps=200)

@@ -19,12 +19,12 @@ Theorem 1 with zero error) and w_0 = 0 (condition (iii)). :func:`make_problem` d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from . import linalg, linear
-from .backend import DTYPE, default_device
+from .backend import default_device
 from .checks import check_int, check_positive
 from .profiles import Settings
 
@@ -65,15 +65,11 @@ def make_problem(cfg: FedAvgProblemSettings, seed: int, *, cond: float | None = 
     problem (exact heads of condition number ``cond``; B_0 at distance ``delta0`` from B_*) of
     the sizes ``cfg.d``, ``cfg.k``, ``cfg.M``. In both cases alpha B_0^T B_0 = I_k (alpha =
     ``cfg.alpha``) and w_0 = 0. B_*, the heads and B_0 are drawn from ``seed``, ``seed + 1``
-    and ``seed + 2``."""
+    and ``seed + 2`` (:func:`replearn.linear.random_problem`)."""
     device = default_device() if device is None else torch.device(device)
-    Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=seed, device=device)
-    if cond is None:
-        W = linear.make_heads(cfg.M, cfg.k, exact=False, seed=seed + 1, device=device)
-    else:
-        W = linear.make_heads(cfg.M, cfg.k, cond=cond, exact=True, seed=seed + 1, device=device)
+    exact = cond is not None
+    pb = linear.random_problem(cfg.d, cfg.k, cfg.M, step=cfg.alpha, cond=cond if exact else 1.0, exact=exact,
+                               seed=seed, device=device)
     if delta0 is None:
-        Q0 = linalg.random_orthonormal(cfg.d, cfg.k, seed=seed + 2, device=device)
-    else:
-        Q0 = linalg.basis_at_distance(Bstar, delta0, seed=seed + 2)
-    return linear.Problem(Bstar, W, Q0 / cfg.alpha**0.5, torch.zeros(cfg.k, dtype=DTYPE, device=device))
+        return pb
+    return replace(pb, B0=linalg.basis_at_distance(pb.Bstar, delta0, seed=seed + 2) / cfg.alpha**0.5)

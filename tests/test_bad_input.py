@@ -16,13 +16,11 @@ import torch
 
 from replearn import (aruba, checks, fedrep, federated, linalg, linear, lower_bound, maml, meta, similarity,
                       widgets)
-from replearn.experiments import (arm_dynamics, finetuning,
-                                  sample_complexity)
+from replearn.experiments.ch01_arm import s01_model, s02_arm_dynamics, s03_lower_bound, s04_finetuning
 from replearn.experiments.ch02_maml_anil import (s02_population_dynamics, s04_tightness, s05_finite_samples,
                                                  s06_global_optimality)
-from replearn.experiments.ch04_fedavg import (s02_local_fits, s04_convergence, s05_generalisation,
-                                              s06_dgd_lower_bound)
-from replearn.experiments import lower_bound as lower_bound_experiment
+from replearn.experiments.ch04_fedavg import (s01_fedavg_and_dsgd, s02_local_fits, s04_convergence,
+                                              s05_generalisation, s06_dgd_lower_bound)
 from replearn.experiments.ch05_fedrep import (s01_personalisation, s02_fedrep, s03_theory, s04_fig1_local_vs_global,
                                               s05_fig3_head_updates, s06_new_clients)
 from replearn.experiments.ch03_aruba import (s01_online_learning, s02_meta_initialisation, s03_framework,
@@ -364,8 +362,9 @@ CASES = [
      lambda: s04_convergence.ConvergenceSettings(alpha="0.2"), r"alpha"),
     ("FedAvgConvergence taus", lambda: s04_convergence.ConvergenceSettings(taus=[1, 0]), r"taus"),
     ("FedAvgConvergence seed<0", lambda: s04_convergence.ConvergenceSettings(seed=-1), r"seed"),
-    ("ArmDynamics k>=d", lambda: arm_dynamics.ArmDynamicsSettings(k=50), r"\bd\b"),
-    ("ArmDynamics beta<0", lambda: arm_dynamics.ArmDynamicsSettings(beta=-1.0), r"beta"),
+    ("ArmDynamics k>=d", lambda: s02_arm_dynamics.ArmDynamicsSettings(k=50), r"\bd\b"),
+    ("ArmDynamics beta<0", lambda: s02_arm_dynamics.ArmDynamicsSettings(beta=-1.0), r"beta"),
+    ("FedAvgDsgd alpha=0", lambda: s01_fedavg_and_dsgd.FedAvgDsgdSettings(alpha=0.0), r"alpha"),
     ("SingleTask ms=()", lambda: s01_online_learning.SingleTaskSettings(ms=()), r"ms"),
     ("MetaInit centre outside",
      lambda: s02_meta_initialisation.MetaInitSettings(family=aruba.TaskFamily(m=40, center_norm=20.0)),
@@ -388,15 +387,15 @@ CASES = [
     ("Fig4 fedavg_alpha=0", lambda: s06_new_clients.Fig4Settings(fedavg_alpha=0.0), r"fedavg_alpha"),
     ("LocalFits taus=()", lambda: s02_local_fits.LocalFitsSettings(taus=()), r"taus"),
     ("LowerBoundSweep step_fraction",
-     lambda: lower_bound_experiment.LowerBoundSweepSettings(step_fraction=(0.5,)), r"step_fraction"),
+     lambda: s03_lower_bound.LowerBoundSweepSettings(step_fraction=(0.5,)), r"step_fraction"),
     ("PopulationDynamics n<=k", lambda: s02_population_dynamics.PopulationDynamicsSettings(n=2), r"\bn\b"),
     ("Tightness delta0=1", lambda: s04_tightness.TightnessSettings(delta0=1.0), r"delta0"),
     ("FiniteSample algorithms",
      lambda: s05_finite_samples.FiniteSampleSettings(algorithms=("MAML",)), r"algorithms"),
     ("NeuralMaml widths=()", lambda: s06_global_optimality.NeuralMamlSettings(widths=()), r"widths"),
     ("FixedFeature eta=0", lambda: s06_global_optimality.FixedFeatureSettings(eta=0.0), r"eta"),
-    ("SampleComplexity trials=0", lambda: sample_complexity.SampleComplexitySettings(trials=0), r"trials"),
-    ("Finetune delta=1", lambda: finetuning.FinetuneSettings(delta=1.0), r"delta"),
+    ("SampleComplexity trials=0", lambda: s01_model.SampleComplexitySettings(trials=0), r"trials"),
+    ("Finetune delta=1", lambda: s04_finetuning.FinetuneSettings(delta=1.0), r"delta"),
     ("current() override", lambda: s02_fedrep.MomentSettings.current(repeats=0), r"repeats"),
     # ------------------------------------------------------------------ driver helpers
     ("average_regret_bound T=0", lambda: aruba.average_regret_bound(1.0, 1.0, 10, 0, 1.0, 0.1), r"\bT\b"),
@@ -404,7 +403,7 @@ CASES = [
     ("stable_step fraction=nan", lambda: s05_generalisation.stable_step(B0[None], W0[None], X1[None], NAN),
      r"fraction"),
     ("stable_step shapes", lambda: s05_generalisation.stable_step(B0[None], W0[None], X1, 0.5), r"\bX\b"),
-    ("average_risk_minimum NaN", lambda: arm_dynamics.average_risk_minimum(_with(W, (0, 0), NAN)),
+    ("average_risk_minimum NaN", lambda: meta.average_risk_minimum(_with(W, (0, 0), NAN)),
      r"W \(heads\) contains NaN"),
 ]
 

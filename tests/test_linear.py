@@ -137,6 +137,16 @@ def test_problem_holds_the_population_tasks_and_checks_its_parts(problem):
         linear.Problem(problem["Bstar"], problem["W"], problem["B0"].float(), problem["w0"])
 
 
+def test_samples_to_reach_is_the_first_m_below_the_target():
+    # O(k) versus Omega(d): the smallest m reaching the target, checked against the formula
+    m_k, m_d = linear.samples_to_reach(0.05, 5, 0.09), linear.samples_to_reach(0.05, 50, 0.09)
+    assert (m_k, m_d) == (15, 141)
+    assert linear.expected_ls_error(m_d, 50, 0.09) <= 0.05 < linear.expected_ls_error(m_d - 1, 50, 0.09)
+    assert 0.09 * 50 / (m_d - 51) <= 0.05 < 0.09 * 50 / (m_d - 52)  # the closed form above the threshold
+    with pytest.raises(ValueError, match=r"eps must be positive"):
+        linear.samples_to_reach(0.0, 5, 0.1)
+
+
 def test_problem_mean_regressor_and_random_problem():
     pb = linear.random_problem(12, 3, 8, step=0.25, mean_norm=1.0, cond=2.0, seed=5)
     assert torch.allclose(pb.mean_regressor, pb.Bstar @ pb.W.mean(0), rtol=0, atol=0)

@@ -10,6 +10,21 @@ def test_arm_is_gd_on_the_average_risk(problem):
     assert torch.equal(traj.B, ref.B) and torch.equal(traj.w, ref.w)
 
 
+def test_average_risk_identity():
+    Bstar = linear.ground_truth_representation(8, 3, seed=0)
+    W = linear.make_heads(6, 3, mean_norm=0.7, exact=False, seed=1)
+    theta = linear.targets(Bstar, W)
+    gen = torch.Generator().manual_seed(2)
+    B = torch.randn(5, 8, 3, generator=gen, dtype=torch.float64)
+    w = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    v = Bstar @ W.mean(0)
+    rhs = 0.5 * (linear.predict(B, w) - v).pow(2).sum(-1) + meta.average_risk_minimum(W)
+    assert torch.allclose(meta.average_risk(B, w, theta), rhs, rtol=1e-12)
+    # and the direct per-task average
+    direct = torch.stack([linear.losses(B[j], w[j], linear.population_tasks(Bstar, W)).mean() for j in range(5)])
+    assert torch.allclose(meta.average_risk(B, w, theta), direct, rtol=1e-12)
+
+
 def test_decomposition_matches_the_code_step_along_a_trajectory(problem):
     beta, Bstar, W = 0.1, problem["Bstar"], problem["W"]
     traj = meta.arm(problem["B0"], problem["w0"], problem["tasks"], beta=beta, iterations=20)

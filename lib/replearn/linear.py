@@ -566,6 +566,20 @@ def expected_ls_error(m: int, p: int, noise_var: float, signal_sqnorm: float = 1
     return math.inf
 
 
+def samples_to_reach(eps: float, p: int, noise_var: float, signal_sqnorm: float = 1.0) -> int:
+    """Smallest m whose expected error :func:`expected_ls_error` is at most ``eps``.
+
+    Above the threshold the error ``noise_var p / (m - p - 1)`` is at most ``eps`` from
+    ``m = p + 1 + noise_var p / eps`` on, so the search is over a finite range.
+    """
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    check_int(p, "p (dimension)", 1)
+    upper = p if noise_var == 0 else max(p + 2, math.ceil(p + 1 + noise_var * p / eps))
+    return next(m for m in range(1, upper + 1)
+                if expected_ls_error(m, p, noise_var, signal_sqnorm) <= eps)
+
+
 def head_error_floor(B: torch.Tensor, Bstar: torch.Tensor) -> torch.Tensor:
     """F = ||(I - P_B) B_*||_F^2, P_B the projector onto col(B): the mean over w_* ~ N(0, I_k) of
     the part of theta_* = B_* w_* outside col(B), i.e. the error floor of head-only fine-tuning

@@ -2,7 +2,9 @@
 
 Average-risk minimisation (ARM) runs gradient descent with step size beta on the average of
 the task losses, ``(1/n) sum_i f_i(B, w)``. Its gradients are all evaluated at the same
-(B_t, w_t), so nothing adapts to the individual tasks.
+(B_t, w_t), so nothing adapts to the individual tasks. On population tasks that objective is
+one regression onto the mean regressor plus a constant (:func:`average_risk`,
+:func:`average_risk_minimum`; book 1.2).
 """
 
 from __future__ import annotations
@@ -12,8 +14,27 @@ import torch
 from .checks import check_positive, check_same_kind, check_tensor
 from .federated import dgd
 from .linalg import orthonormal_basis
-from .linear import Tasks
+from .linear import Tasks, predict
 from .trajectory import Trajectory
+
+
+def average_risk(B: torch.Tensor, w: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """ARM's objective on population tasks, (1/n) sum_i 1/2 ||B w - theta_*_i||^2, for a stack of
+    models B (T, d, k), w (T, k) and targets ``theta`` (n, d) (:func:`replearn.linear.targets`);
+    shape (T,)."""
+    return 0.5 * (predict(B, w).unsqueeze(-2) - theta).pow(2).sum(-1).mean(-1)
+
+
+def average_risk_minimum(W: torch.Tensor) -> float:
+    """min over (B, w) of (1/n) sum_i f_i(B, w) = (1/(2n)) sum_i ||w_*_i - wbar_*||^2 (book 1.2).
+
+    With B_* orthonormal, (1/n) sum_i 1/2 ||Bw - B_* w_*_i||^2 = 1/2 ||Bw - B_* wbar_*||^2 plus
+    this constant, and the first term vanishes at any (B, w) with B w = B_* wbar_*.
+    """
+    check_tensor(W, "W (heads)", ndim=2)
+    if W.shape[0] == 0:
+        raise ValueError("W (heads) has no rows: there must be at least one task")
+    return 0.5 * float((W - W.mean(0)).pow(2).sum(-1).mean())
 
 
 def arm(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, beta: float, iterations: int) -> Trajectory:

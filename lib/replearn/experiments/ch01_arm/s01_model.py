@@ -1,4 +1,5 @@
-"""Sample complexity of a new task with and without the shared representation (book 1.1).
+"""Book 1.1: a new task needs O(k) samples once col(B_*) is known and Omega(d) without (the
+remark of Collins et al. 2022 and Tripuraneni et al. 2021; book 1.1, Proposition ``arm-model-prop-ls``).
 
 A new task of the multi-task linear representation model has ``x ~ N(0, I_d)`` and
 ``y = <theta_*, x> + z`` with ``theta_* = B_* w_*``, ``z ~ N(0, sigma^2)``. We compare two
@@ -9,18 +10,14 @@ estimators fitted on ``m`` samples:
 - **from scratch**: minimum-norm least squares of ``y`` on ``x`` in ``R^d``.
 
 Both are instances of minimum-norm least squares in dimension ``p`` with Gaussian design,
-whose expected parameter error has the closed form of :func:`replearn.linear.expected_ls_error`
-(book 1.1, Proposition ``arm-model-prop-ls``):
+whose expected parameter error has the closed form of :func:`replearn.linear.expected_ls_error`:
 
     E ||theta_hat - theta||^2 = sigma^2 p / (m - p - 1)                        (m >= p + 2)
     E ||theta_hat - theta||^2 = (1 - m/p) ||theta||^2 + sigma^2 m / (p - m - 1)  (m <= p - 2)
 
-with ``p = k`` for the known representation and ``p = d`` from scratch. This is the
-"O(k) samples once col(B_*) is known versus Omega(d) without" remark of Collins et al.
-(2022) and Tripuraneni et al. (2021). :func:`run` estimates both errors by Monte Carlo,
-vectorised over trials: each chunk of trials is one batched QR solve
-(:func:`replearn.linear.least_squares`, equal to :func:`replearn.linear.fit_linear` for
-full-rank designs, which Gaussian designs are with probability one, and several times faster).
+with ``p = k`` for the known representation and ``p = d`` from scratch. :func:`run` estimates
+both errors by Monte Carlo (:func:`replearn.few_shot.new_task_errors`, vectorised over trials);
+the smallest m reaching a target error is :func:`replearn.linear.samples_to_reach`.
 """
 
 from __future__ import annotations
@@ -30,12 +27,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ..backend import DTYPE, default_device, derive_seed, make_generator, randn
-from ..linear import expected_ls_error, ground_truth_representation, least_squares
-from ..checks import check_int, check_ints, check_nonnegative
-from ..profiles import Settings
+from ...backend import DTYPE, default_device, derive_seed, make_generator, randn
+from ...checks import check_int, check_ints, check_nonnegative
+from ...few_shot import KNOWN, SCRATCH, new_task_errors
+from ...linear import expected_ls_error, ground_truth_representation
+from ...profiles import Settings
 
-METHODS = ("known representation", "from scratch")
+METHODS = (KNOWN, SCRATCH)
 
 
 @dataclass(frozen=True)
@@ -96,42 +94,6 @@ class SampleComplexityResult:
         return torch.where(gap.abs() < 1e-12, torch.zeros_like(gap), gap / sem)
 
 
-def new_task_errors(Bstar: torch.Tensor, w_star: torch.Tensor, m: int, *, noise_std: float,
-                    trials: int, seed=0, batch: int | None = None) -> dict:
-    """Squared parameter errors of both estimators over ``trials`` independent data sets.
-
-    Each trial draws ``X`` (m, d) with N(0, 1) entries and ``y = X B_* w_* + noise``;
-    ``known representation`` fits ``w_hat = least_squares(X B_*, y)`` and reports
-    ``||B_* w_hat - theta_*||^2``, ``from scratch`` fits ``theta_hat = least_squares(X, y)``
-    (minimum-norm when m < d) and reports ``||theta_hat - theta_*||^2``. Trials are solved
-    ``batch`` at a time in one batched call. Returns ``{method: (trials,) tensor}``.
-    """
-    if Bstar.ndim != 2:
-        raise ValueError(f"B_* must be a (d, k) matrix, got shape {tuple(Bstar.shape)}")
-    d, k = Bstar.shape
-    if k > d:
-        raise ValueError(f"k = {k} > d = {d}: the representation cannot have more columns than dimensions")
-    if w_star.shape != (k,):
-        raise ValueError(f"w_* must have shape ({k},), got {tuple(w_star.shape)}")
-    check_int(m, "m (samples of the new task)", 1)
-    check_int(trials, "trials", 1)
-    batch = trials if batch is None else batch
-    check_int(batch, "batch", 1)
-    if not noise_std >= 0:
-        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
-    gen = make_generator(seed)
-    theta = Bstar @ w_star
-    known, scratch = [], []
-    for start in range(0, trials, batch):
-        b = min(batch, trials - start)
-        X = randn(b, m, d, generator=gen, device=Bstar.device)
-        y = X @ theta + noise_std * randn(b, m, generator=gen, device=Bstar.device)
-        w_hat = least_squares(X @ Bstar, y)
-        known.append((w_hat @ Bstar.T - theta).pow(2).sum(-1))
-        scratch.append((least_squares(X, y) - theta).pow(2).sum(-1))
-    return {"known representation": torch.cat(known), "from scratch": torch.cat(scratch)}
-
-
 def run(cfg: SampleComplexitySettings, device=None) -> SampleComplexityResult:
     """Monte-Carlo errors of both estimators at every m in ``cfg.ms``, with the closed forms.
 
@@ -148,21 +110,7 @@ def run(cfg: SampleComplexitySettings, device=None) -> SampleComplexityResult:
                              seed=derive_seed(cfg.seed, m), batch=cfg.batch) for m in cfg.ms]
     errors = {name: torch.stack([e[name] for e in per_m]).cpu() for name in METHODS}
     var = cfg.noise_std**2
-    dims = {"known representation": cfg.k, "from scratch": cfg.d}
+    dims = {KNOWN: cfg.k, SCRATCH: cfg.d}
     theory = {name: torch.tensor([expected_ls_error(m, dims[name], var) for m in cfg.ms], dtype=DTYPE)
               for name in METHODS}
     return SampleComplexityResult(torch.tensor(cfg.ms), errors, theory)
-
-
-def samples_to_reach(eps: float, p: int, noise_var: float, signal_sqnorm: float = 1.0) -> int:
-    """Smallest m whose expected error :func:`replearn.linear.expected_ls_error` is at most ``eps``.
-
-    Above the threshold the error ``noise_var p / (m - p - 1)`` is at most ``eps`` from
-    ``m = p + 1 + noise_var p / eps`` on, so the search is over a finite range.
-    """
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
-    check_int(p, "p (dimension)", 1)
-    upper = p if noise_var == 0 else max(p + 2, math.ceil(p + 1 + noise_var * p / eps))
-    return next(m for m in range(1, upper + 1)
-                if expected_ls_error(m, p, noise_var, signal_sqnorm) <= eps)

@@ -1,13 +1,15 @@
-"""ARM's population dynamics stall; local updates do not (book 1.2).
+"""Book 1.2: ARM's population dynamics stall at a subspace floor; local updates do not
+(Collins et al. 2022, Sec. 3 and Fig. 1).
 
 One instance of the multi-task linear representation model, population losses, the same
-initialisation for every method: a Haar-random orthonormal B_0 scaled by 1/sqrt(beta)
-(so that beta B_0^T B_0 = I, the normalisation of Collins et al. 2022) and w_0 = 0.
-:func:`run` trains ARM (gradient descent on the average risk, step beta) and, as a preview
-of chapter 4, FedAvg with ``tau`` local steps of the same size, and records along both
-trajectories the distance dist(B_t, B_*) and the average-risk gap; it also returns ARM's
-subspace floor :func:`replearn.meta.arm_subspace_floor` and, for every ARM iterate, how far
-col(B_t) sticks out of col(B_0) + span(v).
+initialisation for every method (:func:`replearn.linear.random_problem`): a Haar-random
+orthonormal B_0 scaled by 1/sqrt(beta) (so that beta B_0^T B_0 = I, the normalisation of
+Collins et al. 2022) and w_0 = 0. :func:`run` trains ARM (gradient descent on the average risk
+:func:`replearn.meta.average_risk`, step beta) and, as a preview of chapter 4, FedAvg with
+``tau`` local steps of the same size, and records along both trajectories the distance
+dist(B_t, B_*) and the average-risk gap; it also returns ARM's subspace floor
+:func:`replearn.meta.arm_subspace_floor` and, for every ARM iterate, how far col(B_t) sticks
+out of col(B_0) + span(v).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import federated, linalg, linear, meta
-from ..backend import DTYPE, default_device
-from ..checks import check_int, check_nonnegative, check_number, check_positive, check_tensor
-from ..profiles import Settings
+from ... import federated, linalg, linear, meta
+from ...backend import default_device
+from ...checks import check_int, check_nonnegative, check_number, check_positive
+from ...profiles import Settings
 
 
 @dataclass(frozen=True)
@@ -73,39 +75,19 @@ class ArmDynamicsResult:
     escape: torch.Tensor
 
 
-def average_risk_minimum(W: torch.Tensor) -> float:
-    """min over (B, w) of (1/n) sum_i f_i(B, w) = (1/(2n)) sum_i ||w_*_i - wbar_*||^2 (book 1.2).
-
-    With B_* orthonormal, (1/n) sum_i 1/2 ||Bw - B_* w_*_i||^2 = 1/2 ||Bw - B_* wbar_*||^2 plus
-    this constant, and the first term vanishes at any (B, w) with B w = B_* wbar_*.
-    """
-    check_tensor(W, "W (heads)", ndim=2)
-    if W.shape[0] == 0:
-        raise ValueError("W (heads) has no rows: there must be at least one task")
-    return 0.5 * float((W - W.mean(0)).pow(2).sum(-1).mean())
-
-
-def average_risk(B: torch.Tensor, w: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-    """(1/n) sum_i 1/2 ||B w - theta_*_i||^2 for a stack of models B (T, d, k), w (T, k); shape (T,)."""
-    return 0.5 * (linear.predict(B, w).unsqueeze(-2) - theta).pow(2).sum(-1).mean(-1)
-
-
 def run(cfg: ArmDynamicsSettings, device=None) -> ArmDynamicsResult:
     """Train ARM and FedAvg(tau) from the same (B_0, w_0 = 0) and record the quantities above."""
     device = default_device() if device is None else torch.device(device)
-    Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
-    W = linear.make_heads(cfg.n, cfg.k, mean_norm=cfg.mean_norm, cond=cfg.cond, exact=False,
-                          seed=cfg.seed + 1, device=device)
-    B0 = linalg.random_orthonormal(cfg.d, cfg.k, seed=cfg.seed + 2, device=device) / cfg.beta**0.5
-    w0 = torch.zeros(cfg.k, dtype=DTYPE, device=device)
-    tasks = linear.population_tasks(Bstar, W)
+    pb = linear.random_problem(cfg.d, cfg.k, cfg.n, step=cfg.beta, mean_norm=cfg.mean_norm, cond=cfg.cond,
+                               seed=cfg.seed, device=device)
+    Bstar, W, B0, w0, tasks = pb.Bstar, pb.W, pb.B0, pb.w0, pb.tasks
     trajectories = {
         "ARM": meta.arm(B0, w0, tasks, beta=cfg.beta, iterations=cfg.iterations),
         "FedAvg": federated.fedavg(B0, w0, tasks, alpha=cfg.beta, tau=cfg.tau, rounds=cfg.iterations),
     }
-    risk_min = average_risk_minimum(W)
-    gap = {name: average_risk(tr.B, tr.w, tasks.theta) - risk_min for name, tr in trajectories.items()}
-    S = linalg.orthonormal_basis(torch.cat([B0, (Bstar @ W.mean(0)).unsqueeze(-1)], dim=1))
+    risk_min = meta.average_risk_minimum(W)
+    gap = {name: meta.average_risk(tr.B, tr.w, tasks.theta) - risk_min for name, tr in trajectories.items()}
+    S = linalg.orthonormal_basis(torch.cat([B0, pb.mean_regressor.unsqueeze(-1)], dim=1))
     B_arm = trajectories["ARM"].B
     escape = (B_arm - S @ (S.mT @ B_arm)).abs().amax(dim=(1, 2)) / B_arm.abs().amax(dim=(1, 2))
     return ArmDynamicsResult(

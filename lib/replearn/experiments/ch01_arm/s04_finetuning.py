@@ -1,4 +1,6 @@
-"""ARM + fine-tuning versus the true representation (book 1.4).
+"""Book 1.4: fine-tuning on ARM's representation keeps an error floor that the true (or FedAvg's)
+representation does not have (Collins et al. 2022, Sec. 3; book 1.4, Propositions
+``arm-ft-prop-floor`` and ``arm-ft-prop-joint``).
 
 Train a representation on ``n`` tasks of the multi-task linear model, then hand a new task
 ``theta_* = B_* w_*`` with ``w_* ~ N(0, I_k)`` and ``m`` samples to **head-only
@@ -20,8 +22,9 @@ ground truth is either Haar-random or, by default, the construction of
 :func:`replearn.lower_bound.adversarial_ground_truth` (book 1.3), on which ARM stays at
 distance ``delta`` from B_*. It also fine-tunes ARM's whole model (B, w) by gradient descent
 on the few-shot samples; Proposition ``arm-ft-prop-joint`` bounds that error below by
-``(1 - m/(d - k)) F`` for m <= d - k, whatever the number of steps. All Monte-Carlo trials
-of one sample size are solved in batched calls.
+``(1 - m/(d - k)) F`` for m <= d - k, whatever the number of steps. The Monte-Carlo errors are
+:func:`replearn.few_shot.head_errors` and :func:`replearn.few_shot.joint_errors` (all trials of
+one sample size solved in batched calls).
 """
 
 from __future__ import annotations
@@ -31,18 +34,19 @@ from dataclasses import dataclass
 
 import torch
 
-from ..backend import DTYPE, default_device, derive_seed, make_generator, randn
-from ..federated import fedavg, local_updates
-from ..linalg import orthonormal_basis, principal_angle_distance, random_orthonormal
-from ..linear import (SampledTasks, expected_head_error, expected_ls_error, ground_truth_representation,
-                      head_error_floor, least_squares, make_heads, population_tasks)
-from ..lower_bound import adversarial_ground_truth
-from ..meta import arm
-from ..checks import check_int, check_ints, check_nonnegative, check_number, check_positive
-from ..profiles import Settings
+from ...backend import DTYPE, default_device, derive_seed, make_generator
+from ...checks import check_int, check_ints, check_nonnegative, check_number, check_positive
+from ...federated import fedavg
+from ...few_shot import SCRATCH, head_errors, joint_errors
+from ...linalg import principal_angle_distance, random_orthonormal
+from ...linear import (expected_head_error, expected_ls_error, ground_truth_representation, head_error_floor,
+                       make_heads, population_tasks)
+from ...lower_bound import adversarial_ground_truth
+from ...meta import arm
+from ...profiles import Settings
 
 LEARNED = ("ARM", "FedAvg", "true representation")
-METHODS = LEARNED + ("from scratch",)
+METHODS = LEARNED + (SCRATCH,)
 JOINT = "ARM + joint GD"
 
 
@@ -132,53 +136,6 @@ class FinetuneResult:
         return self.joint if method == JOINT else self.errors[method]
 
 
-def head_errors(Bs: dict, Bstar: torch.Tensor, m: int, *, noise_std: float, trials: int,
-                batch: int, seed) -> dict:
-    """New-task errors ||theta_hat - theta_*||^2 of head-only fine-tuning on every
-    representation in ``Bs`` ({name: (d, k)}) and of min-norm least squares from scratch.
-
-    Each trial draws ``w_* ~ N(0, I_k)``, ``X`` (m, d) standard Gaussian and
-    ``y = X B_* w_* + noise``. Head-only fine-tuning on B is least squares on ``X Q`` with Q
-    an orthonormal basis of col(B) (the fitted regressor B w_hat depends on col(B) only).
-    Returns ``{name: (trials,) tensor}`` with the key ``"from scratch"`` added.
-    """
-    gen = make_generator(seed)
-    d, k = Bstar.shape
-    bases = {name: orthonormal_basis(B) for name, B in Bs.items()}
-    out = {name: [] for name in (*Bs, "from scratch")}
-    for start in range(0, trials, batch):
-        b = min(batch, trials - start)
-        theta = randn(b, k, generator=gen, device=Bstar.device) @ Bstar.T
-        X = randn(b, m, d, generator=gen, device=Bstar.device)
-        y = (X @ theta.unsqueeze(-1)).squeeze(-1) + noise_std * randn(b, m, generator=gen, device=Bstar.device)
-        for name, Q in bases.items():
-            fitted = least_squares(X @ Q, y) @ Q.T
-            out[name].append((fitted - theta).pow(2).sum(-1))
-        out["from scratch"].append((least_squares(X, y) - theta).pow(2).sum(-1))
-    return {name: torch.cat(e) for name, e in out.items()}
-
-
-def joint_errors(B: torch.Tensor, w: torch.Tensor, Bstar: torch.Tensor, m: int, *, noise_std: float,
-                 trials: int, steps: int, lr: float, seed) -> torch.Tensor:
-    """New-task errors ||B_s w_s - theta_*||^2 after ``steps`` full-batch GD steps on
-    1/(2m) ||X B w - y||^2 jointly in (B, w), started from (B, w), for ``trials`` new tasks.
-
-    The step size is ``lr * m / ((sqrt(d) + sqrt(m))^2 (||B||_2^2 + ||w||^2))``, a fraction
-    ``lr`` of the usual stability limit with ||X||_2^2 ~ (sqrt(d) + sqrt(m))^2. All trials are
-    one batch of clients of :func:`replearn.federated.local_updates`.
-    """
-    gen = make_generator(seed)
-    d, k = Bstar.shape
-    theta = randn(trials, k, generator=gen, device=Bstar.device) @ Bstar.T
-    X = randn(trials, m, d, generator=gen, device=Bstar.device)
-    y = (X @ theta.unsqueeze(-1)).squeeze(-1) + noise_std * randn(trials, m, generator=gen, device=Bstar.device)
-    scale = float(torch.linalg.matrix_norm(B, ord=2)) ** 2 + float(w.pow(2).sum())
-    step = lr * m / ((math.sqrt(d) + math.sqrt(m)) ** 2 * scale)
-    B_ft, w_ft = local_updates(B, w, SampledTasks(X, y), None, alpha=step, tau=steps)
-    fitted = (B_ft @ w_ft.unsqueeze(-1)).squeeze(-1)
-    return (fitted - theta).pow(2).sum(-1)
-
-
 def train(cfg: FinetuneSettings, device=None) -> tuple[torch.Tensor, dict]:
     """B_* and the final ARM and FedAvg models ``{"ARM": (B, w), "FedAvg": (B, w)}``, trained
     on the population losses of ``cfg.n`` tasks from the same random B_0 (orthonormal) and
@@ -216,7 +173,7 @@ def run(cfg: FinetuneSettings, device=None) -> FinetuneResult:
     var = cfg.noise_std**2
     theory = {name: torch.tensor([expected_head_error(m, cfg.k, var, floors[name]) for m in cfg.ms], dtype=DTYPE)
               for name in LEARNED}
-    theory["from scratch"] = torch.tensor([expected_ls_error(m, cfg.d, var, cfg.k) for m in cfg.ms], dtype=DTYPE)
+    theory[SCRATCH] = torch.tensor([expected_ls_error(m, cfg.d, var, cfg.k) for m in cfg.ms], dtype=DTYPE)
     joint_ms = [m for m in cfg.ms if m <= cfg.d - cfg.k]
     B_arm, w_arm = models["ARM"]
     joint = [joint_errors(B_arm, w_arm, Bstar, m, noise_std=cfg.noise_std, trials=cfg.trials,

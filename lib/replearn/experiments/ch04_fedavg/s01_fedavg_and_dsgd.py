@@ -1,0 +1,60 @@
+"""Book 4.1: FedAvg (Collins et al. 2022, Algorithm 1; McMahan et al. 2017) and D-GD on the
+clients of the linear representation model, and FedAvg's objective inconsistency (Wang et al. 2020).
+
+The instance is the one of book 1.2 (:func:`replearn.linear.random_problem` with the same sizes
+and seed): n = M clients with population losses, a Haar-random B_0 with alpha B_0^T B_0 = I_k and
+w_0 = 0. The notebook runs :func:`replearn.federated.fedavg` and :func:`replearn.federated.dgd`
+on it for ``rounds`` rounds and compares their global-gradient norms, distances to B_* and
+fine-tuned errors on new clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ... import linear
+from ...checks import check_int, check_nonnegative, check_number, check_positive
+from ...profiles import Settings
+
+
+@dataclass(frozen=True)
+class FedAvgDsgdSettings(Settings):
+    """Dimension d, representation size k, n clients (M in the text) with Gaussian heads
+    (``make_heads`` with ``exact=False``, i.i.d. N(0, I_k) by default as in Collins et al. 2022,
+    Sec. 5.1), the step ``alpha`` of every local step, FedAvg's ``tau`` local steps, FedAvg's
+    ``rounds`` (D-GD runs tau x rounds rounds, the same number of local steps), and the seed. The
+    CPU default is the instance of book 1.2 with 2.5 times its iterations."""
+
+    d: int = 50
+    k: int = 5
+    n: int = 20
+    mean_norm: float = 0.0
+    cond: float = 1.0
+    alpha: float = 0.2
+    tau: int = 2
+    rounds: int = 1000
+    seed: int = 0
+
+    @classmethod
+    def paper(cls):
+        """The size of Collins et al. (2022), Fig. 1: d = 100, k = 5, 40 clients."""
+        return cls(d=100, k=5, n=40, rounds=2500)
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.k, "k", 1)
+        check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
+        check_int(self.n, "n (clients)", 1)
+        check_nonnegative(self.mean_norm, "mean_norm")
+        check_number(self.cond, "cond (a condition number)", low=1.0)
+        check_positive(self.alpha, "alpha")
+        check_int(self.tau, "tau", 1)
+        check_int(self.rounds, "rounds", 1)
+
+
+def make_problem(cfg: FedAvgDsgdSettings, device=None) -> linear.Problem:
+    """The clients' ground truth B_* (d, k), heads W (n, k) and the start (B_0, w_0 = 0) with
+    alpha B_0^T B_0 = I_k, drawn from ``cfg.seed``, ``cfg.seed + 1``, ``cfg.seed + 2`` (on the
+    CPU unless ``device`` is given)."""
+    return linear.random_problem(cfg.d, cfg.k, cfg.n, step=cfg.alpha, mean_norm=cfg.mean_norm, cond=cfg.cond,
+                                 seed=cfg.seed, device=device)

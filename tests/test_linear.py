@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from replearn import linalg, linear
+from replearn.backend import make_generator, randn
 
 
 def test_heads_have_the_requested_diversity_and_mean():
@@ -253,3 +254,43 @@ def test_head_error_floor_and_expected_head_error():
         linear.expected_head_error(20, 3, 0.04, -1.0)
     with pytest.raises(ValueError, match="Bstar must have shape"):
         linear.head_error_floor(B, Bstar[:5])
+
+
+def test_batched_joint_finetuning_equals_the_reference():
+    gen = make_generator(3)
+    s, n, d, k = 3, 7, 6, 2
+    B = randn(s, d, k, generator=gen)
+    w = randn(s, k, generator=gen)
+    X = randn(s, n, d, generator=gen)
+    y = randn(s, n, generator=gen)
+    lr = linear.stable_finetune_step(B, w, X, 0.3)
+    B_ft, w_ft = linear.finetune_joint(B, w, X, y, lr=lr, steps=25)
+    for j in range(s):
+        B_ref, w_ref = linear.finetune_gd(B[j], w[j], X[j], y[j], lr=float(lr[j]), steps=25,
+                                          update_representation=True)
+        assert torch.allclose(B_ft[j], B_ref, rtol=1e-10, atol=1e-12)
+        assert torch.allclose(w_ft[j], w_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_stable_finetune_step_is_the_inverse_gauss_newton_curvature():
+    gen = make_generator(4)
+    n, d, k = 5, 4, 2
+    B, w, X = randn(d, k, generator=gen), randn(k, generator=gen), randn(n, d, generator=gen)
+    # Jacobian of the residual X B w - y in (vec B, w), built column by column
+    cols = []
+    for i in range(d):
+        for j in range(k):
+            E = torch.zeros(d, k, dtype=B.dtype)
+            E[i, j] = 1.0
+            cols.append(X @ E @ w)
+    J = torch.stack(cols + [X @ B[:, j] for j in range(k)], dim=1)
+    lam = float(torch.linalg.eigvalsh(J.T @ J / n)[-1])
+    assert float(linear.stable_finetune_step(B[None], w[None], X[None], 0.5)[0]) == pytest.approx(0.5 / lam, rel=1e-10)
+
+
+def test_divergent_joint_finetuning_raises():
+    gen = make_generator(7)
+    B, w = randn(2, 6, 2, generator=gen), randn(2, 2, generator=gen)
+    X, y = randn(2, 4, 6, generator=gen), randn(2, 4, generator=gen)
+    with pytest.raises(ValueError, match="diverged"):
+        linear.finetune_joint(B, w, X, y, lr=100 * linear.stable_finetune_step(B, w, X, 1.0), steps=200)

@@ -17,8 +17,9 @@ All functions are vectorised over tasks (leading dimension ``n`` or a selected s
 
 The module also holds what several sections share about this model: an instance with a
 starting point (:class:`Problem`), fresh samples at every draw (:class:`FreshSamples`), and
-minimum-norm least squares on a Gaussian design with its closed-form expected error (book 1.1)
-and the error floor of head-only fine-tuning on a learned representation (book 1.4).
+minimum-norm least squares on a Gaussian design with its closed-form expected error (book 1.1),
+the error floor of head-only fine-tuning on a learned representation (book 1.4), and joint
+fine-tuning of many problems at once with a stable step size (book 4.5).
 """
 
 from __future__ import annotations
@@ -515,6 +516,50 @@ def finetune_gd(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, y: torch.Tens
                              "samples; try a smaller lr (below 1 / ||X B||^2 * m)")
     return B, w
 
+
+
+def stable_finetune_step(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Fine-tuning step sizes ``fraction / lambda`` for :func:`finetune_joint`, batched over
+    problems, where
+
+        lambda = lambda_max(X (||w||^2 I_d + B B^T) X^T) / n
+
+    is the largest eigenvalue of the Gauss-Newton matrix J^T J / n of 1/(2n) ||X B w - y||^2 at
+    (B, w): the residual moves by J(dB, dw) = X (dB w + B dw), and J J^T = X (||w||^2 I + B B^T) X^T.
+    GD on a quadratic with this curvature is stable for steps below 2 / lambda; ``fraction`` < 1
+    leaves room for the growth of (B, w) during fine-tuning.
+    B (s, d, k), w (s, k), X (s, n, d); returns (s,).
+    """
+    check_positive(fraction, "fraction")
+    for name, t, ndim in (("B", B, 3), ("w", w, 2), ("X", X, 3)):
+        check_tensor(t, name, ndim=ndim)
+    if w.shape != (B.shape[0], B.shape[2]) or X.shape[0] != B.shape[0] or X.shape[2] != B.shape[1]:
+        raise ValueError(f"need B (s, d, k), w (s, k) and X (s, n, d), got {tuple(B.shape)}, {tuple(w.shape)} "
+                         f"and {tuple(X.shape)}")
+    n = X.shape[-2]
+    XB = X @ B
+    gram = w.pow(2).sum(-1).reshape(-1, 1, 1) * (X @ X.mT) + XB @ XB.mT
+    return fraction * n / torch.linalg.eigvalsh(gram)[..., -1]
+
+
+def finetune_joint(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, y: torch.Tensor, *,
+                   lr: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``steps`` full-batch GD steps on 1/(2n) ||X B w - y||^2 jointly in (B, w), for a batch of
+    independent problems: B (s, d, k), w (s, k), X (s, n, d), y (s, n), step sizes lr (s,)
+    (e.g. :func:`stable_finetune_step`).
+
+    Problem j follows exactly :func:`finetune_gd` with ``lr = lr[j]`` and
+    ``update_representation=True``. Raises ``ValueError`` if any problem diverges.
+    """
+    n = X.shape[-2]
+    eta = lr.reshape(-1, 1, 1)
+    w = w.unsqueeze(-1)
+    for _ in range(steps):
+        g = X.mT @ (X @ (B @ w) - y.unsqueeze(-1)) / n      # (s, d, 1): gradient in theta = B w
+        B, w = B - eta * (g @ w.mT), w - eta * (B.mT @ g)
+    if not bool(torch.isfinite(B).all() and torch.isfinite(w).all()):
+        raise ValueError("fine-tuning diverged: the step sizes are too large; lower ft_lr")
+    return B, w.squeeze(-1)
 
 # --------------------------------------------------------------------------- least squares on a Gaussian design
 

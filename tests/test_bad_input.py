@@ -400,9 +400,9 @@ CASES = [
     # ------------------------------------------------------------------ driver helpers
     ("average_regret_bound T=0", lambda: aruba.average_regret_bound(1.0, 1.0, 10, 0, 1.0, 0.1), r"\bT\b"),
     ("average_regret_bound eta=nan", lambda: aruba.average_regret_bound(1.0, 1.0, 10, 5, 1.0, NAN), r"eta"),
-    ("stable_step fraction=nan", lambda: s05_generalisation.stable_step(B0[None], W0[None], X1[None], NAN),
+    ("stable_finetune_step fraction=nan", lambda: linear.stable_finetune_step(B0[None], W0[None], X1[None], NAN),
      r"fraction"),
-    ("stable_step shapes", lambda: s05_generalisation.stable_step(B0[None], W0[None], X1, 0.5), r"\bX\b"),
+    ("stable_finetune_step shapes", lambda: linear.stable_finetune_step(B0[None], W0[None], X1, 0.5), r"\bX\b"),
     ("average_risk_minimum NaN", lambda: meta.average_risk_minimum(_with(W, (0, 0), NAN)),
      r"W \(heads\) contains NaN"),
 ]

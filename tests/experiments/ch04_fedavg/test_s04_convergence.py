@@ -6,8 +6,8 @@ import torch
 
 from replearn.experiments.ch04_fedavg import s04_convergence as s04
 
-SMALL = s04.ConvergenceSettings(d=12, k=3, M=8, alpha=0.3, rounds=300, fractions=(1.0, 0.5), seeds=2, taus=(1, 2, 4),
-                                conds=(1.0, 4.0), diversity_tau=3, sweep_rounds=300, sweep_seeds=1)
+SMALL = s04.ConvergenceSettings(d=12, k=3, M=8, alpha=0.3, rounds=300, fractions=(1.0, 0.5), seeds=2,
+                                taus=(1, 2, 4), conds=(1.0, 4.0), diversity_tau=3, sweep_rounds=300, sweep_seeds=1)
 
 
 def test_figure1_fedavg_learns_and_dgd_does_not():

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from replearn import federated, linear
-from replearn.backend import make_generator, randn
 from replearn.experiments.ch04_fedavg import s05_generalisation as s05
 
 TINY = s05.GeneralisationSettings(d=8, k=2, M=6, rounds=1500, ns=(3, 30), runs=2, clients=4, ft_steps=50)
@@ -27,45 +26,13 @@ def test_gradient_norms_match_the_library_and_dgd_reaches_a_stationary_point():
     assert float(g_fed[-1]) > 1e-2 * float(g_fed[0])   # ... FedAvg's gradient levels off
 
 
-def test_batched_finetuning_equals_the_library_reference():
-    gen = make_generator(3)
-    s, n, d, k = 3, 7, 6, 2
-    B = randn(s, d, k, generator=gen)
-    w = randn(s, k, generator=gen)
-    X = randn(s, n, d, generator=gen)
-    y = randn(s, n, generator=gen)
-    lr = s05.stable_step(B, w, X, 0.3)
-    B_ft, w_ft = s05.finetune_joint(B, w, X, y, lr=lr, steps=25)
-    for j in range(s):
-        B_ref, w_ref = linear.finetune_gd(B[j], w[j], X[j], y[j], lr=float(lr[j]), steps=25,
-                                          update_representation=True)
-        assert torch.allclose(B_ft[j], B_ref, rtol=1e-10, atol=1e-12)
-        assert torch.allclose(w_ft[j], w_ref, rtol=1e-10, atol=1e-12)
-
-
-def test_stable_step_is_the_inverse_gauss_newton_curvature():
-    gen = make_generator(4)
-    n, d, k = 5, 4, 2
-    B, w, X = randn(d, k, generator=gen), randn(k, generator=gen), randn(n, d, generator=gen)
-    # Jacobian of the residual X B w - y in (vec B, w), built column by column
-    cols = []
-    for i in range(d):
-        for j in range(k):
-            E = torch.zeros(d, k, dtype=B.dtype)
-            E[i, j] = 1.0
-            cols.append(X @ E @ w)
-    J = torch.stack(cols + [X @ B[:, j] for j in range(k)], dim=1)
-    lam = float(torch.linalg.eigvalsh(J.T @ J / n)[-1])
-    assert float(s05.stable_step(B[None], w[None], X[None], 0.5)[0]) == pytest.approx(0.5 / lam, rel=1e-10)
-
-
 def test_finetuning_from_the_true_representation_with_many_samples_is_accurate():
     d, k, n = 10, 2, 400
     Bstar = linear.ground_truth_representation(d, k, seed=5)
     theta, X, y = s05.new_clients(Bstar, n, 6, 0.1, seed=6)
     B = (Bstar / 0.2**0.5).expand(6, d, k)
     w = torch.zeros(6, k, dtype=B.dtype)
-    B_ft, w_ft = s05.finetune_joint(B, w, X, y, lr=s05.stable_step(B, w, X, 0.25), steps=200)
+    B_ft, w_ft = linear.finetune_joint(B, w, X, y, lr=linear.stable_finetune_step(B, w, X, 0.25), steps=200)
     assert float(linear.excess_risk(B_ft, w_ft, theta).max()) < 0.01
     head = linear.finetune_head(B, X, y)
     assert float(linear.excess_risk(B, head, theta).max()) < 0.01
@@ -114,11 +81,3 @@ def test_run_shapes_claims_and_reproducibility(monkeypatch):
 def test_bad_settings_raise(change, message):
     with pytest.raises(ValueError, match=message):
         s05.run(replace(TINY, **change), device="cpu")
-
-
-def test_divergent_finetuning_raises():
-    gen = make_generator(7)
-    B, w = randn(2, 6, 2, generator=gen), randn(2, 2, generator=gen)
-    X, y = randn(2, 4, 6, generator=gen), randn(2, 4, generator=gen)
-    with pytest.raises(ValueError, match="diverged"):
-        s05.finetune_joint(B, w, X, y, lr=100 * s05.stable_step(B, w, X, 1.0), steps=200)

@@ -14,11 +14,11 @@ mean regressor v = B_* wbar_* alone (book 1.2, Prop. ``arm-dyn-prop-avg``).
 **Right panel.** A new client M+1 has head w_*_{M+1} ~ N(0, I_k) (drawn like the training
 heads), ``n`` samples x ~ N(0, I_d) and y = <B_* w_*_{M+1}, x> + zeta, zeta ~ N(0, noise_std^2)
 (the paper: variance 0.01). Each method's final global model (B_T, w_T) is fine-tuned by
-``ft_steps`` full-batch GD steps jointly in (B, w) (:func:`finetune_joint`, the batched form of
-:func:`replearn.linear.finetune_gd` with ``update_representation=True``) and the error
-||B w - B_* w_*_{M+1}||^2 is recorded. The step size of a fine-tuning problem is
-:func:`stable_step`: a fraction ``ft_lr`` of n / (||X||_2^2 (||B_T||_2^2 + ||w_T||^2)), the
-inverse of a bound on the curvature of the fine-tuning loss at the start. For comparison the
+``ft_steps`` full-batch GD steps jointly in (B, w) (:func:`replearn.linear.finetune_joint`, the
+batched form of :func:`replearn.linear.finetune_gd` with ``update_representation=True``) and the
+error ||B w - B_* w_*_{M+1}||^2 is recorded. The step size of a fine-tuning problem is
+:func:`replearn.linear.stable_finetune_step`: a fraction ``ft_lr`` of the inverse of the
+curvature of the fine-tuning loss at the start. For comparison the
 driver also fits the head alone by exact least squares on the frozen B_T
 (:func:`replearn.linear.finetune_head`) and on B_* (the oracle). All runs and new clients of
 one sample size are fine-tuned in one batch.
@@ -32,7 +32,7 @@ import torch
 
 from ... import federated, linalg, linear
 from ...backend import DTYPE, default_device, derive_seed, make_generator, randn
-from ...checks import check_int, check_ints, check_nonnegative, check_number, check_positive, check_tensor
+from ...checks import check_int, check_ints, check_nonnegative, check_number, check_positive
 from ...profiles import Settings
 
 METHODS = ("FedAvg", "D-GD")
@@ -47,7 +47,7 @@ class GeneralisationSettings(Settings):
     ``tau`` local steps, ``rounds`` communication rounds for both methods), the new clients
     (label ``noise_std``, the sample sizes ``ns``, ``runs`` independent training instances and
     ``clients`` new clients per run and sample size), fine-tuning (``ft_steps`` GD steps with
-    step size a fraction ``ft_lr`` of :func:`stable_step`'s bound) and the seed."""
+    step size the fraction ``ft_lr`` of :func:`replearn.linear.stable_finetune_step`) and the seed."""
 
     d: int = 50
     k: int = 5
@@ -112,48 +112,6 @@ class GeneralisationResult:
         return self.errors[name].mean(dim=2)
 
 
-def stable_step(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, fraction: float) -> torch.Tensor:
-    """Fine-tuning step sizes ``fraction / lambda``, batched over problems, where
-
-        lambda = lambda_max(X (||w||^2 I_d + B B^T) X^T) / n
-
-    is the largest eigenvalue of the Gauss-Newton matrix J^T J / n of 1/(2n) ||X B w - y||^2 at
-    (B, w): the residual moves by J(dB, dw) = X (dB w + B dw), and J J^T = X (||w||^2 I + B B^T) X^T.
-    GD on a quadratic with this curvature is stable for steps below 2 / lambda; ``fraction`` < 1
-    leaves room for the growth of (B, w) during fine-tuning.
-    B (s, d, k), w (s, k), X (s, n, d); returns (s,).
-    """
-    check_positive(fraction, "fraction")
-    for name, t, ndim in (("B", B, 3), ("w", w, 2), ("X", X, 3)):
-        check_tensor(t, name, ndim=ndim)
-    if w.shape != (B.shape[0], B.shape[2]) or X.shape[0] != B.shape[0] or X.shape[2] != B.shape[1]:
-        raise ValueError(f"need B (s, d, k), w (s, k) and X (s, n, d), got {tuple(B.shape)}, {tuple(w.shape)} "
-                         f"and {tuple(X.shape)}")
-    n = X.shape[-2]
-    XB = X @ B
-    gram = w.pow(2).sum(-1).reshape(-1, 1, 1) * (X @ X.mT) + XB @ XB.mT
-    return fraction * n / torch.linalg.eigvalsh(gram)[..., -1]
-
-
-def finetune_joint(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, y: torch.Tensor, *,
-                   lr: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``steps`` full-batch GD steps on 1/(2n) ||X B w - y||^2 jointly in (B, w), for a batch of
-    independent problems: B (s, d, k), w (s, k), X (s, n, d), y (s, n), step sizes lr (s,).
-
-    Problem j follows exactly :func:`replearn.linear.finetune_gd` with ``lr = lr[j]`` and
-    ``update_representation=True``. Raises ``ValueError`` if any problem diverges.
-    """
-    n = X.shape[-2]
-    eta = lr.reshape(-1, 1, 1)
-    w = w.unsqueeze(-1)
-    for _ in range(steps):
-        g = X.mT @ (X @ (B @ w) - y.unsqueeze(-1)) / n      # (s, d, 1): gradient in theta = B w
-        B, w = B - eta * (g @ w.mT), w - eta * (B.mT @ g)
-    if not bool(torch.isfinite(B).all() and torch.isfinite(w).all()):
-        raise ValueError("fine-tuning diverged: the step sizes are too large; lower ft_lr")
-    return B, w.squeeze(-1)
-
-
 def train(cfg: GeneralisationSettings, run: int, device=None) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Instance ``run``: B_* (d, k), heads W (M, k) and the trajectories {method: Trajectory} of
     FedAvg (tau local steps) and D-GD on the population losses from the same (B_0, w_0 = 0)."""
@@ -212,8 +170,8 @@ def run(cfg: GeneralisationSettings, device=None) -> GeneralisationResult:
         data = [new_clients(Bstars[r], n, c, cfg.noise_std, derive_seed(cfg.seed, r, 1, n)) for r in range(cfg.runs)]
         theta, X, y = (torch.cat(parts) for parts in zip(*data))
         for m, (B, w) in models.items():
-            lr = stable_step(B, w, X, cfg.ft_lr)
-            B_ft, w_ft = finetune_joint(B, w, X, y, lr=lr, steps=cfg.ft_steps)
+            lr = linear.stable_finetune_step(B, w, X, cfg.ft_lr)
+            B_ft, w_ft = linear.finetune_joint(B, w, X, y, lr=lr, steps=cfg.ft_steps)
             errors[m].append(linear.excess_risk(B_ft, w_ft, theta))
             w_head = linear.finetune_head(B, X, y)
             errors[HEAD_ONLY[m]].append(linear.excess_risk(B, w_head, theta))

@@ -56,8 +56,9 @@ class _Instance:
 
 
 @pytest.mark.parametrize("change, match", [
-    (dict(k=12), "1 <= k < d"), (dict(k=0), r"\bk\b"), (dict(cond=0.5), "cond"), (dict(mean_norm=-1.0), "mean_norm"),
-    (dict(alpha=0.0), "alpha"), (dict(beta=-1.0), "beta"), (dict(delta0=0.0), "delta0"), (dict(delta0=1.0), "delta0"),
+    (dict(k=12), "1 <= k < d"), (dict(k=0), r"\bk\b"), (dict(cond=0.5), "cond"),
+    (dict(mean_norm=-1.0), "mean_norm"), (dict(alpha=0.0), "alpha"), (dict(beta=-1.0), "beta"),
+    (dict(delta0=0.0), "delta0"), (dict(delta0=1.0), "delta0"),
 ])
 def test_check_instance_settings(change, match):
     maml_instances.check_instance_settings(_Instance())

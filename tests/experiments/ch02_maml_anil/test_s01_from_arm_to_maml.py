@@ -17,6 +17,7 @@ def test_hessian_term():
 
 
 def test_settings_extend_the_population_instance():
-    assert s01.HessianTermSettings.paper().d == 100 and s01.HessianTermSettings.paper().hessian_alphas == s01.HessianTermSettings().hessian_alphas
+    paper = s01.HessianTermSettings.paper()
+    assert paper.d == 100 and paper.hessian_alphas == s01.HessianTermSettings().hessian_alphas
     with pytest.raises(ValueError, match="hessian_alphas"):
         replace(SMALL, hessian_alphas=(0.1, 0.0))

@@ -56,5 +56,6 @@ def hypotheses_runs(cfg: HypothesesSettings, *, degenerate: bool = False, device
     for algorithm in maml.ALGORITHMS:
         traj = maml.meta_train(pb.B0, pb.w0, pb.tasks, algorithm=algorithm, alpha=cfg.alpha, beta=cfg.beta,
                                iterations=cfg.iterations)
-        out[algorithm] = {key: val.cpu() for key, val in maml.hypotheses(traj, pb.Bstar, pb.W, cfg.alpha).items()}
+        quantities = maml.hypotheses(traj, pb.Bstar, pb.W, cfg.alpha)
+        out[algorithm] = {key: val.cpu() for key, val in quantities.items()}
     return out

@@ -113,12 +113,12 @@ def tightness_outcomes(cfg: TightnessSettings) -> dict:
     cfg.seed, ..., cfg.seed + seeds - 1 (a different B_*, heads and start each time; ARM left out)."""
     table = {init: {alg: [] for alg in maml.ALGORITHMS} for init in INITS}
     for s in range(cfg.seed, cfg.seed + cfg.seeds):
-        pb = make_tightness_problem(cfg.d, cfg.k, cfg.n, cond=cfg.cond, mean_norm=cfg.mean_norm, alpha=cfg.alpha,
-                                    delta0=cfg.delta0, seed=10 * s)
+        pb = make_tightness_problem(cfg.d, cfg.k, cfg.n, cond=cfg.cond, mean_norm=cfg.mean_norm,
+                                    alpha=cfg.alpha, delta0=cfg.delta0, seed=10 * s)
         for init in INITS:
             for alg in maml.ALGORITHMS:
-                run = maml.train_or_diverge(*pb.starts[init], pb.tasks, pb.Bstar, algorithm=alg, alpha=cfg.alpha,
-                                            beta=cfg.beta, iterations=cfg.iterations)
+                run = maml.train_or_diverge(*pb.starts[init], pb.tasks, pb.Bstar, algorithm=alg,
+                                            alpha=cfg.alpha, beta=cfg.beta, iterations=cfg.iterations)
                 table[init][alg].append(maml.outcome(run))
     return table
 
@@ -152,7 +152,8 @@ def explorer_curves(algorithm: str, alpha: float, beta: float, cond: float, mean
     pb = make_tightness_problem(d, k, n, cond=float(cond), mean_norm=float(mean_norm), alpha=float(alpha),
                                 seed=seed)
     B0, w0 = pb.starts[init]
-    traj = maml.meta_train(B0, w0, pb.tasks, algorithm=algorithm, alpha=float(alpha), beta=float(beta), iterations=T)
+    traj = maml.meta_train(B0, w0, pb.tasks, algorithm=algorithm, alpha=float(alpha), beta=float(beta),
+                           iterations=T)
     base = arm(B0, w0, pb.tasks, beta=float(beta), iterations=T)
     return {"iteration": np.arange(T + 1), algorithm: to_numpy(traj.dist(pb.Bstar)),
             "ARM": to_numpy(base.dist(pb.Bstar))}
@@ -174,7 +175,8 @@ def explorer(**defaults):
     controls = {"algorithm": Menu("ANIL", tuple(maml.ALGORITHMS), "algorithm"),
                 "init": Menu("random", INITS, "start"),
                 "alpha": Slider(0.25, 0.05, 0.5, 0.05, "α"), "beta": Slider(0.25, 0.05, 1.0, 0.05, "β"),
-                "cond": Slider(2.0, 0, 1.5, 0.1, "cond", "log"), "mean_norm": Slider(2.0, 0.0, 3.0, 0.25, "‖mean‖")}
+                "cond": Slider(2.0, 0, 1.5, 0.1, "cond", "log"),
+                "mean_norm": Slider(2.0, 0.0, 3.0, 0.25, "‖mean‖")}
 
     def draw(ax, v):
         title = (f"{v['algorithm']}, {v['init']} start, α = {v['alpha']:.2f}, β = {v['beta']:.2f}, "

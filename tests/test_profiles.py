@@ -60,6 +60,6 @@ def test_every_experiment_has_a_distinct_paper_profile():
     from replearn.profiles import differences
 
     classes = settings_classes()
-    assert "fedavg_convergence.FedAvgConvergenceSettings" in classes and len(classes) >= 30
+    assert "ch04_fedavg.s04_convergence.ConvergenceSettings" in classes and len(classes) >= 30
     for name, cls in classes.items():
         assert differences(cls), f"{name}: paper() equals the CPU default"

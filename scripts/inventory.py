@@ -94,7 +94,7 @@ def blocks() -> dict[str, str]:
     rst = [f"- :mod:`{m}`: {s}" for m, s in mods]
     tour = [f"* `{m}`: {s}" for m, s in md]
     chap = ["| section | notebook | driver | tests |", "| --- | --- | --- | --- |"] + [
-        f"| {s['number']} {s['title']} | `{s['notebook']}` | `{s['driver'].removeprefix('lib/')}` | `{s['test']}` |"
+        f"| {s['number']} {s['title']} | `{s['notebook']}` | `{s['driver']}` | `{s['test']}` |"
         for s in secs]
     chap_tour = ["| section | driver |", "| --- | --- |"] + [
         f"| {{doc}}`../{s['notebook'].removeprefix('book/').removesuffix('.ipynb')}` | `{s['module']}` |" for s in secs]
@@ -103,10 +103,10 @@ def blocks() -> dict[str, str]:
 
 
 def render(text: str, name: str, body: str, path: str) -> str:
-    pattern = re.compile(rf"(<!-- inventory:{re.escape(name)} -->\n).*?(\n<!-- /inventory:{re.escape(name)} -->)", re.S)
+    pattern = re.compile(rf"(<!-- inventory:{re.escape(name)} -->\n)(?:.*?\n)?(<!-- /inventory:{re.escape(name)} -->)", re.S)
     if not pattern.search(text):
         raise ValueError(f"{path}: no block <!-- inventory:{name} --> ... <!-- /inventory:{name} -->")
-    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
 
 
 def stale(write: bool) -> list[str]:

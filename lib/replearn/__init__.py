@@ -1,25 +1,39 @@
 """replearn: the library behind *Adaptivity & Shared Representations*.
 
-Modules (one idea each):
+Modules (one idea each; generated from their docstrings by ``scripts/inventory.py``):
 
-- :mod:`replearn.linalg`: principal-angle distance, orthonormal bases, condition numbers
-- :mod:`replearn.linear`: the multi-task linear representation model (data, losses, heads)
-- :mod:`replearn.federated`: FedAvg and distributed GD (D-GD)
-- :mod:`replearn.meta`: average-risk minimisation (ARM), its update decomposition and subspace floor
-- :mod:`replearn.maml`: MAML, FO-MAML, ANIL, FO-ANIL (exact meta-gradients), the inductive-hypothesis tracker
-- :mod:`replearn.fedrep`: FedRep (shared representation, local heads), method-of-moments init, baselines
-- :mod:`replearn.aruba`: online learning, regret upper bounds, meta-learned initialisations and ARUBA step sizes
-- :mod:`replearn.data`: CIFAR-10/100 (full archives or offline subsets), client partitions, augmentation
-- :mod:`replearn.models`: the papers' CIFAR CNNs with a body/head split
-- :mod:`replearn.neural`: federated training of neural networks (FedAvg, D-SGD, FedRep, FedPer, LG-FedAvg, ...)
-- :mod:`replearn.similarity`: HSIC, CKA, class cosine-similarity matrices, activation capture
-- :mod:`replearn.lower_bound`: ground truths that ARM / D-GD cannot recover
-- :mod:`replearn.trajectory`: stacked iterates of a run
-- :mod:`replearn.profiles`: CPU-sized default vs paper-sized experiment settings
-- :mod:`replearn.plotting`: the book's figure style and plot helpers
-- :mod:`replearn.widgets`: the interactive explorers (pure curve functions + ipywidgets panels)
-- :mod:`replearn.experiments`: one driver per book section (settings with CPU and paper profiles)
-- :mod:`replearn.backend`: dtype, device and seeding helpers
+<!-- inventory:modules-rst -->
+- :mod:`replearn.aruba`: ARUBA: meta-learning through average regret-upper-bound analysis (Khodak, Balcan and Talwalkar, NeurIPS 2019): online convex tasks, online gradient descent, regret and its upper bounds, meta-learned initialisations, per-coordinate ARUBA rates and AdaGrad.
+- :mod:`replearn.backend`: Device, dtype and seeding helpers shared by every module of :mod:`replearn`.
+- :mod:`replearn.checks`: Argument checks shared by every public function and settings class of :mod:`replearn`.
+- :mod:`replearn.claims`: Claims a notebook states and checks: print the values a claim rests on, then assert it.
+- :mod:`replearn.data`: CIFAR-10/100: loading, client partitions, normalisation and batched augmentation.
+- :mod:`replearn.fedavg_problems`: The population problems of FedAvg's convergence analysis (Collins et al. 2022, Sec. 3 and 5.1; shared by book 4.3 and 4.4).
+- :mod:`replearn.federated`: FedAvg and distributed GD for the linear representation model, vectorised over clients.
+- :mod:`replearn.fedrep`: FedRep for the multi-task linear representation model (Collins, Hassani, Mokhtari, Shakkottai 2021): Algorithm 2 with its method-of-moments start, GD-GD and K-step heads, the baselines (local-only, FedAvg, one model) and new-client heads.
+- :mod:`replearn.few_shot`: A new task learned from few samples: Monte-Carlo errors of its estimators (book 1.1, 1.4).
+- :mod:`replearn.flower`: The book's federated algorithms on Flower (``flwr``; Beutel et al., 2020).
+- :mod:`replearn.linalg`: Subspace geometry: orthonormal bases, the principal-angle distance, condition numbers.
+- :mod:`replearn.linear`: The multi-task linear representation model (Collins et al. 2022; Tripuraneni et al. 2021): the ground truth B_*, heads of chosen mean and diversity, population and sampled tasks, losses and gradients, head solves, least squares and fine-tuning.
+- :mod:`replearn.lower_bound`: Ground truths that ARM / distributed GD cannot find (Collins et al. 2022, Prop. 1).
+- :mod:`replearn.maml`: MAML, FO-MAML, ANIL and FO-ANIL for the linear representation model (Collins et al. 2022): exact meta-gradients (torch.func), adapted heads, the FO-ANIL decomposition, the inductive hypotheses and the initialisations.
+- :mod:`replearn.maml_instances`: The linear instances of the MAML / ANIL chapter: the population instance with a structured start shared by book 2.1-2.3 (settings and construction) and the settings checks shared by 2.4-2.5.
+- :mod:`replearn.meta`: Average-risk minimisation (ARM) on the linear representation model: the iterates, their prior/signal decomposition and the subspace floor ARM cannot leave (Collins et al. 2022).
+- :mod:`replearn.models`: The convolutional networks of the CIFAR experiments, each split into a body and a head.
+- :mod:`replearn.neural`: Fast federated simulation of neural networks: FedAvg, D-SGD, FedRep, FedPer, LG-FedAvg, local-only training and fine-tuning, all on one round structure.
+- :mod:`replearn.personalisation`: Personalised federated learning on CIFAR (Collins, Hassani, Mokhtari, Shakkottai 2021, Sec. 5.2; the set-up shared by book 5.7-5.9).
+- :mod:`replearn.plotting`: The book's figure style and small plotting helpers (matplotlib, PNG output).
+- :mod:`replearn.profiles`: Experiment scales: a CPU-sized ``default`` and the papers' ``paper`` settings.
+- :mod:`replearn.rates`: Rates and slopes of measured curves: one least-squares line through log-values.
+- :mod:`replearn.results`: Committed results of the long CPU and paper-scale GPU runs, read back for the book.
+- :mod:`replearn.seeds`: Experiments repeated over seeds: run once per seed, report mean ± standard deviation, and decide when a difference exceeds the spread.
+- :mod:`replearn.similarity`: Representation similarity: HSIC, linear and RBF CKA, minibatch CKA, class cosine similarity.
+- :mod:`replearn.sinusoid`: Sinusoid regression tasks and small MLP meta-learners (book 2.6 and 3.5).
+- :mod:`replearn.trajectory`: The iterates of a run: representations and heads stacked over rounds.
+- :mod:`replearn.transfer`: FedAvg against D-SGD on CIFAR at a matched number of local updates, and what their networks transfer (Collins, Hassani, Mokhtari, Shakkottai 2022, Sec. 5.2; the training shared by book 4.7-4.9).
+- :mod:`replearn.widgets`: Interactive explorer panels: sliders and menus that redraw a figure (ipywidgets).
+- :mod:`replearn.experiments`: One driver per book section: ``book/NN_chapter/MM_section.ipynb`` is driven by ``replearn.experiments.chNN_chapter.sMM_section`` (its settings with a CPU default and ``paper()``, validated when constructed, and the functions from settings to arrays).
+<!-- /inventory:modules-rst -->
 """
 
 from .backend import DTYPE, default_device, make_generator

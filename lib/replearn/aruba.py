@@ -1,5 +1,6 @@
 """ARUBA: meta-learning through average regret-upper-bound analysis (Khodak, Balcan and
-Talwalkar, NeurIPS 2019; blog "Adaptive gradient-based meta-learning").
+Talwalkar, NeurIPS 2019): online convex tasks, online gradient descent, regret and its upper
+bounds, meta-learned initialisations, per-coordinate ARUBA rates and AdaGrad.
 
 Setting (online, one task after another). On round i = 1..m of task t the learner plays
 theta_{t,i} in the ball Theta = {||theta|| <= D} and suffers the convex loss

@@ -1,4 +1,6 @@
-"""FedRep for the multi-task linear representation model (Collins, Hassani, Mokhtari, Shakkottai 2021).
+"""FedRep for the multi-task linear representation model (Collins, Hassani, Mokhtari, Shakkottai
+2021): Algorithm 2 with its method-of-moments start, GD-GD and K-step heads, the baselines
+(local-only, FedAvg, one model) and new-client heads.
 
 Client ``i`` has samples ``x ~ N(0, I_d)``, ``y = <B_* w_*_i, x> + noise`` and, for a shared
 representation B (d x k) and its own head w_i (k), the batch loss (eq. 7)

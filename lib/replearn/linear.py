@@ -1,4 +1,6 @@
-"""The multi-task linear representation model (Collins et al. 2022; Tripuraneni et al. 2021).
+"""The multi-task linear representation model (Collins et al. 2022; Tripuraneni et al. 2021):
+the ground truth B_*, heads of chosen mean and diversity, population and sampled tasks, losses and
+gradients, head solves, least squares and fine-tuning.
 
 Task ``i`` draws ``x ~ N(0, I_d)`` and ``y = <theta_*_i, x> + noise`` with
 ``theta_*_i = B_* w_*_i``, where ``B_*`` (d x k) has orthonormal columns shared by all tasks

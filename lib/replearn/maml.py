@@ -1,4 +1,6 @@
-"""MAML, FO-MAML, ANIL and FO-ANIL for the linear representation model (Collins et al. 2022).
+"""MAML, FO-MAML, ANIL and FO-ANIL for the linear representation model (Collins et al. 2022):
+exact meta-gradients (torch.func), adapted heads, the FO-ANIL decomposition, the inductive
+hypotheses and the initialisations.
 
 Each iteration t picks n tasks (all of them, or a batch) and, for every task i, takes one
 inner gradient step with step size alpha on the task's inner loss f_i^in (the talk's

@@ -1,4 +1,5 @@
-"""Meta-learning algorithms for the linear representation model.
+"""Average-risk minimisation (ARM) on the linear representation model: the iterates, their
+prior/signal decomposition and the subspace floor ARM cannot leave (Collins et al. 2022).
 
 Average-risk minimisation (ARM) runs gradient descent with step size beta on the average of
 the task losses, ``(1/n) sum_i f_i(B, w)``. Its gradients are all evaluated at the same

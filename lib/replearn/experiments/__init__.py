@@ -1,5 +1,8 @@
-"""Experiment drivers behind the book's notebooks: one module per section, each a frozen
-settings dataclass (CPU default + ``paper()``) and functions from settings to arrays."""
+"""One driver per book section: ``book/NN_chapter/MM_section.ipynb`` is driven by
+``replearn.experiments.chNN_chapter.sMM_section`` (its settings with a CPU default and
+``paper()``, validated when constructed, and the functions from settings to arrays).
+
+:func:`settings_classes` and :func:`settings_by_section` list every driver's settings."""
 
 from __future__ import annotations
 

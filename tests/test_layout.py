@@ -1,0 +1,109 @@
+"""The layout rule (README, "Layout"): one driver per section at a path that mirrors its notebook,
+one test file per driver, notebooks import exactly their own driver, no private imports across
+modules, and the inventories generated from the docstrings and ``_toc.yml`` are up to date."""
+
+import ast
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LIB = ROOT / "lib" / "replearn"
+spec = importlib.util.spec_from_file_location("inventory", ROOT / "scripts" / "inventory.py")
+inventory = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(inventory)
+SECTIONS = inventory.sections()
+
+
+def notebook_imports(path: Path) -> set[str]:
+    """Modules under ``replearn.experiments`` that the notebook's code cells import."""
+    found = set()
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"])
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("replearn.experiments"):
+                found |= {f"{node.module}.{a.name}" if node.module.count(".") == 2 else node.module
+                          for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("replearn.experiments")}
+    return found
+
+
+@pytest.mark.parametrize("sec", SECTIONS, ids=[s["number"] for s in SECTIONS])
+def test_every_section_has_its_driver_and_tests(sec):
+    assert (ROOT / sec["driver"]).is_file(), f"section {sec['number']}: no driver at {sec['driver']}"
+    assert (ROOT / sec["test"]).is_file(), f"section {sec['number']}: no tests at {sec['test']}"
+    imported = notebook_imports(ROOT / sec["notebook"])
+    assert imported == {sec["module"]}, f"{sec['notebook']} must import exactly its own driver {sec['module']}, " \
+                                        f"imports {sorted(imported)}"
+
+
+def test_no_driver_without_a_section():
+    drivers = {str(p.relative_to(ROOT)) for p in (LIB / "experiments").rglob("*.py") if p.name != "__init__.py"}
+    assert drivers == {s["driver"] for s in SECTIONS}, "drivers must sit at chNN_chapter/sMM_section.py of a notebook"
+    tests = {str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "experiments").rglob("test_*.py")}
+    assert tests == {s["test"] for s in SECTIONS}
+
+
+def _private_uses(path: Path) -> list[str]:
+    tree, bad = ast.parse(path.read_text()), []
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("replearn")):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    bad.append(f"{path.name}:{node.lineno} imports {a.name}")
+                aliases[a.asname or a.name] = a.name
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("replearn"):
+                    aliases[a.asname or a.name.split(".")[0]] = a.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            bad.append(f"{path.name}:{node.lineno} uses {node.value.id}.{node.attr}")
+    return bad
+
+
+def test_no_private_names_across_modules():
+    bad = [b for p in sorted(LIB.rglob("*.py")) for b in _private_uses(p)]
+    assert bad == []
+
+
+def test_drivers_import_no_other_driver():
+    bad = []
+    for p in sorted((LIB / "experiments").rglob("s*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                bad.append(f"{p.relative_to(LIB)} imports .{node.module}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("replearn.experiments"):
+                bad.append(f"{p.relative_to(LIB)} imports {node.module}")
+    assert bad == [], "code shared by sections belongs in the library proper"
+
+
+def test_generated_inventories_are_up_to_date():
+    assert inventory.stale(write=False) == [], "run `python scripts/inventory.py`"
+
+
+def test_section_numbers_follow_the_toc():
+    for sec in SECTIONS:
+        heading = re.match(r"book/(\d+)_\w+/(\d+)_", sec["notebook"])
+        assert sec["number"] == f"{int(heading.group(1))}.{int(heading.group(2))}"
+
+
+def test_library_tour_names_only_functions_that_exist():
+    import importlib
+
+    text = (ROOT / "book" / "appendix" / "library_tour.md").read_text()
+    table = text[text.index("## Where to find each piece"):text.index("## The section drivers")]
+    modules = {p.stem for p in LIB.glob("*.py") if not p.stem.startswith("_")}
+    named = set(re.findall(r"`(\w+)\.(\w+)", table))
+    assert len(named) > 30
+    missing = [f"{m}.{n}" for m, n in sorted(named)
+               if m in modules and not hasattr(importlib.import_module(f"replearn.{m}"), n)]
+    assert missing == [], "the library tour names functions that do not exist"

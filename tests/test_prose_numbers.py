@@ -134,10 +134,16 @@ def _strip_front_matter(text: str) -> str:
     return text[m.end():] if m else text
 
 
+def _strip_generated(text: str) -> str:
+    """Blocks generated from the code by ``scripts/inventory.py`` (between ``<!-- inventory:NAME -->``
+    markers; ``tests/test_layout.py`` checks they are current) are not typed prose."""
+    return re.sub(r"<!-- inventory:([\w-]+) -->.*?<!-- /inventory:\1 -->", " ", text, flags=re.S)
+
+
 def prose(text: str) -> str:
     """The prose of a markdown cell or page: everything that is not math, code, a role, a
-    reference, a URL or markup replaced by spaces."""
-    text = _strip_blocks(_strip_front_matter(text))
+    reference, a URL, markup or a generated block replaced by spaces."""
+    text = _strip_blocks(_strip_front_matter(_strip_generated(text)))
     for mask in _MASKS:
         pattern, replacement = mask if isinstance(mask, tuple) else (mask, " ")
         text = pattern.sub(replacement, text)
@@ -244,6 +250,11 @@ def test_prose_directives_are_scanned_but_not_their_options():
     text = "```{prf:theorem} Rate 0.9\n:label: thm-0.5\n:class: dropdown\n\nThe rate is 0.8.\n```\n"
     assert numbers(text) == ["0.9", "0.8"]
     assert numbers(":::{note}\nmeasured 0.31\n:::\n") == ["0.31"]
+
+
+def test_generated_inventory_blocks_are_not_prose():
+    text = "Typed 0.5 here.\n<!-- inventory:modules -->\n* `x`: shared by book 4.3 and 4.4\n<!-- /inventory:modules -->\n"
+    assert numbers(text) == ["0.5"]
 
 
 def test_references_urls_and_markup_are_not_numbers():

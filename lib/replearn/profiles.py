@@ -45,7 +45,9 @@ class Settings:
     where it is written, not rounds later inside an experiment. The base :meth:`validate`
     checks every field that is not None against its annotation (``int``: an integer >= 0,
     bools rejected; ``float``: a finite real number; ``bool``; ``str``; ``tuple``: a non-empty
-    tuple, a list is converted, whose entries have the types of the default's entries).
+    tuple, a list is converted, whose entries have the types of the default's entries; a field
+    whose default is a dataclass, such as a composed ``neural.TrainConfig``: an instance of
+    that class, which validated itself when it was built).
     Subclasses extend :meth:`validate` with their ranges (calling ``super().validate()``).
     """
 
@@ -56,6 +58,9 @@ class Settings:
         """Type checks of every field from its annotation and default (see the class docstring)."""
         for f in fields(self):
             value = getattr(self, f.name)
+            if is_dataclass(f.default) and not isinstance(value, type(f.default)):
+                kind = type(f.default)
+                raise ValueError(f"{f.name} must be a {kind.__module__}.{kind.__qualname__}, got {value!r}")
             if value is None:
                 continue  # None stands for "not set" / "use all" where a subclass allows it
             kinds = _annotated_kinds(f.type)
@@ -70,6 +75,7 @@ class Settings:
                     raise ValueError(f"{f.name} must be a string, got {value!r}")
             elif kinds == {"tuple"} and isinstance(f.default, tuple) and f.default:
                 object.__setattr__(self, f.name, _check_tuple(value, f.name, f.default))
+
 
     @classmethod
     def default(cls):

@@ -76,8 +76,6 @@ class MatchedTraining(Settings):
         check_int(self.clients, "clients", 1)
         check_int(self.total_steps, "total_steps", 1)
         check_seeds(self.seeds)
-        if not isinstance(self.train, neural.TrainConfig):
-            raise ValueError(f"train must be a replearn.neural.TrainConfig, got {self.train!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
 

@@ -44,8 +44,6 @@ class SingleTaskSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        if not isinstance(self.family, aruba.TaskFamily):
-            raise ValueError(f"family must be a replearn.aruba.TaskFamily, got {self.family!r}")
         for name in ("tasks", "runs", "sign_runs"):
             check_int(getattr(self, name), name, 1)
         check_ints(self.ms, "ms")

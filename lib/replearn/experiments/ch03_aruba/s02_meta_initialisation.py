@@ -43,8 +43,6 @@ class MetaInitSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        if not isinstance(self.family, aruba.TaskFamily):
-            raise ValueError(f"family must be a replearn.aruba.TaskFamily, got {self.family!r}")
         check_int(self.T, "T", 1)
         check_int(self.runs, "runs", 1)
         check_positives(self.spreads, "spreads")

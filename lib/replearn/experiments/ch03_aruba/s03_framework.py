@@ -45,8 +45,6 @@ class FrameworkSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        if not isinstance(self.family, aruba.TaskFamily):
-            raise ValueError(f"family must be a replearn.aruba.TaskFamily, got {self.family!r}")
         check_int(self.T, "T", 1)
         check_int(self.runs, "runs", 1)
         check_positives(self.spreads, "spreads")

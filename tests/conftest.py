@@ -28,3 +28,14 @@ def cifar10():
 def cifar100():
     """The CIFAR-100 subset of ``$REPLEARN_DATA`` (the test is skipped without it)."""
     return load_or_skip("cifar100")
+
+
+@pytest.fixture
+def one_thread():
+    """Run a test on one torch thread (many tiny per-iteration ops: intra-op threading only adds
+    overhead), restoring the thread count afterwards. Modules use it with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

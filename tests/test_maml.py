@@ -164,13 +164,6 @@ def test_initialisations(inst):
     assert torch.equal(Br, maml.random_init(200, 3, ALPHA, seed=0)[0])
 
 
-@pytest.fixture
-def one_thread():
-    """Many tiny per-iteration ops: intra-op threading only adds overhead (and restore after)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_finite_samples_anil_converge_to_a_floor_that_falls_with_m(inst, one_thread):

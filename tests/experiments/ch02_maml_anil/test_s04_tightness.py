@@ -1,17 +1,11 @@
 import numpy as np
 import pytest
-import torch
 
 from replearn import maml
 from replearn.experiments.ch02_maml_anil import s04_tightness as s04
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_tightness_claims_on_a_small_instance():

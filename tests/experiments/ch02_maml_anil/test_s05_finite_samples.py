@@ -1,15 +1,9 @@
 import pytest
-import torch
 
 from replearn.experiments.ch02_maml_anil import s05_finite_samples as s05
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_finite_samples_error_falls_with_m():

@@ -7,12 +7,7 @@ import torch
 from replearn.experiments.ch02_maml_anil import s06_global_optimality as s06
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_sine_tasks_are_the_sections_family():

@@ -7,12 +7,7 @@ import torch
 from replearn.experiments.ch05_fedrep import s01_personalisation as s01
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_single_model_formula_and_decomposition():

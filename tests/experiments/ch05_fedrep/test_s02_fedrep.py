@@ -2,17 +2,11 @@
 one FedRep run."""
 
 import pytest
-import torch
 
 from replearn.experiments.ch05_fedrep import s02_fedrep as s02
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_moments_improve_with_samples():

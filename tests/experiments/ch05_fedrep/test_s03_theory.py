@@ -10,12 +10,7 @@ from replearn import fedrep
 from replearn.experiments.ch05_fedrep import s03_theory as s03
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_rates_match_infinite_sample_factor_and_beat_theorem():

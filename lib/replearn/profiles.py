@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 
 from .checks import check_bool, check_int, check_number, check_sequence
 
-__all__ = ["PROFILES", "Settings", "check_int", "differences", "profile_name"]
+__all__ = ["PROFILES", "Settings", "differences", "profile_name"]
 
 PROFILES = ("default", "long", "paper")
 

@@ -182,6 +182,45 @@ def test_runs_are_bit_identical_for_a_seed_and_vmap_matches_sequential():
     assert_close(seq.state, vm.state, atol=1e-5)
 
 
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedrep", "lg_fedavg"])
+def test_client_threads_give_the_iterates_of_a_one_thread_run(algorithm):
+    model = tiny_model()
+    cfg = neural.TrainConfig(rounds=3, lr=0.1, momentum=0.5, weight_decay=1e-3, batch_size=4, local_steps=3,
+                             head_steps=2, participation=0.75, seed=3)
+    spec = neural.algorithm_spec(algorithm, model, cfg)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = neural.run_spec(spec, model, CLIENTS)  # one thread: the clients one after another
+        torch.set_num_threads(2)
+        runs = [neural.run_spec(spec, model, CLIENTS, workers=w) for w in (2, 3, 4)]
+        assert torch.get_num_threads() == 2  # the pool restores the caller's thread count
+    finally:
+        torch.set_num_threads(threads)
+    for run in runs:
+        assert_close(one.state, run.state, atol=0)
+        assert_close(one.local, run.local, atol=0)
+        assert torch.equal(one.train_loss, run.train_loss)
+        assert torch.equal(one.test_accuracy.nan_to_num(-1), run.test_accuracy.nan_to_num(-1))
+        assert one.participants == run.participants
+
+
+def test_client_threads_report_divergence_and_bad_settings():
+    cfg = neural.TrainConfig(rounds=3, lr=1e4, momentum=0.0, batch_size=BIG, local_steps=5)
+    spec = neural.algorithm_spec("fedavg", tiny_model(), cfg)
+    threads = torch.get_num_threads()
+    with pytest.raises(FloatingPointError, match=r"round \d+: client \d+.*lr = 10000"):
+        neural.run_spec(spec, tiny_model(), CLIENTS, workers=2)
+    assert torch.get_num_threads() == threads
+    for workers in (0, 1.5, True):
+        with pytest.raises(ValueError, match="workers"):
+            neural.run_spec(spec, tiny_model(), CLIENTS, workers=workers)
+    for change in (dict(augment=True), dict(vmap_clients=2)):
+        bad = neural.algorithm_spec("fedavg", tiny_model(), replace(cfg, lr=0.1, **change))
+        with pytest.raises(ValueError, match="workers=1"):
+            neural.run_spec(bad, tiny_model(), CLIENTS, workers=2)
+
+
 def test_evaluate_matches_a_direct_computation_and_weights_by_test_size():
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=2, lr=0.2, batch_size=5, head_epochs=1)

@@ -27,11 +27,15 @@ Speed: the clients' images live as tensors on the device (the training images
 client's parameters are loaded into one working copy of the model (:func:`fast_copy`: ReLU
 after max-pooling, ``channels_last`` weights; same function and gradients), updated in place
 with foreach kernels, and averaged as tensors. A phase that trains only the head runs on body
-features computed once per phase (:class:`LocalSGD`). Clients with the same batch schedule
-can instead be trained together with ``torch.func.vmap`` (``vmap_clients > 1``: stacked
-parameters, one batched forward/backward for the group), meant for GPUs; on a CPU the
-sequential path is as fast or faster. On a CPU the training is compute-bound: the
-convolutions (oneDNN in float32, ATen's slower kernels in float64) take most of the time
+features computed once per phase (:class:`LocalSGD`). On a CPU the clients of a round train
+concurrently, one per thread (``workers`` of :func:`run_spec`, default torch's thread count),
+each thread running its operations on one intra-op thread: at these sizes one convolution does
+not keep two cores busy, two clients do. The server still sums the clients in order, so a run
+gives the same iterates bit for bit for any number of workers (those of a one-thread run).
+Clients with the same batch schedule can instead be trained together with ``torch.func.vmap``
+(``vmap_clients > 1``: stacked parameters, one batched forward/backward for the group), meant
+for GPUs; on a CPU it is slower. On a CPU the training is compute-bound: the convolutions
+(oneDNN in float32, ATen's slower kernels in float64) take most of the time
 (``bench/neural_rounds.py`` compares with a PFLlib-style loop and prints the share of the GEMM
 rate). The dtype follows the model (float32 or float64).
 
@@ -50,8 +54,10 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -712,17 +718,10 @@ def evaluate(model: nn.Module, clients: ClientData, state: Params | None = None,
 # The shared round structure
 
 
-def _check_finite(t: int, group: Sequence[int], loss_sum: torch.Tensor, params: Sequence[torch.Tensor],
-                  cfg: TrainConfig) -> None:
-    """Raise ``FloatingPointError`` naming round ``t``, the client and the learning rate if a
-    client's summed loss or trained parameters (stacked along a first client axis) are not
-    finite."""
+def _finite(loss_sum: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per client (first axis), whether its summed loss and trained parameters are finite."""
     norms = torch.stack([loss_sum] + [p.flatten(1).norm(dim=1) for p in params]) if params else loss_sum[None]
-    bad = ~torch.isfinite(norms).all(dim=0)
-    if bool(bad.any()):
-        client = group[int(bad.nonzero()[0])]
-        raise FloatingPointError(f"round {t}: client {client}'s local training diverged (non-finite loss or "
-                                 f"parameters) with lr = {cfg.lr:g}; lower the learning rate")
+    return torch.isfinite(norms).all(dim=0)
 
 
 def _groups(selected: Sequence[int], signatures: dict[int, tuple], size: int) -> list[list[int]]:
@@ -733,8 +732,50 @@ def _groups(selected: Sequence[int], signatures: dict[int, tuple], size: int) ->
     return [g[k:k + size] for g in by_sig.values() for k in range(0, len(g), size)]
 
 
+def _client_workers(workers: int | None, device: torch.device, cfg: TrainConfig, n_clients: int) -> int:
+    """How many client threads :func:`run_spec` uses (1: none, train in the calling thread)."""
+    if workers is not None:
+        check_int(workers, "workers", 1)
+        if workers > 1 and (cfg.augment or cfg.vmap_clients > 1):
+            raise ValueError("workers > 1 needs cfg.augment = False (augmentation draws from the shared generator "
+                             "during training) and cfg.vmap_clients = 1; use workers=1")
+    if device.type != "cpu" or cfg.augment or cfg.vmap_clients > 1:
+        return 1
+    return min(workers or torch.get_num_threads(), n_clients)
+
+
+class _ClientThreads:
+    """``n`` threads for training clients concurrently on a CPU, each with its own
+    :class:`LocalSGD` worker and one intra-op thread, so that a client's arithmetic does not
+    depend on how many threads there are. The calling thread also runs one intra-op thread
+    while the pool is open (otherwise its idle OpenMP threads spin on the cores the clients
+    need); ``close`` restores torch's thread count."""
+
+    def __init__(self, model: nn.Module, n: int):
+        self._model = model
+        self._local = threading.local()
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        self._pool = ThreadPoolExecutor(n, thread_name_prefix="replearn-client")
+
+    def _worker(self) -> LocalSGD:
+        worker = getattr(self._local, "worker", None)
+        if worker is None:
+            torch.set_num_threads(1)
+            worker = self._local.worker = LocalSGD(self._model)
+        return worker
+
+    def map(self, fn: Callable, items: Sequence) -> Iterator:
+        """``fn(worker, item)`` for each item, computed on the threads, yielded in order."""
+        return self._pool.map(lambda item: fn(self._worker(), item), items)
+
+    def close(self) -> None:
+        self._pool.shutdown(cancel_futures=True)
+        torch.set_num_threads(self._threads)
+
+
 def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, state: Params | None = None,
-             callback: Callable[[int, dict], None] | None = None) -> FedResult:
+             callback: Callable[[int, dict], None] | None = None, workers: int | None = None) -> FedResult:
     """Run ``spec.cfg.rounds`` rounds of the algorithm ``spec`` (see the module docstring).
 
     Each round: :func:`plan_round` (clients and batches), then every sampled client runs the
@@ -743,6 +784,13 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
     clients. ``state``: the starting parameters (default: the model's). ``callback(t,
     metrics)`` is called after every round with ``train_loss`` and, on evaluated rounds,
     ``test_accuracy``.
+
+    ``workers``: on a CPU, how many clients train at the same time, each on its own thread
+    running one intra-op thread (default: ``torch.get_num_threads()``); the server still sums
+    the clients in their order, so the iterates are the same bit for bit for every
+    ``workers >= 2`` and equal those of a run with ``torch.set_num_threads(1)``. Used only
+    without augmentation (which draws from the shared generator during training) and with
+    ``vmap_clients = 1``; otherwise, and on a GPU, the clients train one after another.
     """
     spec.check(model)
     clients = check_inputs(model, clients)
@@ -761,54 +809,78 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
     local_state = {n: state[n].unsqueeze(0).repeat(M, *([1] * state[n].ndim)) for n in local}
     sizes = clients.train_sizes
     gen = make_generator(cfg.seed)
-    worker = LocalSGD(model)
     losses = torch.full((cfg.rounds,), float("nan"))
     accs = torch.full((cfg.rounds,), float("nan"))
     participants = []
     evaluation = None
-    for t in range(cfg.rounds):
-        plan = plan_round(sizes.tolist(), phases, cfg, gen)
-        selected = list(plan.clients)
-        participants.append(plan.clients)
-        plans = plan.batches
-        sigs = {i: tuple(tuple(len(b) for b in batches) for batches in plans[i]) for i in selected}
-        acc_shared = {n: torch.zeros_like(state[n]) for n in shared}
-        round_loss = 0.0
-        for group in _groups(selected, sigs, cfg.vmap_clients):
-            G = len(group)
-            params = {n: (local_state[n][group] if n in local_state else
-                          state[n].unsqueeze(0).expand(G, *state[n].shape)) for n in names}
-            xs = [x_train[i] for i in group]
-            ys = [clients.y_train[i] for i in group]
-            loss_sum = torch.zeros(G, device=device, dtype=clients.dtype)
-            n_steps = 0
-            for k, phase in enumerate(phases):
-                if G == 1:
-                    new, ls = worker.train({n: p[0] for n, p in params.items()}, phase.trainable, xs[0], ys[0],
-                                           plans[group[0]][k], cfg, gen)
-                    params = {**params, **{n: p.unsqueeze(0) for n, p in new.items()}}
-                else:
-                    batches = list(zip(*(plans[i][k] for i in group)))
-                    params, ls = _sgd_vmap(model, params, phase.trainable, xs, ys, batches, cfg, gen)
-                loss_sum += ls
-                n_steps += len(plans[group[0]][k])
-            _check_finite(t, group, loss_sum, [params[n] for n in shared + local], cfg)
-            w = sizes[group].to(device=device, dtype=loss_sum.dtype)
-            for n in local:
-                local_state[n][group] = params[n]
+    n_workers = _client_workers(workers, device, cfg, M)
+    pool = _ClientThreads(model, n_workers) if n_workers > 1 else None
+    worker = LocalSGD(model) if pool is None else None
+    try:
+        for t in range(cfg.rounds):
+            plan = plan_round(sizes.tolist(), phases, cfg, gen)
+            selected = list(plan.clients)
+            participants.append(plan.clients)
+            plans = plan.batches
+            sigs = {i: tuple(tuple(len(b) for b in batches) for batches in plans[i]) for i in selected}
+            acc_shared = {n: torch.zeros_like(state[n]) for n in shared}
+            round_loss = 0.0
+            groups = _groups(selected, sigs, cfg.vmap_clients)
+
+            def train_group(worker: LocalSGD, group: list[int]):
+                """Every phase of one group of clients from the round's starting parameters;
+                returns the local parameters, the n_i-weighted shared ones, the n_i-weighted
+                mean loss and which clients stayed finite (computed on the worker's thread)."""
+                G = len(group)
+                params = {n: (local_state[n][group] if n in local_state else
+                              state[n].unsqueeze(0).expand(G, *state[n].shape)) for n in names}
+                xs = [x_train[i] for i in group]
+                ys = [clients.y_train[i] for i in group]
+                loss_sum = torch.zeros(G, device=device, dtype=clients.dtype)
+                n_steps = 0
+                for k, phase in enumerate(phases):
+                    if G == 1:
+                        new, ls = worker.train({n: p[0] for n, p in params.items()}, phase.trainable, xs[0], ys[0],
+                                               plans[group[0]][k], cfg, gen)
+                        params = {**params, **{n: p.unsqueeze(0) for n, p in new.items()}}
+                    else:
+                        batches = list(zip(*(plans[i][k] for i in group)))
+                        params, ls = _sgd_vmap(model, params, phase.trainable, xs, ys, batches, cfg, gen)
+                    loss_sum += ls
+                    n_steps += len(plans[group[0]][k])
+                w = sizes[group].to(device=device, dtype=loss_sum.dtype)
+                weighted = {n: torch.tensordot(w, params[n], dims=1) for n in shared}
+                finite = _finite(loss_sum, [params[n] for n in shared + local])
+                return ({n: params[n] for n in local}, weighted, float((w * loss_sum).sum()) / max(n_steps, 1),
+                        finite)
+
+            if pool is not None:
+                trained = pool.map(train_group, groups)
+            else:
+                trained = (train_group(worker, g) for g in groups)
+            for group, (own, weighted, loss, finite) in zip(groups, trained):  # in order: the same sums
+                if not bool(finite.all()):
+                    raise FloatingPointError(
+                        f"round {t}: client {group[int((~finite).nonzero()[0])]}'s local training diverged "
+                        f"(non-finite loss or parameters) with lr = {cfg.lr:g}; lower the learning rate")
+                for n in local:
+                    local_state[n][group] = own[n]
+                for n in shared:
+                    acc_shared[n] += weighted[n]
+                round_loss += loss
+            total = float(sizes[selected].sum())
             for n in shared:
-                acc_shared[n] += torch.tensordot(w, params[n], dims=1)
-            round_loss += float((w * loss_sum).sum()) / max(n_steps, 1)
-        total = float(sizes[selected].sum())
-        for n in shared:
-            state[n] = acc_shared[n] / total
-        losses[t] = round_loss / total
-        metrics = {"train_loss": float(losses[t])}
-        if (t + 1) % cfg.eval_every == 0 or t == cfg.rounds - 1:
-            evaluation = evaluate(model, clients, state, local_state)
-            accs[t] = metrics["test_accuracy"] = evaluation.average
-        if callback is not None:
-            callback(t, metrics)
+                state[n] = acc_shared[n] / total
+            losses[t] = round_loss / total
+            metrics = {"train_loss": float(losses[t])}
+            if (t + 1) % cfg.eval_every == 0 or t == cfg.rounds - 1:
+                evaluation = evaluate(model, clients, state, local_state)
+                accs[t] = metrics["test_accuracy"] = evaluation.average
+            if callback is not None:
+                callback(t, metrics)
+    finally:
+        if pool is not None:
+            pool.close()
     return FedResult(spec.algorithm, state, local_state, shared, local, losses, accs, tuple(participants),
                      evaluation, cfg)
 

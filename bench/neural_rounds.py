@@ -249,7 +249,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--per-client", type=int, default=200, help="training images per client")
     parser.add_argument("--steps", type=int, default=10, help="local SGD steps tau per round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--momentum", type=float, default=0.5, help="SGD momentum (the book's: 0.5)")
     parser.add_argument("--repeat", type=int, default=5, help="interleaved timed repeats (median reported)")
     parser.add_argument("--dtypes", default="float32,float64")

@@ -696,21 +696,31 @@ def evaluate(model: nn.Module, clients: ClientData, state: Params | None = None,
     clients = check_inputs(model, clients)
     check_int(batch_size, "batch_size", 1)
     params = dict(state) if state is not None else {n: p.detach() for n, p in model.named_parameters()}
-    local = local or {}
     work = fast_copy(model).requires_grad_(False)
-    slots = dict(work.named_parameters())
-    acc, loss = [], []
-    for i, (x, y) in enumerate(zip(clients.x_test, clients.y_test)):
-        for n, slot in slots.items():
+    return _evaluation(clients, [_test_client(work, clients, params, local or {}, i, batch_size)
+                                 for i in range(clients.n_clients)])
+
+
+def _test_client(work: nn.Module, clients: ClientData, params: Params, local: Params, i: int,
+                 batch_size: int) -> tuple[float, float]:
+    """Client ``i``'s test accuracy and mean loss with ``work`` (a :func:`fast_copy`) holding
+    ``params``, and ``local[name][i]`` for the names in ``local``; NaN without test data."""
+    x, y = clients.x_test[i], clients.y_test[i]
+    if not x.shape[0]:
+        return float("nan"), float("nan")
+    with torch.no_grad():  # grad mode is per thread: set it here for the client threads
+        for n, slot in work.named_parameters():
             slot.copy_(local[n][i] if n in local else params[n])
         correct, total = 0.0, 0.0
         for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
             out = work(_as_channels_last(xb))
             correct += float((out.argmax(1) == yb).sum())
             total += float(F.cross_entropy(out, yb, reduction="sum"))
-        n = max(x.shape[0], 1)
-        acc.append(correct / n if x.shape[0] else float("nan"))
-        loss.append(total / n if x.shape[0] else float("nan"))
+    return correct / x.shape[0], total / x.shape[0]
+
+
+def _evaluation(clients: ClientData, results: Sequence[tuple[float, float]]) -> Evaluation:
+    acc, loss = zip(*results)
     return Evaluation(torch.tensor(acc), torch.tensor(loss), clients.test_sizes)
 
 
@@ -746,13 +756,14 @@ def _client_workers(workers: int | None, device: torch.device, cfg: TrainConfig,
 
 class _ClientThreads:
     """``n`` threads for training clients concurrently on a CPU, each with its own
-    :class:`LocalSGD` worker and one intra-op thread, so that a client's arithmetic does not
-    depend on how many threads there are. The calling thread also runs one intra-op thread
-    while the pool is open (otherwise its idle OpenMP threads spin on the cores the clients
-    need); ``close`` restores torch's thread count."""
+    :class:`LocalSGD` worker (made up front, so that starting a thread is quick) and one
+    intra-op thread, so that a client's arithmetic does not depend on how many threads there
+    are. The calling thread also runs one intra-op thread while the pool is open (otherwise
+    its idle OpenMP threads spin on the cores the clients need); ``close`` restores torch's
+    thread count."""
 
     def __init__(self, model: nn.Module, n: int):
-        self._model = model
+        self._spare = [LocalSGD(model) for _ in range(n)]
         self._local = threading.local()
         self._threads = torch.get_num_threads()
         torch.set_num_threads(1)
@@ -762,7 +773,7 @@ class _ClientThreads:
         worker = getattr(self._local, "worker", None)
         if worker is None:
             torch.set_num_threads(1)
-            worker = self._local.worker = LocalSGD(self._model)
+            worker = self._local.worker = self._spare.pop()
         return worker
 
     def map(self, fn: Callable, items: Sequence) -> Iterator:
@@ -805,7 +816,7 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
             raise ValueError(f"state lacks the model's parameters {missing}")
         state = {n: state[n].detach().to(device=device, dtype=clients.dtype).clone() for n in names}
     M = clients.n_clients
-    x_train = [_as_channels_last(x) for x in clients.x_train]
+    x_train: dict[int, torch.Tensor] = {}  # channels_last training images, made by the thread that first needs them
     local_state = {n: state[n].unsqueeze(0).repeat(M, *([1] * state[n].ndim)) for n in local}
     sizes = clients.train_sizes
     gen = make_generator(cfg.seed)
@@ -834,6 +845,9 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
                 G = len(group)
                 params = {n: (local_state[n][group] if n in local_state else
                               state[n].unsqueeze(0).expand(G, *state[n].shape)) for n in names}
+                for i in group:
+                    if i not in x_train:
+                        x_train[i] = _as_channels_last(clients.x_train[i])
                 xs = [x_train[i] for i in group]
                 ys = [clients.y_train[i] for i in group]
                 loss_sum = torch.zeros(G, device=device, dtype=clients.dtype)
@@ -874,7 +888,11 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
             losses[t] = round_loss / total
             metrics = {"train_loss": float(losses[t])}
             if (t + 1) % cfg.eval_every == 0 or t == cfg.rounds - 1:
-                evaluation = evaluate(model, clients, state, local_state)
+                def test(w: LocalSGD, i: int) -> tuple[float, float]:
+                    return _test_client(w.model, clients, state, local_state, i, batch_size=1000)
+
+                tested = pool.map(test, range(M)) if pool is not None else (test(worker, i) for i in range(M))
+                evaluation = _evaluation(clients, list(tested))
                 accs[t] = metrics["test_accuracy"] = evaluation.average
             if callback is not None:
                 callback(t, metrics)

@@ -30,7 +30,8 @@ once, one thread each (:func:`replearn.neural.run_spec`'s ``workers``). Runs are
 repeated; the script prints medians and [min, max] of samples/s, the training FLOP/s (forward and
 backward convolutions and matrix products, ``torch.utils.flop_counter``) as % of a float GEMM
 (1024^3) of the same dtype on the same threads, timed in the same process between the runs, and
-the ratios.
+the ratios. A last line gives the ceiling no engine can pass: the forward and backward kernels
+alone on one fixed batch and one thread, times the thread count (``kernels``).
 
 Run: ``python bench/neural_rounds.py`` (``--settings book --dtypes float64`` for one case).
 """
@@ -189,6 +190,27 @@ def gemm_rate(dtype, n: int = 1024, reps: int = 5) -> float:
     return 2 * n**3 * reps / (time.perf_counter() - start)
 
 
+def kernel_rate(model, x, y, batch: int, reps: int = 30) -> float:
+    """The ceiling for any engine, in samples/s: the forward, loss and backward kernels alone (no
+    optimizer, no batch gathering, no server) of ``neural.fast_copy(model)`` on one fixed batch,
+    timed on one thread and multiplied by the thread count (perfect scaling over clients)."""
+    threads = torch.get_num_threads()
+    work = neural.fast_copy(model)
+    xb, yb = x[:batch].contiguous(memory_format=torch.channels_last), y[:batch]
+
+    def steps(k):
+        for _ in range(k):
+            work.zero_grad(set_to_none=True)
+            F.cross_entropy(work(xb), yb).backward()
+
+    torch.set_num_threads(1)
+    try:
+        steps(3)
+        return threads * reps * batch / timed(lambda: steps(reps))
+    finally:
+        torch.set_num_threads(threads)
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -212,7 +234,7 @@ def bench_setting(name, dtype, x, y, args):
         "ours": lambda: neural.fedavg(model, clients, cfg),
     }
     times = {k: [] for k in runs}
-    gemms = []
+    gemms, ceilings = [], []
     for fn in runs.values():  # warm-up
         fn()
     torch.manual_seed(0)  # the DataLoader shuffles with the global RNG, as in PFLlib
@@ -220,6 +242,7 @@ def bench_setting(name, dtype, x, y, args):
         for k, fn in runs.items():
             times[k].append(timed(fn))
         gemms.append(gemm_rate(dtype))
+        ceilings.append(kernel_rate(model, clients.x_train[0], clients.y_train[0], batch))
     samples = M * rounds * tau * batch
     flops = train_flops_per_sample(model, dtype, batch)
     gemm = statistics.median(gemms)
@@ -234,6 +257,11 @@ def bench_setting(name, dtype, x, y, args):
         med = statistics.median(rates[k])
         print(f"  {k:<9} {med:8.0f} samples/s [{min(rates[k]):.0f}, {max(rates[k]):.0f}]  "
               f"{flops * med / 1e9:6.1f} GFLOP/s = {100 * flops * med / gemm:5.1f}% of GEMM")
+    ceiling = statistics.median(ceilings)
+    print(f"  {'kernels':<9} {ceiling:8.0f} samples/s [{min(ceilings):.0f}, {max(ceilings):.0f}]  "
+          f"{flops * ceiling / 1e9:6.1f} GFLOP/s = {100 * flops * ceiling / gemm:5.1f}% of GEMM: the ceiling, "
+          f"{ceiling / statistics.median(rates['pfllib']):.2f}x pfllib (forward + backward alone, one thread, "
+          f"x {torch.get_num_threads()} threads)")
     ratio = {k: statistics.median([a / b for a, b in zip(rates["ours"], rates[k])]) for k in ("pfllib", "previous")}
     print(f"  ours / pfllib: {ratio['pfllib']:.2f}x (median of per-repeat ratios; target >= {target}x: "
           f"{'MET' if ratio['pfllib'] >= target else 'MISSED'}); ours / previous: {ratio['previous']:.2f}x")

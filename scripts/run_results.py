@@ -2,6 +2,7 @@
 
     python scripts/run_results.py --profile long            # every section, CPU (6-20 min each on one core)
     python scripts/run_results.py --profile paper 4.7 5.7   # chosen sections, the papers' settings (GPU)
+    python scripts/run_results.py --profile long --check 5.9  # re-run one seed, compare with the committed file
 
 ``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
 the profile's settings (:meth:`replearn.profiles.Settings.profile`); every finished seed is
@@ -161,15 +162,61 @@ def stale_files(out: Path = RESULTS) -> list[str]:
     return stale
 
 
+def differences(now, committed, path: str = "") -> list[tuple[str, object, object]]:
+    """``(where, committed value, new value)`` for every leaf of two JSON results that differs."""
+    if isinstance(now, dict) and isinstance(committed, dict):
+        keys = sorted(set(now) | set(committed))
+        return [d for k in keys for d in differences(now.get(k), committed.get(k), f"{path}/{k}")]
+    if isinstance(now, list) and isinstance(committed, list) and len(now) == len(committed):
+        return [d for i, (a, b) in enumerate(zip(now, committed)) for d in differences(a, b, f"{path}[{i}]")]
+    return [] if now == committed else [(path or "/", committed, now)]
+
+
+def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int | None = None) -> dict:
+    """Re-run one seed (default: the first) of the committed ``out/profile/section.json`` with the
+    current code and compare it with the committed result; returns the seed, the wall time and
+    the list of :func:`differences` (empty: the committed result re-derives bit for bit)."""
+    if section not in SECTIONS:
+        raise ValueError(f"unknown section {section!r}; use one of {tuple(SECTIONS)}")
+    path = Path(out) / profile / f"{section}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; run `make results PROFILE={profile}` first")
+    record = json.loads(path.read_text())
+    cls, run, summary = SECTIONS[section]
+    s = cls.profile(profile)
+    if record["settings"] != settings_json(s):
+        raise ValueError(f"{path} is stale (its settings differ from the {profile} profile's); re-run the section")
+    seed = record["seeds"][0] if seed is None else seed
+    if str(seed) not in record["results"]:
+        raise ValueError(f"seed {seed} is not in {path} (its seeds: {record['seeds']})")
+    start = time.perf_counter()
+    result = summary(run(dataclasses.replace(s, seed=seed)))
+    return {"seed": seed, "wall_s": time.perf_counter() - start,
+            "differences": differences(json.loads(json.dumps(result)), record["results"][str(seed)])}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", required=True, choices=PROFILES)
     parser.add_argument("sections", nargs="*", help=f"sections to run (default: all of {', '.join(SECTIONS)})")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--check", action="store_true",
+                        help="re-run one seed of each committed file and compare instead of writing files")
+    parser.add_argument("--seed", type=int, default=None, help="with --check: the seed (default: the file's first)")
     args = parser.parse_args(argv)
+    failed = 0
     for section in args.sections or list(SECTIONS):
-        print(f"{section}: wrote {run_section(section, args.profile, args.out)}", flush=True)
-    return 0
+        if not args.check:
+            print(f"{section}: wrote {run_section(section, args.profile, args.out)}", flush=True)
+            continue
+        c = check_section(section, args.profile, args.out, seed=args.seed)
+        verdict = "re-derived bit for bit" if not c["differences"] else f"{len(c['differences'])} values differ"
+        print(f"{section}, seed {c['seed']}: {verdict} ({c['wall_s']:.0f} s, {torch.get_num_threads()} threads)",
+              flush=True)
+        for where, old, new in c["differences"][:10]:
+            print(f"    {where}: committed {old!r}, now {new!r}")
+        failed += bool(c["differences"])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -46,6 +46,35 @@ def test_run_section_writes_provenance_and_resumes(tmp_path, monkeypatch):
     assert rr.stale_files(tmp_path) == []
 
 
+def test_check_section_reruns_one_seed_and_lists_differences(tmp_path, monkeypatch):
+    cls = rr.SECTIONS["5.8"][0]
+    long = cls.profile("long")
+
+    class Fake:
+        def __init__(self, seed):
+            self.seed = seed
+
+    value = {"acc": [0.25, 0.5], "name": "x"}
+    monkeypatch.setitem(rr.SECTIONS, "5.8", (cls, lambda s: Fake(s.seed), lambda r: {**value, "seed": r.seed}))
+    rr.run_section("5.8", "long", tmp_path, settings=replace(long, seeds=long.seeds[:2]))
+    record = json.loads((tmp_path / "long" / "5.8.json").read_text())
+    record["settings"] = rr.settings_json(long)
+    (tmp_path / "long" / "5.8.json").write_text(json.dumps(record))
+    ok = rr.check_section("5.8", "long", tmp_path)
+    assert ok["seed"] == long.seeds[0] and ok["differences"] == []
+    value["acc"] = [0.25, 0.75]  # the code now computes something else
+    bad = rr.check_section("5.8", "long", tmp_path, seed=long.seeds[1])
+    assert bad["differences"] == [("/acc[1]", 0.5, 0.75)]
+    with pytest.raises(ValueError, match="seed 99"):
+        rr.check_section("5.8", "long", tmp_path, seed=99)
+    with pytest.raises(FileNotFoundError, match="make results"):
+        rr.check_section("5.9", "long", tmp_path)
+    record["settings"] = rr.settings_json(replace(long, seeds=(7,)))
+    (tmp_path / "long" / "5.8.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="stale"):
+        rr.check_section("5.8", "long", tmp_path)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="unknown section"):
         rr.run_section("3.1", "long")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from replearn import results as results_lib
 from replearn.backend import default_device
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
 from replearn.experiments.ch04_fedavg import s08_transfer as s48
@@ -34,6 +35,7 @@ from replearn.experiments.ch04_fedavg import s09_cka as s49
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
 from replearn.experiments.ch05_fedrep import s08_local_epochs as s58
 from replearn.experiments.ch05_fedrep import s09_new_clients_cifar as s59
+from replearn.seeds import check_seeds
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "book" / "results"
@@ -114,15 +116,49 @@ def commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
+def read_json(path: Path, what: str, fix: str) -> dict:
+    """The JSON object in ``path`` (a results file or a checkpoint); a file that cannot be read,
+    is truncated or corrupt, or holds no JSON object is a ``ValueError`` naming it and ``fix``."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{path} is not a readable {what} ({type(err).__name__}: {err}); {fix}") from err
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a {what}: it holds a JSON {type(record).__name__}, not an object; {fix}")
+    return record
+
+
+def _checkpoint(path: Path, section: str, seed: int, settings: dict) -> tuple[dict, float] | None:
+    """The result and wall time checkpointed in ``path`` for these settings (None when it was
+    written for other settings); a corrupt checkpoint or one holding NaN/inf is a ValueError."""
+    fix = f"delete it to re-run seed {seed} of section {section}"
+    saved = read_json(path, "checkpoint of scripts/run_results.py", fix)
+    if not {"settings", "result", "wall_s"} <= set(saved):
+        raise ValueError(f"{path} is not a checkpoint of scripts/run_results.py (keys {sorted(saved)}, need "
+                         f"settings, result and wall_s); {fix}")
+    if saved["settings"] != settings:
+        return None
+    wall = saved["wall_s"]
+    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not 0 <= wall < float("inf"):
+        raise ValueError(f"{path}: wall_s must be a finite number of seconds >= 0, got {wall!r}; {fix}")
+    bad = results_lib.nonfinite(saved["result"])
+    if bad:
+        raise ValueError(f"{path}: the checkpointed result holds NaN or infinite values at {bad[:5]}; {fix}")
+    return saved["result"], float(wall)
+
+
 def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=None) -> Path:
     """Run ``section`` at ``profile`` (``settings`` overrides the profile's, for tests), one
-    checkpoint per seed, and write ``out/profile/section.json``; returns its path."""
+    checkpoint per seed, and write ``out/profile/section.json``; returns its path. A seed whose
+    result holds NaN or infinite values stops the run (nothing of it is written), and so does
+    a corrupt checkpoint (delete it to re-run its seed)."""
     if section not in SECTIONS:
         raise ValueError(f"unknown section {section!r}; use one of {tuple(SECTIONS)}")
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; use one of {PROFILES}")
     cls, run, summary = SECTIONS[section]
     s = settings if settings is not None else cls.profile(profile)
+    check_seeds(s.seeds)
     folder = Path(out) / profile
     ckpt = folder / ".checkpoints"
     ckpt.mkdir(parents=True, exist_ok=True)
@@ -130,13 +166,17 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
     for seed in s.seeds:
         path = ckpt / f"{section}-seed{seed}.json"
         if path.is_file():
-            saved = json.loads(path.read_text())
-            if saved["settings"] == settings_json(s):
-                per_seed[str(seed)], wall = saved["result"], wall + saved["wall_s"]
+            saved = _checkpoint(path, section, seed, settings_json(s))
+            if saved is not None:
+                per_seed[str(seed)], wall = saved[0], wall + saved[1]
                 continue
         start = time.perf_counter()
-        result = summary(run(dataclasses.replace(s, seed=seed)))
+        result = json.loads(json.dumps(summary(run(dataclasses.replace(s, seed=seed)))))
         elapsed = time.perf_counter() - start
+        bad = results_lib.nonfinite(result)
+        if bad:
+            raise ValueError(f"section {section}, seed {seed}: the result holds NaN or infinite values at "
+                             f"{bad[:5]}; nothing was written for this seed (fix the run, then re-run)")
         path.write_text(json.dumps({"settings": settings_json(s), "result": result, "wall_s": elapsed}))
         per_seed[str(seed)], wall = result, wall + elapsed
     record = {"section": section, "profile": profile, "settings_class": cls.__name__, "settings": settings_json(s),
@@ -151,13 +191,27 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
     return target
 
 
+def _committed(path: Path) -> results_lib.ResultsFile:
+    """The results file at ``path`` (``<profile>/<section>.json``), read and checked by
+    :func:`replearn.results.load`; a file of a section without a driver is a ValueError."""
+    section, profile = path.stem, path.parent.name
+    if section not in SECTIONS:
+        raise ValueError(f"{path} is a results file of an unknown section {section!r} (sections with a driver: "
+                         f"{tuple(SECTIONS)}); remove it or add its driver to SECTIONS")
+    if profile not in PROFILES:
+        raise ValueError(f"{path} lies in the folder of an unknown profile {profile!r} (profiles: {PROFILES}); "
+                         f"move or remove it")
+    return results_lib.load(section, profile, path.parent.parent)
+
+
 def stale_files(out: Path = RESULTS) -> list[str]:
-    """Results files whose settings differ from their profile's current settings."""
+    """Results files whose settings differ from their profile's current settings (a file that
+    is corrupt, names another section or profile than its path, or belongs to no known
+    section is a ValueError naming it)."""
     stale = []
     for path in sorted(Path(out).glob("*/*.json")):
-        record = json.loads(path.read_text())
-        cls = SECTIONS[record["section"]][0]
-        if record["settings"] != settings_json(cls.profile(record["profile"])):
+        rf = _committed(path)
+        if rf.settings != settings_json(SECTIONS[rf.section][0].profile(rf.profile)):
             stale.append(str(path))
     return stale
 
@@ -178,21 +232,23 @@ def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int 
     the list of :func:`differences` (empty: the committed result re-derives bit for bit)."""
     if section not in SECTIONS:
         raise ValueError(f"unknown section {section!r}; use one of {tuple(SECTIONS)}")
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; use one of {PROFILES}")
     path = Path(out) / profile / f"{section}.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; run `make results PROFILE={profile}` first")
-    record = json.loads(path.read_text())
+    record = _committed(path)
     cls, run, summary = SECTIONS[section]
     s = cls.profile(profile)
-    if record["settings"] != settings_json(s):
+    if record.settings != settings_json(s):
         raise ValueError(f"{path} is stale (its settings differ from the {profile} profile's); re-run the section")
-    seed = record["seeds"][0] if seed is None else seed
-    if str(seed) not in record["results"]:
-        raise ValueError(f"seed {seed} is not in {path} (its seeds: {record['seeds']})")
+    seed = record.seeds[0] if seed is None else seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or str(seed) not in record.results:
+        raise ValueError(f"seed {seed!r} is not in {path} (its seeds: {list(record.seeds)}); pass one of them")
     start = time.perf_counter()
     result = summary(run(dataclasses.replace(s, seed=seed)))
     return {"seed": seed, "wall_s": time.perf_counter() - start,
-            "differences": differences(json.loads(json.dumps(result)), record["results"][str(seed)])}
+            "differences": differences(json.loads(json.dumps(result)), record.results[str(seed)])}
 
 
 def main(argv=None) -> int:
@@ -204,6 +260,12 @@ def main(argv=None) -> int:
                         help="re-run one seed of each committed file and compare instead of writing files")
     parser.add_argument("--seed", type=int, default=None, help="with --check: the seed (default: the file's first)")
     args = parser.parse_args(argv)
+    if args.seed is not None and not args.check:
+        parser.error("--seed only chooses the seed that --check re-runs; add --check, or drop --seed (a run "
+                     "writes every seed of the profile's settings)")
+    unknown = [s for s in args.sections if s not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; use some of {', '.join(SECTIONS)}")
     failed = 0
     for section in args.sections or list(SECTIONS):
         if not args.check:

@@ -50,3 +50,35 @@ def test_default_root_finds_book_results_from_a_chapter_folder(tmp_path, monkeyp
     assert results.default_root() == tmp_path / "book" / "results"
     monkeypatch.chdir(tmp_path)
     assert results.default_root() == tmp_path / "book" / "results"
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"section": "5.7"}, "section '5.7' at profile 'long', not of section '5.8'"),
+    ({"profile": "paper"}, "at profile 'paper', not of section '5.8' at profile 'long'"),
+    ({"seeds": [0, 0]}, "seeds must be distinct"),
+    ({"seeds": [0, 2, 4]}, "one entry per seed"),
+    ({"seeds": []}, "seeds must be distinct"),
+    ({"results": {"0": {"accuracy": {"FedRep": float("nan")}}, "2": {"accuracy": {"FedRep": 0.7}}}},
+     r"NaN or infinite values at \['/0/accuracy/FedRep'\]"),
+    ({"results": {"0": {"curve": [0.1, float("inf")]}, "2": {"curve": [0.3, 0.4]}}}, r"/0/curve\[1\]"),
+    ({"provenance": [1, 2]}, "settings and provenance must be JSON objects"),
+])
+def test_inconsistent_results_files_are_refused_naming_the_file(tmp_path, over, match):
+    write(tmp_path, **over)
+    with pytest.raises(ValueError, match=match) as info:
+        results.load("5.8", "long", tmp_path)
+    assert "5.8.json" in str(info.value) and "make results PROFILE=long" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ['{"section": "5.8", "profile": "lo', "", "[1, 2]", "\x00\xff"])
+def test_truncated_or_corrupt_results_files_name_the_file(tmp_path, text):
+    (tmp_path / "long").mkdir()
+    (tmp_path / "long" / "5.8.json").write_text(text)
+    with pytest.raises(ValueError, match="5.8.json is not a results file"):
+        results.load("5.8", "long", tmp_path)
+
+
+def test_values_that_are_not_numbers_are_named(tmp_path):
+    write(tmp_path)
+    with pytest.raises(ValueError, match=r"seed 0 holds dict at \['accuracy'\].*keys there: \['FedRep'\]"):
+        results.load("5.8", "long", tmp_path).values("accuracy")

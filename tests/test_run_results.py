@@ -86,3 +86,71 @@ def test_long_profiles_are_larger_than_the_cpu_defaults():
     for section, (cls, _, _) in rr.SECTIONS.items():
         d, l = cls.default(), cls.profile("long")
         assert l != d and len(l.seeds) >= len(d.seeds), section
+
+
+def _fake_58(monkeypatch, value):
+    cls = rr.SECTIONS["5.8"][0]
+
+    class Fake:
+        def __init__(self, seed):
+            self.seed = seed
+
+    monkeypatch.setitem(rr.SECTIONS, "5.8", (cls, lambda s: Fake(s.seed), lambda r: {"acc": value(r.seed)}))
+    return replace(cls.profile("long"), seeds=(3, 4))
+
+
+def test_checkpoints_holding_nan_or_corrupt_are_refused_naming_them(tmp_path, monkeypatch):
+    tiny = _fake_58(monkeypatch, lambda seed: 0.5)
+    rr.run_section("5.8", "long", tmp_path, settings=tiny)
+    ckpt = tmp_path / "long" / ".checkpoints" / "5.8-seed4.json"
+    saved = json.loads(ckpt.read_text())
+    for text, match in [(json.dumps({**saved, "result": {"acc": float("nan")}}), r"NaN or infinite .*/acc"),
+                        (ckpt.read_text()[:20], "not a readable checkpoint"),
+                        (json.dumps({"result": {"acc": 0.5}}), "need settings, result and wall_s"),
+                        (json.dumps([saved]), "holds a JSON list"),
+                        (json.dumps({**saved, "wall_s": -1.0}), "wall_s must be")]:
+        ckpt.write_text(text)
+        with pytest.raises(ValueError, match=match) as info:
+            rr.run_section("5.8", "long", tmp_path, settings=tiny)
+        assert "5.8-seed4.json" in str(info.value) and "delete it to re-run seed 4" in str(info.value)
+
+
+def test_a_run_returning_nan_writes_nothing_for_that_seed(tmp_path, monkeypatch):
+    tiny = _fake_58(monkeypatch, lambda seed: float("nan") if seed == 4 else 0.5)
+    with pytest.raises(ValueError, match="section 5.8, seed 4: the result holds NaN"):
+        rr.run_section("5.8", "long", tmp_path, settings=tiny)
+    assert not (tmp_path / "long" / ".checkpoints" / "5.8-seed4.json").exists()
+    assert not (tmp_path / "long" / "5.8.json").exists()
+
+
+def test_duplicate_seeds_are_refused(tmp_path, monkeypatch):
+    tiny = _fake_58(monkeypatch, lambda seed: 0.5)
+    with pytest.raises(ValueError, match="seeds"):
+        rr.run_section("5.8", "long", tmp_path, settings=replace(tiny, seeds=(3, 3)))
+
+
+def test_stale_files_names_corrupt_mislabelled_and_unknown_files(tmp_path, monkeypatch):
+    tiny = _fake_58(monkeypatch, lambda seed: 0.5)
+    path = rr.run_section("5.8", "long", tmp_path, settings=tiny)
+    record = json.loads(path.read_text())
+    (tmp_path / "long" / "3.1.json").write_text(json.dumps({**record, "section": "3.1"}))
+    with pytest.raises(ValueError, match=r"3.1.json is a results file of an unknown section '3.1'"):
+        rr.stale_files(tmp_path)
+    (tmp_path / "long" / "3.1.json").unlink()
+    (tmp_path / "long" / "5.7.json").write_text(json.dumps(record))  # a copy of 5.8's file
+    with pytest.raises(ValueError, match=r"5.7.json holds the results of section '5.8'"):
+        rr.stale_files(tmp_path)
+    (tmp_path / "long" / "5.7.json").write_text(path.read_text()[:-30])
+    with pytest.raises(ValueError, match=r"5.7.json is not a results file"):
+        rr.stale_files(tmp_path)
+    with pytest.raises(ValueError, match=r"5.7.json is not a results file"):
+        rr.check_section("5.7", "long", tmp_path)
+
+
+def test_command_line_refuses_seed_without_check_and_unknown_sections(capsys):
+    with pytest.raises(SystemExit):
+        rr.main(["--profile", "long", "--seed", "3", "5.8"])
+    assert "--seed only chooses the seed that --check re-runs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        rr.main(["--profile", "long", "--check", "3.1"])
+    assert "unknown section(s) ['3.1']" in capsys.readouterr().err

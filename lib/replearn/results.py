@@ -13,11 +13,24 @@ run the notebook itself executes.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ResultsFile", "default_root", "load"]
+__all__ = ["ResultsFile", "default_root", "load", "nonfinite"]
+
+
+def nonfinite(node, where: str = "") -> list[str]:
+    """The key paths (``/0/accuracy/FedRep``) of every NaN or infinite number in a JSON value
+    (``json`` reads ``NaN`` and ``Infinity`` without complaint)."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in nonfinite(v, f"{where}/{k}")]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in nonfinite(v, f"{where}[{i}]")]
+    if isinstance(node, float) and not math.isfinite(node):
+        return [where or "/"]
+    return []
 
 
 def default_root() -> Path:
@@ -63,6 +76,10 @@ class ResultsFile:
                     raise KeyError(f"{self.path.name}: no key {key!r} under {list(keys[:depth])}; "
                                    f"available: {have}")
                 node = node[key]
+            if isinstance(node, bool) or not isinstance(node, (int, float)):
+                raise ValueError(f"{self.path.name}: seed {seed} holds {type(node).__name__} at {list(keys)}, "
+                                 f"not a number; extend the key path"
+                                 + (f" (keys there: {sorted(node)})" if isinstance(node, dict) else ""))
             out.append(float(node))
         return out
 
@@ -88,10 +105,28 @@ def load(section: str, profile: str = "long", root: str | Path | None = None) ->
         raise FileNotFoundError(f"no {profile}-profile results for section {section} at {path}; produce them with "
                                 f"`make results PROFILE={profile}` (or set REPLEARN_RESULTS to the folder holding "
                                 f"<profile>/<section>.json)")
+    fix = f"re-run `make results PROFILE={profile}`"
     try:
         record = json.loads(path.read_text())
-        return ResultsFile(record["section"], record["profile"], record["settings"], tuple(record["seeds"]),
-                           record["results"], record["provenance"], path)
+        rf = ResultsFile(record["section"], record["profile"], record["settings"], tuple(record["seeds"]),
+                         record["results"], record["provenance"], path)
     except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path} is not a results file of scripts/run_results.py ({err}); re-run "
-                         f"`make results PROFILE={profile}`") from err
+        raise ValueError(f"{path} is not a results file of scripts/run_results.py ({err}); {fix}") from err
+    if (rf.section, rf.profile) != (section, profile):
+        raise ValueError(f"{path} holds the results of section {rf.section!r} at profile {rf.profile!r}, not of "
+                         f"section {section!r} at profile {profile!r} as its name says: the file was copied or "
+                         f"renamed; {fix}")
+    if (not rf.seeds or not all(isinstance(k, int) and not isinstance(k, bool) for k in rf.seeds)
+            or len(set(rf.seeds)) != len(rf.seeds)):
+        raise ValueError(f"{path}: seeds must be distinct integers (each seed counts once in every mean and "
+                         f"sd), got {list(rf.seeds)}; {fix}")
+    if not isinstance(rf.results, dict) or sorted(rf.results) != sorted(str(k) for k in rf.seeds):
+        have = sorted(rf.results) if isinstance(rf.results, dict) else type(rf.results).__name__
+        raise ValueError(f"{path}: results must hold exactly one entry per seed {list(rf.seeds)}, got {have}; "
+                         f"{fix}")
+    if not isinstance(rf.settings, dict) or not isinstance(rf.provenance, dict):
+        raise ValueError(f"{path}: settings and provenance must be JSON objects; {fix}")
+    bad = nonfinite(rf.results)
+    if bad:
+        raise ValueError(f"{path}: the results hold NaN or infinite values at {bad[:5]}; {fix}")
+    return rf

@@ -57,3 +57,108 @@ def test_glue_number_stores_the_rounded_value(capsys):
     from replearn.claims import glue_number
     InteractiveShell.instance()
     assert glue_number("x", 5.132895215833068) == 5.13
+
+
+def test_claim_refuses_to_hold_on_nan(capsys):
+    # issue 27: a claim whose condition is True must not print "holds" when a value it reports is NaN
+    with pytest.raises(ClaimFailed, match=r"acc is NaN"):
+        claim("accuracy above chance", True, acc=float("nan"))
+    with pytest.raises(ClaimFailed, match=r"acc is NaN"):
+        claim("accuracy above chance", True, acc=torch.tensor(float("nan")))
+    with pytest.raises(ClaimFailed, match=r"acc is NaN"):
+        claim("accuracy above chance", True, acc="nan ± 0.1")
+    assert capsys.readouterr().out == ""
+    claim("an infinite bound is a value", True, bound=float("inf"))   # inf is a number; NaN is not
+
+
+@pytest.mark.parametrize("digits", [0, -1, 18, 2.0, True, "3", None])
+def test_digits_are_validated(digits):
+    from replearn.claims import glue_number, round_significant
+    with pytest.raises(ValueError, match="digits"):
+        claim("x", True, digits=digits, x=1.0)
+    with pytest.raises(ValueError, match="digits"):
+        format_value(1.0, digits)
+    with pytest.raises(ValueError, match="digits"):
+        round_significant(1.0, digits)
+    with pytest.raises(ValueError, match="digits"):
+        glue_number("x", 1.0, digits)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), np.float64("nan"), torch.tensor(float("inf"))])
+def test_glue_number_rejects_non_finite(bad):
+    from replearn.claims import glue_number
+    with pytest.raises(ValueError, match="not a finite number"):
+        glue_number("x", bad)
+
+
+def test_fmt_formats_once_without_negative_zero():
+    from replearn.claims import fmt, mean_pm
+    assert fmt(-0.001, ".2f") == "0.00" and fmt(-0.4, ".0f") == "0" and fmt(-0.006, ".2f") == "-0.01"
+    assert fmt(0.105, ".2f") == format(0.105, ".2f")
+    with pytest.raises(ValueError, match="not a finite number"):
+        fmt(float("nan"))
+    s = mean_pm([-0.001, 0.002, -0.0035])
+    assert (s.mean, s.sd, s.text) == ("-0.001", "0.003", "-0.001 ± 0.003")
+    assert mean_pm([0.004, -0.004, -0.0041], digits=2).mean == "0.00"   # not "-0.00"
+    assert mean_pm([0.5, 0.7], scale=100).text == "60 ± 14"
+    from replearn.seeds import pm
+    for v in ([0.81, 0.83, 0.79], [0.1234, 0.1238, 0.1229], [12.0, 19.0, 15.0]):
+        assert mean_pm(v).text == pm(v)                                  # the same numbers as seeds.pm
+    with pytest.raises(ValueError, match="finite"):
+        mean_pm([0.1, float("nan")])
+
+
+def _glued(monkeypatch):
+    import myst_nb
+    calls = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
+    return calls
+
+
+def test_glue_text_and_glue_pm(monkeypatch):
+    from replearn.claims import glue_pm, glue_text
+    calls = _glued(monkeypatch)
+    assert glue_text("a", "0.11 ± 0.01") == "0.11 ± 0.01"
+    s = glue_pm("gap", [0.10, 0.12, 0.11])
+    assert calls == {"a": "0.11 ± 0.01", "gap": s.text, "gap-mean": s.mean, "gap-sd": s.sd}
+    for bad in ("", "nan ± 0.1", 0.5):
+        with pytest.raises(ValueError):
+            glue_text("b", bad)
+    with pytest.raises(ValueError, match="glue names"):
+        glue_text("a:b", "1")
+
+
+def test_verdict_glues_the_phrase_of_its_outcome(monkeypatch, capsys):
+    from replearn.claims import verdict
+    calls = _glued(monkeypatch)
+    assert verdict("v-sep", "tau = 5 above D-SGD beyond the spread", False, holds="separates", fails="does not separate",
+                   paper="Fig. 4", diff=0.006) is False
+    assert capsys.readouterr().out == "tau = 5 above D-SGD beyond the spread: does not hold (diff = 0.006)\n"
+    assert calls["v-sep"] == "does not separate"
+    assert calls["v-sep-outcome"] == {"claim": "tau = 5 above D-SGD beyond the spread", "holds": False,
+                                      "paper": "Fig. 4", "scale": "CPU"}
+    assert verdict("v2", "x", True, holds="is above", fails="is not above", scale="long") is True
+    assert calls["v2"] == "is above" and calls["v2-outcome"]["scale"] == "long"
+    with pytest.raises(ClaimFailed, match="does NOT hold"):
+        verdict("v3", "must hold", False, holds="a", fails="b", require=True)
+    with pytest.raises(ClaimFailed, match="NaN"):
+        verdict("v4", "y", True, holds="a", fails="b", y=float("nan"))
+    with pytest.raises(ValueError, match="must differ"):
+        verdict("v5", "y", True, holds="a", fails="a")
+    with pytest.raises(ValueError, match="scale"):
+        verdict("v6", "y", True, holds="a", fails="b", scale="gpu")
+
+
+def test_recorded_outcomes_reads_stored_glue(tmp_path):
+    import nbformat
+    from replearn.claims import recorded_outcomes
+    record = {"claim": "c", "holds": True, "paper": "Fig. 5", "scale": "long"}
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell("", outputs=[
+        nbformat.v4.new_output("display_data", data={"text/plain": repr(record)},
+                               metadata={"scrapbook": {"name": "v-x-outcome", "mime_prefix": ""}}),
+        nbformat.v4.new_output("display_data", data={"text/plain": "'separates'"},
+                               metadata={"scrapbook": {"name": "v-x", "mime_prefix": ""}})]))
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    assert recorded_outcomes(path) == [{"name": "v-x", **record}]

@@ -1,6 +1,7 @@
 """Tests of replearn.data: loading (official archive, npz subset, download), partitions, augmentation."""
 
 import hashlib
+import math
 import http.server
 import io
 import os
@@ -734,3 +735,69 @@ def test_recorded_selection_and_digests_match_the_shipped_subsets():
         assert np.array_equal(ix["train"], arrays["train_index"])
         assert np.array_equal(ix["test"], arrays["test_index"])
         assert data.content_digest(arrays) == data.SUBSET_DIGESTS[name]
+
+
+# --------------------------------------------------------------------------- issue 27: bad data and arguments
+
+def _write_official(root, arr):
+    for rel, blob in _official_files("cifar100", arr).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(blob)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: a["y_train_coarse"].__setitem__(0, 25), r"y_train_coarse: labels outside 0..19"),
+    (lambda a: a["y_test_coarse"].__setitem__(3, -1), r"y_test_coarse: labels outside 0..19"),
+    (lambda a: a.update(coarse_class_names=a["coarse_class_names"][:19]), "19 coarse class names, expected 20"),
+    (lambda a: a["y_train_coarse"].__setitem__(np.flatnonzero(a["y_train"] == a["y_train"][0])[0],
+                                               (a["y_train_coarse"][0] + 1) % 20), "two different coarse labels"),
+])
+def test_corrupt_coarse_labels_are_refused(tmp_path, change, match):
+    arr = _sample_arrays("cifar100")
+    arr = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in arr.items()}
+    change(arr)
+    _write_official(tmp_path, arr)
+    with pytest.raises(ValueError, match=match):
+        data.load_cifar("cifar100", root=tmp_path)
+
+
+def test_a_coarse_label_array_one_entry_short_is_refused(tmp_path):
+    arr = _sample_arrays("cifar100")
+    fake = data.CifarData("cifar100", torch.zeros(3, 3, 32, 32, dtype=torch.uint8), torch.tensor([0, 1, 2]),
+                          torch.zeros(1, 3, 32, 32, dtype=torch.uint8), torch.tensor([0]), arr["class_names"],
+                          "subset", tmp_path)
+    coarse = dict(y_train_coarse=torch.tensor([0, 0]), y_test_coarse=torch.tensor([0]),
+                  coarse_class_names=arr["coarse_class_names"])
+    with pytest.raises(ValueError, match=r"y_train_coarse has shape \(2,\) but y_train has \(3,\)"):
+        data._check_coarse(coarse, fake.y_train, fake.y_test, "here")
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda y: data.dirichlet_partition(y, 4.0, 0.5, seed=0), r"n_clients must be an integer"),
+    (lambda y: data.shard_partition(y, 2.5, 2, seed=0), r"n_clients must be an integer"),
+    (lambda y: data.dirichlet_partition(y, 10**12, 0.5, seed=0), r"n_clients = 1000000000000 .*MAX_COUNT"),
+    (lambda y: data.dirichlet_partition(y, 41, 0.5, seed=0, min_size=0), r"n_clients = 41 exceeds the 40"),
+    (lambda y: data.shard_partition(y, 4, 2.0, seed=0), r"classes_per_client must be an integer"),
+    (lambda y: data.dirichlet_partition(y, 4, math.inf, seed=0), r"alpha must be a finite"),
+    (lambda y: data.dirichlet_partition(y, 4, 0.5, seed=0, min_size=1.5), r"min_size"),
+    (lambda y: data.dirichlet_partition(y[:0], 4, 0.5, seed=0), r"labels is empty"),
+    (lambda y: data.shard_partition(y[:0], 4, 2, seed=0), r"labels is empty"),
+    (lambda y: data.client_test_split([torch.arange(4)], y, y[:0], seed=0), r"test_labels is empty"),
+    (lambda y: data.client_test_split([torch.tensor([0, 40])], y, y, seed=0),
+     r"partition\[0\] holds indices in \[0, 40\] but train_labels has 40"),
+    (lambda y: data.client_test_split([torch.arange(3), torch.tensor([-1])], y, y, seed=0), r"partition\[1\]"),
+    (lambda y: data.client_test_split([torch.tensor([0.5])], y, y, seed=0), r"partition\[0\] must be a 1-D integer"),
+    (lambda y: data.client_test_split(torch.arange(4), y, y, seed=0), r"partition must be a non-empty list"),
+    (lambda y: data.client_test_split([torch.arange(4)], y, y, seed=0, n_per_client=2.0), r"n_per_client"),
+    (lambda y: data.class_split(10.0, 2, seed=0), r"n_classes must be an integer"),
+    (lambda y: data.load_cifar("cifar10", root="/nonexistent", timeout=0), r"timeout must be > 0"),
+    (lambda y: data.load_cifar("cifar10", root="/nonexistent", retry_delay=-1.0), r"retry_delay must be >= 0"),
+    (lambda y: data.download_archive("http://127.0.0.1:9/x", "/tmp/x.tgz", "0", timeout=-5), r"timeout must"),
+    (lambda y: data.download_archive("http://127.0.0.1:9/x", "/tmp/x.tgz", "0", timeout=math.nan), r"timeout"),
+    (lambda y: data.download_archive("http://127.0.0.1:9/x", "/tmp/x.tgz", "0", timeout=1e9), r"MAX_TIMEOUT"),
+    (lambda y: data.download_archive("http://127.0.0.1:9/x", "/tmp/x.tgz", "0", retries=2.0), r"retries"),
+])
+def test_bad_partition_and_download_arguments_name_the_argument(call, match):
+    y = torch.arange(40) % 4
+    with pytest.raises(ValueError, match=match):
+        call(y)

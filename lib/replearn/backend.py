@@ -28,6 +28,9 @@ def make_generator(seed: SeedLike = 0) -> torch.Generator:
         raise ValueError("a seed is required: pass an int or a torch.Generator (results must be reproducible)")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, (bool, np.bool_)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int or a torch.Generator, got {seed!r}")
+    if seed > 2**64 - 1:
+        raise ValueError(f"seed must be at most 2**64 - 1 (a torch generator's seed is an unsigned 64-bit "
+                         f"integer), got {seed!r}; pass a smaller seed")
     gen = torch.Generator(device="cpu")
     gen.manual_seed(int(seed))
     return gen

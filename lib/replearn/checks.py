@@ -22,8 +22,19 @@ from .backend import check_finite
 __all__ = [
     "check_int", "check_number", "check_positive", "check_nonnegative", "check_fraction",
     "check_choice", "check_bool", "check_sequence", "check_ints", "check_positives", "check_seed",
+    "check_count", "MAX_COUNT", "MAX_SEED",
     "check_tensor", "check_finite", "check_same_kind", "check_client_index", "check_weights",
 ]
+
+
+MAX_COUNT = 10**7
+"""Largest count a settings field may hold (iterations, rounds, epochs, trials, clients, samples,
+dimensions): the book's largest is 1.5e5 (paper-scale steps), and 10**7 of any of them is work
+or memory no machine it targets has, so such a value is refused at construction, naming the
+field, before anything is allocated."""
+
+MAX_SEED = 2**64 - 1
+"""Largest seed a torch generator accepts (``manual_seed`` takes an unsigned 64-bit integer)."""
 
 
 def _describe(value) -> str:
@@ -117,8 +128,20 @@ def check_positives(values, name: str, each_name: str | None = None) -> tuple:
 
 
 def check_seed(value, name: str = "seed") -> int:
-    """A non-negative integer seed."""
+    """A non-negative integer seed that a torch generator accepts (at most :data:`MAX_SEED`)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value > MAX_SEED:
+        raise ValueError(f"{name} must be at most 2**64 - 1 (a torch generator's seed is an unsigned 64-bit "
+                         f"integer), got {_describe(value)}; pass a smaller seed")
     return check_int(value, name, 0)
+
+
+def check_count(value, name: str, low: int | None = 0) -> int:
+    """An integer >= ``low`` and at most :data:`MAX_COUNT` (a size or a number of steps that
+    can run); the message names the limit."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value > MAX_COUNT:
+        raise ValueError(f"{name} = {value} is more work or memory than any machine can take (the limit of a "
+                         f"count is MAX_COUNT = {MAX_COUNT:.0e}; the book's largest is 1.5e5): use a smaller {name}")
+    return check_int(value, name, low)
 
 
 def check_tensor(t, name: str, *, ndim: int | None = None, min_ndim: int | None = None,

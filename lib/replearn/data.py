@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .checks import check_bool, check_count, check_int, check_nonnegative, check_positive
+
 _SPECS = {
     "cifar10": dict(
         title="CIFAR-10", folder="cifar-10-batches-py", subset="cifar10_subset.npz",
@@ -268,6 +270,7 @@ def load_cifar(name: str, *, root: str | os.PathLike | None = None, download: bo
     :class:`DataMissingError` (a ``FileNotFoundError``) naming the directory searched and the fixes.
     """
     spec = _spec(name)
+    _check_download_args(retries, retry_delay, timeout)
     base = data_root(root)
     if (base / spec["folder"]).is_dir():
         return _load_official(name, base)
@@ -361,7 +364,32 @@ def _check_labels(y: torch.Tensor, n: int, what: str) -> None:
     if not len(y):
         raise ValueError(f"{what}: no images; the data are corrupt or incomplete")
     if int(y.min()) < 0 or int(y.max()) >= n:
-        raise ValueError(f"{what}: labels outside 0..{n - 1}; the data are corrupt")
+        raise ValueError(f"{what}: labels outside 0..{n - 1} (got {int(y.min())}..{int(y.max())}); the data "
+                         f"are corrupt")
+
+
+N_COARSE = 20
+"""CIFAR-100's superclasses: each of the 100 classes belongs to exactly one of 20."""
+
+
+def _check_coarse(coarse: dict, y_train: torch.Tensor, y_test: torch.Tensor, where: str) -> None:
+    """CIFAR-100's coarse labels: 20 names, one label per image in 0..19, and every fine class
+    in exactly one superclass (on both splits together); else the data are corrupt."""
+    names = coarse["coarse_class_names"]
+    if len(names) != N_COARSE:
+        raise ValueError(f"{where} lists {len(names)} coarse class names, expected {N_COARSE}; the data are "
+                         f"corrupt: replace them with a fresh copy")
+    for split, fine in (("train", y_train), ("test", y_test)):
+        y = coarse[f"y_{split}_coarse"]
+        if y.shape != fine.shape:
+            raise ValueError(f"{where}: y_{split}_coarse has shape {tuple(y.shape)} but y_{split} has "
+                             f"{tuple(fine.shape)} (one coarse label per image); the data are corrupt")
+        _check_labels(y, N_COARSE, f"{where} y_{split}_coarse")
+    fine = torch.cat([y_train, y_test])
+    pairs = torch.unique(fine * N_COARSE + torch.cat([coarse["y_train_coarse"], coarse["y_test_coarse"]]))
+    if len(pairs) != len(torch.unique(fine)):
+        raise ValueError(f"{where}: a fine class carries two different coarse labels (each CIFAR-100 class "
+                         f"belongs to one superclass); the data are corrupt: replace them with a fresh copy")
 
 
 def _load_official(name: str, base: Path) -> CifarData:
@@ -380,6 +408,7 @@ def _load_official(name: str, base: Path) -> CifarData:
     if name == "cifar100":
         coarse = dict(y_train_coarse=train[2], y_test_coarse=test[2],
                       coarse_class_names=_names(meta, b"coarse_label_names", folder / spec["meta"]))
+        _check_coarse(coarse, train[1], test[1], f"{folder}")
     return CifarData(name=name, x_train=train[0], y_train=train[1], x_test=test[0], y_test=test[1],
                      class_names=names, source="full", root=base, **coarse)
 
@@ -415,6 +444,7 @@ def _load_subset(name: str, base: Path) -> CifarData:
     if name == "cifar100":
         extra = dict(y_train_coarse=t["y_train_coarse"], y_test_coarse=t["y_test_coarse"],
                      coarse_class_names=tuple(str(s) for s in arr["coarse_class_names"]))
+        _check_coarse(extra, t["y_train"], t["y_test"], f"{path}")
     return CifarData(name=name, x_train=t["x_train"], y_train=t["y_train"], x_test=t["x_test"],
                      y_test=t["y_test"], class_names=tuple(str(s) for s in arr["class_names"]),
                      source="subset", root=base, **extra)
@@ -446,19 +476,35 @@ def _fetch_once(url: str, tmp, timeout: float) -> str:
     return digest.hexdigest()
 
 
+MAX_TIMEOUT = 3600.0
+"""Largest ``timeout`` (seconds without data from the server before a try fails) and
+``retry_delay`` of a download: a stalled connection must fail within an hour, not hang."""
+
+
+def _check_download_args(retries, retry_delay, timeout) -> None:
+    check_int(retries, "retries", 1, 100)
+    check_nonnegative(retry_delay, "retry_delay")
+    check_positive(timeout, "timeout")
+    for name, value in (("retry_delay", retry_delay), ("timeout", timeout)):
+        if value > MAX_TIMEOUT:
+            raise ValueError(f"{name} must be at most MAX_TIMEOUT = {MAX_TIMEOUT:g} s (a stalled download must "
+                             f"fail, not hang), got {value!r}")
+
+
 def download_archive(url: str, dest: str | os.PathLike, md5: str, *, retries: int = 3,
                      retry_delay: float = 1.0, timeout: float = 60.0) -> Path:
     """Download ``url`` to ``dest`` and check its md5; return ``dest``.
 
     An existing ``dest`` with the right md5 is reused. The body is streamed into a temporary
     file next to ``dest`` and renamed into place (atomically) only once complete and verified.
-    A dropped or short connection is retried up to ``retries`` times in all (waiting
-    ``retry_delay * attempt`` seconds between tries), then ``ConnectionError`` is raised; an md5
+    A dropped or short connection, or ``timeout`` seconds without data, is retried up to
+    ``retries`` times in all (1..100; waiting ``retry_delay * attempt`` seconds between tries;
+    ``timeout > 0`` and ``retry_delay >= 0``, both at most :data:`MAX_TIMEOUT`), then
+    ``ConnectionError`` is raised; an md5
     mismatch raises ``ValueError``. In every failure case no partial file is left behind.
     """
     dest = Path(dest)
-    if retries < 1:
-        raise ValueError(f"retries must be at least 1, got {retries}")
+    _check_download_args(retries, retry_delay, timeout)
     if dest.is_file() and file_digest(dest, "md5") == md5:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -687,7 +733,37 @@ def _labels(labels, what: str = "labels") -> np.ndarray:
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or (len(y) and y.min() < 0):
         raise ValueError(f"{what} must be a 1-D array of non-negative integer class labels, "
                          f"got dtype {y.dtype} and shape {y.shape}")
+    if not len(y):
+        raise ValueError(f"{what} is empty: pass the labels of at least one sample")
     return y.astype(np.int64)
+
+
+def _n_clients(n_clients, y: np.ndarray) -> int:
+    """``n_clients`` as an int in [1, len(y)] (a client needs a sample)."""
+    check_count(n_clients, "n_clients", 1)
+    if n_clients > len(y):
+        raise ValueError(f"n_clients = {n_clients} exceeds the {len(y)} samples (every client needs at "
+                         f"least one): use at most {len(y)} clients or more data")
+    return int(n_clients)
+
+
+def _partition_indices(partition, n: int) -> list[np.ndarray]:
+    """Each client's training indices as a 1-D int array in [0, n) (ValueError naming the client)."""
+    if isinstance(partition, (str, bytes, torch.Tensor, np.ndarray)) or not hasattr(partition, "__len__") \
+            or not len(partition):
+        raise ValueError(f"partition must be a non-empty list of index tensors (one per client), got "
+                         f"{type(partition).__name__}")
+    out = []
+    for i, ix in enumerate(partition):
+        a = ix.cpu().numpy() if isinstance(ix, torch.Tensor) else np.asarray(ix)
+        if a.ndim != 1 or (len(a) and not np.issubdtype(a.dtype, np.integer)):
+            raise ValueError(f"partition[{i}] must be a 1-D integer index array, got dtype {a.dtype} and "
+                             f"shape {a.shape}")
+        if len(a) and (int(a.min()) < 0 or int(a.max()) >= n):
+            raise ValueError(f"partition[{i}] holds indices in [{int(a.min())}, {int(a.max())}] but "
+                             f"train_labels has {n} entries: the partition was made for other data")
+        out.append(a.astype(np.int64))
+    return out
 
 
 def _index_tensors(parts) -> list[torch.Tensor]:
@@ -705,6 +781,8 @@ def shard_partition(labels, n_clients: int, classes_per_client: int, *, seed: in
     samples. Every sample is used exactly once.
     """
     y = _labels(labels)
+    n_clients = _n_clients(n_clients, y)
+    check_count(classes_per_client, "classes_per_client", 1)
     classes = np.unique(y)
     k = len(classes)
     if n_clients < 1 or not 1 <= classes_per_client <= k:
@@ -752,8 +830,13 @@ def dirichlet_partition(labels, n_clients: int, alpha: float, *, seed: int, min_
     any class left), so later clients can be less skewed than their draw.
     """
     y = _labels(labels)
+    n_clients = _n_clients(n_clients, y)
     if n_clients < 1 or not alpha > 0:
         raise ValueError(f"need n_clients >= 1 and alpha > 0, got {n_clients} and {alpha}")
+    alpha = check_positive(alpha, "alpha")
+    check_count(min_size, "min_size", 0)
+    check_count(max_attempts, "max_attempts", 1)
+    check_bool(equal_sizes, "equal_sizes")
     rng = _rng(seed)
     classes = np.unique(y)
     by_class = [np.flatnonzero(y == c) for c in classes]
@@ -811,8 +894,11 @@ def client_test_split(partition: list[torch.Tensor], train_labels, test_labels, 
     clients holding it, ``ValueError``.
     """
     ytr, yte = _labels(train_labels, "train_labels"), _labels(test_labels, "test_labels")
+    parts = _partition_indices(partition, len(ytr))
+    if n_per_client is not None:
+        check_count(n_per_client, "n_per_client", 1)
     k = int(max(ytr.max(initial=0), yte.max(initial=0))) + 1
-    counts = np.stack([np.bincount(ytr[torch.as_tensor(ix).cpu().numpy()], minlength=k) for ix in partition])
+    counts = np.stack([np.bincount(ytr[ix], minlength=k) for ix in parts])
     avail = np.bincount(yte, minlength=k)
     if n_per_client is None:
         quota = counts * (avail / np.maximum(counts.sum(0), 1))
@@ -842,6 +928,8 @@ def client_test_split(partition: list[torch.Tensor], train_labels, test_labels, 
 def class_split(n_classes: int, n_new: int, *, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Disjoint random ``(train_classes, new_classes)``, sorted int64 tensors, e.g. 80 / 20
     CIFAR-100 classes for training clients and for new clients."""
+    check_count(n_classes, "n_classes", 1)
+    check_int(n_new, "n_new", 1)
     if not 0 < n_new < n_classes:
         raise ValueError(f"need 0 < n_new < n_classes, got n_new={n_new}, n_classes={n_classes}")
     perm = _rng(seed).permutation(n_classes)

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .backend import default_device
+from .checks import check_seed
 
 MODEL_NAMES = ("fedavg_cnn", "fedrep_cnn")
 
@@ -58,11 +59,22 @@ class SplitModel(nn.Module):
         return tuple(name for name, _ in self.named_parameters() if name.startswith("body."))
 
 
+MAX_PARAMETERS = 10**9
+"""Largest number of parameters a model may have (4 GB in float32, 8 GB in float64); a larger
+one is refused before any layer is allocated. The book's largest has about 1.1e6."""
+
+
 def _check_widths(**widths) -> None:
     for name, value in widths.items():
         values = value if isinstance(value, tuple) else (value,)
-        if not all(isinstance(v, int) and v >= 1 for v in values):
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
             raise ValueError(f"{name} must be positive ints, got {value!r}")
+
+
+def _check_parameters(count: int, what: str) -> None:
+    if count > MAX_PARAMETERS:
+        raise ValueError(f"{what} give a model of {count:.3g} parameters, more than MAX_PARAMETERS = "
+                         f"{MAX_PARAMETERS:.0e} (memory no machine of the book has); use smaller values")
 
 
 class FedAvgCNN(SplitModel):
@@ -74,6 +86,11 @@ class FedAvgCNN(SplitModel):
         _check_widths(n_classes=n_classes, channels=tuple(channels), hidden=tuple(hidden))
         if len(channels) != 3 or len(hidden) != 2:
             raise ValueError(f"need 3 block widths and 2 hidden widths, got {channels!r}, {hidden!r}")
+        widths = (3, *channels)
+        convs = sum(9 * a * b + b for a, b in zip(widths[:-1], widths[1:])) + sum(9 * c * c + c for c in channels)
+        dims = (channels[-1] * 16, *hidden, n_classes)
+        _check_parameters(convs + sum(a * b + b for a, b in zip(dims[:-1], dims[1:])),
+                          f"channels={tuple(channels)}, hidden={tuple(hidden)} and n_classes={n_classes}")
         layers: list[tuple[str, nn.Module]] = []
         capture = []
         c_in = 3
@@ -111,10 +128,13 @@ class FedRepCNN(SplitModel):
     def __init__(self, n_classes: int = 10, *, variant: str | None = None):
         super().__init__()
         _check_widths(n_classes=n_classes)
-        variant = variant or ("cifar100" if n_classes > 10 else "cifar10")
-        if variant not in FEDREP_WIDTHS:
-            raise ValueError(f"variant must be one of {tuple(FEDREP_WIDTHS)}, got {variant!r}")
+        if variant is None:
+            variant = "cifar100" if n_classes > 10 else "cifar10"
+        if not isinstance(variant, str) or variant not in FEDREP_WIDTHS:
+            raise ValueError(f"variant must be one of {tuple(FEDREP_WIDTHS)} (or None for the default of "
+                             f"n_classes), got {variant!r}")
         c1, c2, f1, f2 = FEDREP_WIDTHS[variant]
+        _check_parameters(f2 * n_classes + n_classes, f"n_classes={n_classes}")
         self.body = nn.Sequential(OrderedDict([
             ("conv1", nn.Conv2d(3, c1, 5)), ("relu1", nn.ReLU()), ("pool1", nn.MaxPool2d(2)),
             ("conv2", nn.Conv2d(c1, c2, 5)), ("relu2", nn.ReLU()), ("pool2", nn.MaxPool2d(2)),
@@ -137,8 +157,7 @@ def make_model(name: str, n_classes: int, seed: int, *, device: torch.device | s
     CPU's kernels or thread count) on ``device`` (default: :func:`~replearn.backend.default_device`)."""
     if name not in MODEL_NAMES:
         raise ValueError(f"unknown model {name!r}; use one of {MODEL_NAMES}")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_seed(seed)
     cls = FedAvgCNN if name == "fedavg_cnn" else FedRepCNN
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

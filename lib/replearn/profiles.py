@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields, is_dataclass, replace
 
-from .checks import check_bool, check_int, check_number, check_sequence
+from .checks import check_bool, check_count, check_int, check_number, check_seed, check_sequence
 
 __all__ = ["PROFILES", "Settings", "differences", "profile_name"]
 
@@ -44,7 +44,8 @@ class Settings:
     Construction validates (``__post_init__`` calls :meth:`validate`), so a bad setting fails
     where it is written, not rounds later inside an experiment. The base :meth:`validate`
     checks every field that is not None against its annotation (``int``: an integer >= 0,
-    bools rejected; ``float``: a finite real number; ``bool``; ``str``; ``tuple``: a non-empty
+    bools rejected, at most :data:`replearn.checks.MAX_COUNT` (a seed field: a seed a torch
+    generator accepts, :func:`replearn.checks.check_seed`); ``float``: a finite real number; ``bool``; ``str``; ``tuple``: a non-empty
     tuple, a list is converted, whose entries have the types of the default's entries; a field
     whose default is a dataclass, such as a composed ``neural.TrainConfig``: an instance of
     that class, which validated itself when it was built).
@@ -67,7 +68,7 @@ class Settings:
             if kinds == {"bool"}:
                 check_bool(value, f.name)
             elif kinds == {"int"}:
-                check_int(value, f.name, 0)
+                (check_seed if "seed" in f.name else check_count)(value, f.name)
             elif kinds <= {"int", "float"} and "float" in kinds:
                 check_number(value, f.name)
             elif kinds == {"str"}:
@@ -75,6 +76,9 @@ class Settings:
                     raise ValueError(f"{f.name} must be a string, got {value!r}")
             elif kinds == {"tuple"} and isinstance(f.default, tuple) and f.default:
                 object.__setattr__(self, f.name, _check_tuple(value, f.name, f.default))
+                if "seed" in f.name:
+                    for k in getattr(self, f.name):
+                        check_seed(k, f"every entry of {f.name}")
 
 
     @classmethod
@@ -115,7 +119,8 @@ def _check_tuple(value, name: str, default: tuple) -> tuple:
     """A non-empty tuple whose entries have the types of ``default``'s entries (ints stay ints)."""
     kinds, label = {type(v) for v in default}, f"{name} (a tuple)"
     if kinds <= {int}:
-        return check_sequence(value, label, lambda v, n: check_int(v, n, None))
+        return check_sequence(value, label, lambda v, n: check_int(v, n, None) if "seed" in name
+                              else check_count(v, n, None))
     if kinds <= {int, float}:
         return check_sequence(value, label, lambda v, n: v if isinstance(v, int) and not isinstance(v, bool)
                               else check_number(v, n))

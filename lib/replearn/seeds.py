@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import torch
 
-from .checks import check_int
+from .checks import check_seed
 
 __all__ = ["check_seeds", "decimals", "mean_sd", "over_seeds", "pm", "separated"]
 
@@ -24,7 +24,7 @@ def check_seeds(seeds) -> tuple[int, ...]:
     if not isinstance(seeds, tuple) or not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be a non-empty tuple of distinct ints, got {seeds!r}")
     for k in seeds:
-        check_int(k, "seeds", 0)
+        check_seed(k, "seeds")
     return seeds
 
 

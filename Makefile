@@ -21,7 +21,7 @@ export REPLEARN_DATA := $(SHARED_DATA)
 endif
 endif
 
-.PHONY: book test unit nbval nbval-portable execute results bench lab launch-check constraints clean
+.PHONY: book test data data-preflight unit nbval nbval-portable execute results bench lab launch-check constraints clean
 
 # Notebooks that train CNNs on CIFAR (float64 on the CPU, about a minute or two each): strict
 # nbval checks them once; to keep `make test` short the portability pass re-runs only the others
@@ -51,16 +51,27 @@ book: $(STAMP)
 	$(BIN)/python scripts/check_rendered.py _build/html
 	@echo "Book built: file://$(CURDIR)/_build/html/index.html"
 
-test: unit nbval nbval-portable
+# `make data` first: the CIFAR notebooks need the offline subsets in the data directory
+# ($REPLEARN_DATA, else ~/.cache/replearn). scripts/prepare_data.py verifies them against their
+# recorded SHA-256, or downloads the official archives and rebuilds them; without them and without
+# a network it stops at once (its preflight runs before the environment is set up) and says how to
+# get them (README, "Data").
+test: data unit nbval nbval-portable
+
+data-preflight:
+	@$(PYTHON) scripts/prepare_data.py --preflight
+
+data: data-preflight $(STAMP)
+	$(BIN)/python scripts/prepare_data.py
 
 unit: $(FLOWER_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q
 
-nbval: $(STAMP)
+nbval: data $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
 		--nbval-sanitize-with nbval_sanitize.cfg $(NOTEBOOKS)
 
-nbval-portable: $(STAMP)
+nbval-portable: data $(STAMP)
 	$(PORTABLE_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
 		--nbval-sanitize-with nbval_sanitize.cfg $(PORTABLE_NOTEBOOKS)
 
@@ -77,9 +88,19 @@ results: $(STAMP)
 bench: $(STAMP)
 	@for f in bench/*.py; do echo "== $$f"; MPLBACKEND=Agg $(BIN)/python $$f || exit 1; done
 
-lab: $(STAMP)
-	$(BIN)/python -m pip install --disable-pip-version-check -q jupyterlab
-	$(BIN)/jupyter lab book
+# JupyterLab, pinned by constraints-lab.txt on top of constraints.txt. Jupyter refuses to run as
+# root without --allow-root: pass it (or any other option of `jupyter lab`) in LAB_ARGS, e.g.
+#   make lab LAB_ARGS="--allow-root --no-browser --ip=127.0.0.1 --port=8888"
+LAB_STAMP := $(VENV)/.installed-lab
+LAB_ARGS ?=
+$(LAB_STAMP): $(STAMP) constraints-lab.txt
+	$(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt -c constraints-lab.txt jupyterlab
+	@touch $(LAB_STAMP)
+
+lab: $(LAB_STAMP)
+	@if [ "$$(id -u)" = 0 ] && [[ " $(LAB_ARGS) " != *" --allow-root "* ]]; then \
+		echo "make lab: running as root, which Jupyter refuses; run: make lab LAB_ARGS=--allow-root" >&2; exit 2; fi
+	$(BIN)/jupyter lab $(LAB_ARGS) book
 
 # The environments behind the book's Binder and Colab buttons, built offline in a fresh venv
 # from binder/ and the Colab setup cell, then checked (README, "Launching"; takes a few minutes).

@@ -7,16 +7,22 @@ SOURCE_DIR holds the official python-pickle archives ``cifar-10-python.tar.gz`` 
 folders); ``--download`` fetches missing archives into it. Each archive is md5-checked and
 extracted. OUT_DIR receives ``cifar10_subset.npz`` and ``cifar100_subset.npz`` with the same
 images, labels and layout as the subsets the book was executed with (their content digests are
-checked against ``replearn.data.SUBSET_DIGESTS``) and a ``SHA256SUMS`` file. Then
-``export REPLEARN_DATA=OUT_DIR``. See ``replearn.data.make_subsets`` and the README, "Data".
+checked against ``replearn.data.SUBSET_DIGESTS``), written byte for byte as the shipped files (their
+SHA-256 is compared with ``scripts/cifar_subsets.sha256``), and a ``SHA256SUMS`` file. Then
+``export REPLEARN_DATA=OUT_DIR``. ``make data`` (scripts/prepare_data.py) does all of this by itself
+for the data directory. See ``replearn.data.make_subsets`` and the README, "Data".
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from replearn import data
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import prepare_data  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -28,9 +34,16 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     names = (args.only,) if args.only else ("cifar10", "cifar100")
     written = data.make_subsets(args.source, args.out, names=names, download=args.download)
+    recorded = prepare_data.read_sums()
     for name, path in written.items():
+        prepare_data.write_npz(path, prepare_data.load_arrays(path), prepare_data.MEMBER_ORDER[name])
         d = data.load_cifar(name, root=path.parent)
-        print(f"{path}: {d.describe()}; sha256 {data.file_digest(path)}")
+        digest = data.file_digest(path)
+        same = "as recorded" if recorded.get(path.name) == digest else "not the recorded one (another zlib)"
+        print(f"{path}: {d.describe()}; sha256 {digest}, {same}")
+    sums = prepare_data.read_sums(Path(args.out) / "SHA256SUMS")
+    sums.update({p.name: data.file_digest(p) for p in written.values()})
+    (Path(args.out) / "SHA256SUMS").write_text("".join(f"{h}  {n}\n" for n, h in sorted(sums.items())))
     return 0
 
 

@@ -17,21 +17,22 @@ the rounds and local steps of one ``tau``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 
 from . import data as D
 from . import neural, similarity
-from .backend import derive_seed
+from .backend import default_device, derive_seed
 from .checks import check_int
 from .models import make_model
 from .profiles import Settings
+from .scales import require_data
 from .seeds import check_seeds
 
 __all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "MatchedTraining", "PretrainSettings", "Pretrained",
            "accuracy", "finetune_all", "layer_activations", "method_name", "new_clients", "new_model",
-           "pretrain", "probe_set", "train_matched"]
+           "pretrain", "pretrain_key", "probe_set", "train_matched"]
 
 DSGD = 1  # tau of D-SGD
 
@@ -57,7 +58,9 @@ class MatchedTraining(Settings):
     run by :meth:`config`); ``dtype``: ``"float64"`` on the CPU (float32 SGD turns last-bit
     differences between CPUs and thread counts into visible accuracy changes over hundreds of
     steps; float64 keeps them near 1e-16), ``"float32"`` on a GPU; ``seeds``: the seeds
-    :func:`replearn.seeds.over_seeds` runs (``seed``: the one a single run uses).
+    :func:`replearn.seeds.over_seeds` runs (``seed``: the one a single run uses); ``full_data``:
+    the run needs the full official datasets and stops before training on the offline subsets
+    (:func:`replearn.scales.require_data`; set by the paper profiles).
     """
 
     model: str = "fedrep_cnn"
@@ -70,6 +73,7 @@ class MatchedTraining(Settings):
     dtype: str = "float64"
     seeds: tuple[int, ...] = (0, 1, 2)
     seed: int = 0
+    full_data: bool = False
 
     def validate(self) -> None:
         super().validate()
@@ -187,7 +191,7 @@ class PretrainSettings(MatchedTraining):
 PAPER_PRETRAIN = dict(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128), clients=80,
                       train=neural.TrainConfig(lr=0.01, momentum=0.5, batch_size=10, participation=0.1),
                       tau=50, total_steps=125_000, dtype="float32", n_pretrain=None, classes_per_client=5,
-                      ft_lr=0.01, ft_batch_size=10)
+                      ft_lr=0.01, ft_batch_size=10, full_data=True)
 
 
 @dataclass(frozen=True)
@@ -203,8 +207,35 @@ class Pretrained:
     data: str
 
 
+#: The last pre-training (settings key, data, result): 4.8 and 4.9 run the same pre-training,
+#: and ``scripts/run_results.py`` runs them one after the other in one process.
+_PRETRAINED: list = []
+
+
+def pretrain_key(s: PretrainSettings) -> PretrainSettings:
+    """The settings that determine :func:`pretrain`'s result: ``s`` as a plain
+    :class:`PretrainSettings` with the fine-tuning fields at their defaults (fine-tuning does
+    not change the pre-training), so that the sections sharing a pre-training compare equal."""
+    keep = {f.name for f in fields(MatchedTraining)} | {"n_new", "n_pretrain", "classes_per_client", "tau"}
+    return PretrainSettings(**{name: getattr(s, name) for name in keep})
+
+
 def pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
-    """Train FedAvg (tau = ``s.tau``) and D-SGD on the CIFAR-100 training classes."""
+    """Train FedAvg (tau = ``s.tau``) and D-SGD on the CIFAR-100 training classes.
+
+    The result is reused when the previous call had the same :func:`pretrain_key` and the same
+    data object (4.8 and 4.9 share their pre-training); the states are returned as read-only
+    values (:func:`new_model` copies them)."""
+    key = (pretrain_key(s), str(default_device()))
+    if _PRETRAINED and _PRETRAINED[0][0] == key and _PRETRAINED[0][1] is cifar100:
+        return _PRETRAINED[0][2]
+    result = _pretrain(s, cifar100)
+    _PRETRAINED[:] = [(key, cifar100, result)]
+    return result
+
+
+def _pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
+    require_data(cifar100, s.full_data, type(s).__name__)
     train_cls, new_cls = D.class_split(cifar100.n_classes, s.n_new, seed=derive_seed(s.seed, 10))
     if s.n_pretrain is not None:
         if s.n_pretrain > len(train_cls):

@@ -20,6 +20,7 @@ from ... import neural, similarity
 from ...backend import derive_seed
 from ...checks import check_int
 from ...plotting import to_numpy
+from ...scales import require_data, require_images
 from ...transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
 from ...widgets import Menu
 from ...widgets import explorer as build_explorer
@@ -59,7 +60,7 @@ class SimilaritySettings(MatchedTraining):
         return cls(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128), clients=100,
                    train=replace(cls().train, lr=0.01, momentum=0.5, batch_size=10, participation=0.1),
                    total_steps=50_000, dtype="float32", taus=(1, 5, 10, 50), probe_per_class=1000,
-                   test_per_client=100)
+                   test_per_client=100, full_data=True)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class SimilarityResult:
 def run_similarity(s: SimilaritySettings, *, cifar: D.CifarData | None = None) -> SimilarityResult:
     """Paper Fig. 4 (see the module docstring)."""
     cifar = cifar if cifar is not None else D.load_cifar("cifar10")
+    require_data(cifar, s.full_data, "SimilaritySettings")
+    require_images(s.clients * s.test_per_client, len(cifar.y_test), "test_per_client x clients",
+                   "lower test_per_client or clients")
     k = cifar.n_classes
     train = D.dirichlet_partition(cifar.y_train, s.clients, s.alpha, seed=derive_seed(s.seed, 1))
     test = D.client_test_split(train, cifar.y_train, cifar.y_test, seed=derive_seed(s.seed, 2),

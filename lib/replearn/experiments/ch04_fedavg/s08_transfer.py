@@ -17,6 +17,7 @@ import torch
 from ... import data as D
 from ...backend import derive_seed
 from ...checks import check_int
+from ...scales import require_data
 from ...transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain
 
 
@@ -75,6 +76,7 @@ def run_transfer(s: TransferSettings, *, cifar10: D.CifarData | None = None,
     """Paper Fig. 5 (see the module docstring)."""
     cifar10 = cifar10 if cifar10 is not None else D.load_cifar("cifar10")
     cifar100 = cifar100 if cifar100 is not None else D.load_cifar("cifar100")
+    require_data(cifar10, s.full_data, "TransferSettings")
     pre = pretrain(s, cifar100)
     acc = {}
     targets = {"cifar100-new": (cifar100, pre.new_classes, s.new_classes_per_client, s.samples),

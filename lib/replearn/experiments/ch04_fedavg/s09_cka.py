@@ -17,6 +17,7 @@ from ... import data as D
 from ... import neural, similarity
 from ...backend import derive_seed
 from ...checks import check_int
+from ...scales import require_data
 from ...transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activations, new_clients, new_model,
                          pretrain, probe_set)
 
@@ -68,6 +69,7 @@ def run_cka(s: CKASettings, *, cifar10: D.CifarData | None = None,
     compared are the body's (each convolution and hidden linear layer after its ReLU)."""
     cifar10 = cifar10 if cifar10 is not None else D.load_cifar("cifar10")
     cifar100 = cifar100 if cifar100 is not None else D.load_cifar("cifar100")
+    require_data(cifar10, s.full_data, "CKASettings")
     pre = pretrain(s, cifar100)
     cl = new_clients(cifar10, None, s.ft_clients, cifar10.n_classes, 20, derive_seed(s.seed, 30))
     cl = cl.take_train(s.ft_samples, seed=derive_seed(s.seed, 31))

@@ -20,6 +20,7 @@ from ... import data as D
 from ... import neural
 from ...backend import derive_seed
 from ...checks import check_int
+from ...scales import require_data
 from ...personalisation import ALGORITHMS, PAPER_OPTIM, FederationSettings, make_federation
 
 #: Methods of Table 1 that we run, in the paper's order.
@@ -95,6 +96,7 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
         name, n, S = part
         if name not in cifar:
             cifar[name] = D.load_cifar(name)
+        require_data(cifar[name], s.full_data, "TableSettings")
         fed = make_federation(cifar[name], n, S, train_per_client=s.train_per_client,
                               test_per_client=s.test_per_client, seed=s.seed)
         cl = fed.clients

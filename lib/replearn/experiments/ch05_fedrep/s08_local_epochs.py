@@ -16,6 +16,7 @@ from ... import data as D
 from ... import neural
 from ...backend import derive_seed
 from ...checks import check_int
+from ...scales import require_data
 from ...personalisation import PAPER_OPTIM, FederationSettings, make_federation
 
 
@@ -74,6 +75,7 @@ class EpochResult:
 def run_epochs(s: EpochSettings, *, cifar: D.CifarData | None = None) -> EpochResult:
     """Paper Fig. 5 (see the module docstring)."""
     cifar = cifar if cifar is not None else D.load_cifar(s.dataset)
+    require_data(cifar, s.full_data, "EpochSettings")
     fed = make_federation(cifar, s.clients, s.classes_per_client, train_per_client=s.train_per_client,
                           test_per_client=s.test_per_client, seed=s.seed)
     cl = fed.clients

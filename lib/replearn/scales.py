@@ -1,0 +1,125 @@
+"""What the CIFAR sections' larger profiles need and cost: the data a profile requires
+(:func:`require_data`), the number of operator launches a run makes (:func:`launch_estimate`)
+and the settings table of Appendix B (:func:`settings_table`).
+
+A profile that reproduces a paper's setting trains on the full official dataset (the papers'
+50,000 CIFAR training images); on the offline subsets (20,000 CIFAR-10 / 25,000 CIFAR-100
+images) it would silently train every client on 40-50% of the paper's images. Settings with
+``full_data = True`` therefore stop before anything is trained when the data are a subset
+(:func:`require_data`), and every request for more images than the data hold (a probe set, a
+test set spread over the clients, new clients' training samples) is refused by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import fields, is_dataclass
+
+from .checks import check_int
+
+__all__ = ["launch_estimate", "require_data", "require_images", "settings_table"]
+
+
+def require_data(cifar, full_data: bool, what: str) -> None:
+    """Raise ``ValueError`` when ``full_data`` is set and ``cifar`` is not the full official
+    dataset (``cifar.source != "full"``); ``what`` names the settings asking for it."""
+    if full_data and cifar.source != "full":
+        raise ValueError(
+            f"{what} trains on the full official {cifar.name} dataset (full_data = True: the paper's setting), "
+            f"but the data loaded are {cifar.describe()}; download the full dataset (load_cifar(..., "
+            f"download=True), or REPLEARN_DOWNLOAD=1) or use a profile made for the subset (long or default)")
+
+
+def require_images(needed: int, available: int, what: str, fix: str) -> None:
+    """Raise ``ValueError`` when a run needs ``needed`` images and the data hold ``available``:
+    a profile never trains or evaluates on fewer images than it asks for."""
+    check_int(needed, "needed images", 0)
+    if needed > available:
+        raise ValueError(f"{what} needs {needed:,} images but the data hold {available:,}; {fix}")
+
+
+# --------------------------------------------------------------------------- launch estimates
+
+
+#: Operator launches (CUDA kernels) of one SGD step of one client's network at batch 10,
+#: forward + backward + the foreach update, counted with torch's dispatcher on the narrow and
+#: the paper's CNNs (``bench/neural_rounds.py`` prints the count for the model it runs);
+#: evaluating a batch costs about a third of a step.
+LAUNCHES_PER_STEP = 60
+LAUNCHES_PER_EVAL_BATCH = 20
+#: Seconds per launch on one H100 with one client per launch sequence (launch-bound: about
+#: 10 microseconds per kernel from Python, including the dispatcher).
+SECONDS_PER_LAUNCH = 10e-6
+
+
+def launch_estimate(steps: int, eval_batches: int, *, batched_clients: int = 1) -> dict:
+    """Operator launches and the launch-bound seconds of a run that makes ``steps`` client SGD
+    steps and evaluates ``eval_batches`` batches, when ``batched_clients`` clients' steps are
+    fused into one batched launch sequence (the batched engine; 1: one client at a time).
+    A rough model (:data:`LAUNCHES_PER_STEP`, :data:`SECONDS_PER_LAUNCH`), printed before a
+    GPU run starts so that a run that cannot fit its budget is not started."""
+    check_int(steps, "steps", 0)
+    check_int(eval_batches, "eval_batches", 0)
+    check_int(batched_clients, "batched_clients", 1)
+    launches = math.ceil(steps / batched_clients) * LAUNCHES_PER_STEP + eval_batches * LAUNCHES_PER_EVAL_BATCH
+    return {"steps": steps, "eval_batches": eval_batches, "batched_clients": batched_clients,
+            "launches": launches, "seconds": launches * SECONDS_PER_LAUNCH}
+
+
+# --------------------------------------------------------------------------- Appendix B's table
+
+
+def _flat(s, prefix: str = "") -> dict:
+    """The settings' fields as ``{"train.lr": 0.01, ...}`` (composed dataclasses flattened)."""
+    out = {}
+    for f in fields(s):
+        v = getattr(s, f.name)
+        if is_dataclass(v):
+            out.update(_flat(v, f"{prefix}{f.name}."))
+        else:
+            out[prefix + f.name] = v
+    return out
+
+
+def settings_table(cls, paper_values: dict, *, profiles=("paper", "long", "default"),
+                   skip=("seed",)) -> list[dict]:
+    """One row per setting of the settings class ``cls``: the paper's value and its source
+    (``paper_values[field] = (value, source)``, a source like "FedRep Sec. 5.2"; fields the
+    paper does not state are marked ``"not stated"``) beside the value of every profile in
+    ``profiles``, and whether ``paper()`` differs from the paper (``deviation``). Rows are the
+    fields that differ between profiles or that the paper states, in declaration order;
+    ``skip`` fields are left out. The table Appendix B renders is built from this, so it cannot
+    drift from the code."""
+    values = {p: _flat(cls.profile(p)) for p in profiles}
+    unknown = sorted(set(paper_values) - set(values[profiles[0]]))
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no settings {unknown}; paper_values must name its fields "
+                         f"(composed ones as 'train.lr')")
+    rows = []
+    for name in values[profiles[0]]:
+        if name in skip:
+            continue
+        vals = {p: values[p][name] for p in profiles}
+        stated = name in paper_values
+        if not stated and len({repr(v) for v in vals.values()}) == 1:
+            continue
+        paper_value, source = paper_values.get(name, (None, "not stated"))
+        row = {"setting": name, "paper": paper_value if stated else "—", "source": source, **vals}
+        row["deviation"] = stated and "paper" in vals and _differs(vals["paper"], paper_value)
+        rows.append(row)
+    return rows
+
+
+def _differs(ours, theirs) -> bool:
+    if isinstance(ours, (int, float)) and isinstance(theirs, (int, float)) and not isinstance(ours, bool):
+        return not math.isclose(ours, theirs, rel_tol=1e-12)
+    if isinstance(ours, (tuple, list)) and isinstance(theirs, (tuple, list)):
+        return tuple(ours) != tuple(theirs)
+    return ours != theirs
+
+
+def replace_train(s, **train_overrides):
+    """``s`` with its composed ``train`` config changed by ``train_overrides`` (a profile's
+    overrides of the optimiser or schedule)."""
+    return dataclasses.replace(s, train=dataclasses.replace(s.train, **train_overrides))

@@ -1,0 +1,174 @@
+"""Every CIFAR section's ``paper()`` profile runs end to end as a tiny slice on the CPU.
+
+A slice is the paper profile with only its sizes shrunk (clients, rounds or local updates,
+epochs, trials, probe and test images); everything else (the network family and widths,
+float32, the optimiser, participation, the partition scheme, the number of methods and of
+tau or E values) is the paper's, and the run goes through the section's driver. The data are
+synthetic images labelled as the full official datasets (``source = "full"``), with enough
+images per class for the slice, so the data requirements of the paper profiles are exercised
+too; that the same profiles stop on the offline subsets is tested below.
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from replearn import data as D
+from replearn import scales
+from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
+from replearn.experiments.ch04_fedavg import s08_transfer as s48
+from replearn.experiments.ch04_fedavg import s09_cka as s49
+from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
+from replearn.experiments.ch05_fedrep import s08_local_epochs as s58
+from replearn.experiments.ch05_fedrep import s09_new_clients_cifar as s59
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def fake(name: str, n_classes: int, train: int, test: int, source: str = "full", seed: int = 0) -> D.CifarData:
+    """``train`` / ``test`` synthetic images per class (class-dependent colour plus noise)."""
+    gen = torch.Generator().manual_seed(seed)
+    colours = torch.randint(0, 256, (n_classes, 3, 1, 1), generator=gen)
+
+    def images(per_class):
+        y = torch.arange(n_classes).repeat_interleave(per_class)
+        noise = torch.randint(-40, 41, (len(y), 3, 32, 32), generator=gen)
+        return (colours[y] + noise).clamp(0, 255).to(torch.uint8), y
+
+    xtr, ytr = images(train)
+    xte, yte = images(test)
+    return D.CifarData(name, xtr, ytr, xte, yte, tuple(f"c{i}" for i in range(n_classes)), source, Path("/fake"))
+
+
+@pytest.fixture(scope="module")
+def c10():
+    return fake("cifar10", 10, 30, 12)
+
+
+@pytest.fixture(scope="module")
+def c100():
+    return fake("cifar100", 100, 20, 6, seed=1)
+
+
+def shrink_train(s, **train):
+    return replace(s, train=replace(s.train, **train))
+
+
+def slice_47():
+    s = s47.SimilaritySettings.paper()
+    return replace(s, clients=10, total_steps=50, probe_per_class=5, test_per_client=5, seeds=(0,))
+
+
+def slice_pretrain(cls):
+    # 16 clients x 5 classes = 80 shards: one per pre-training class (the paper: 80 x 5, five per class)
+    return replace(cls.paper(), clients=16, total_steps=50, ft_epochs=1, seeds=(0,))
+
+
+def slice_48():
+    return replace(slice_pretrain(s48.TransferSettings), samples=(5, 10), cifar10_samples=(10,), trials=1,
+                   new_clients=2, test_per_client=5)
+
+
+def slice_49():
+    return replace(slice_pretrain(s49.CKASettings), ft_clients=2, ft_samples=10, probe_per_class=3)
+
+
+def slice_57():
+    s = s57.TableSettings.paper()
+    # Table 1's five columns with fewer clients (the paper: 100, 100, 1000, 100, 100)
+    parts = (("cifar10", 5, 2), ("cifar10", 4, 5), ("cifar10", 10, 2), ("cifar100", 20, 5), ("cifar100", 5, 20))
+    return shrink_train(replace(s, partitions=parts, ft_epochs=1, seeds=(0,)), rounds=1, head_epochs=1)
+
+
+def slice_58():
+    s = s58.EpochSettings.paper()
+    return shrink_train(replace(s, clients=10, epochs=s.epochs[:2], seeds=(0,)), rounds=2)
+
+
+def slice_59():
+    s = s59.NewClientSettings.paper()
+    return shrink_train(replace(s, clients=16, new_clients=4, new_train=20, new_test=5, head_epochs_new=2,
+                                seeds=(0,)), rounds=2, head_epochs=1)
+
+
+def test_slices_keep_the_paper_profiles_structure():
+    """A slice changes sizes only: the network, dtype, optimiser and participation stay the paper's."""
+    for s, paper in ((slice_47(), s47.SimilaritySettings.paper()), (slice_48(), s48.TransferSettings.paper()),
+                     (slice_49(), s49.CKASettings.paper())):
+        assert (s.model, s.channels, s.hidden, s.dtype, s.full_data) == \
+            (paper.model, paper.channels, paper.hidden, paper.dtype, True)
+        assert (s.train.lr, s.train.momentum, s.train.batch_size, s.train.participation) == \
+            (paper.train.lr, paper.train.momentum, paper.train.batch_size, paper.train.participation)
+    for s, paper in ((slice_57(), s57.TableSettings.paper()), (slice_58(), s58.EpochSettings.paper()),
+                     (slice_59(), s59.NewClientSettings.paper())):
+        assert (s.variant, s.dtype, s.full_data, s.train_per_client, s.test_per_client) == \
+            (paper.variant, paper.dtype, True, None, None)
+        assert (s.train.lr, s.train.participation, s.train.local_epochs) == \
+            (paper.train.lr, paper.train.participation, paper.train.local_epochs)
+    assert len(slice_57().partitions) == len(s57.TableSettings.paper().partitions)
+
+
+def test_paper_47_slice_runs(c10):
+    r = s47.run_similarity(slice_47(), cifar=c10)
+    assert set(r.taus) == {1, 5, 10, 50}
+    assert all(torch.isfinite(r.matrices[t]).all() and r.matrices[t].shape == (10, 10) for t in r.taus)
+
+
+def test_paper_48_slice_runs(c10, c100):
+    r = s48.run_transfer(slice_48(), cifar10=c10, cifar100=c100)
+    assert r.tau == 50 and set(r.accuracy) == {(t, tau) for t in ("cifar100-new", "cifar10") for tau in (1, 50)}
+    assert all(torch.isfinite(v).all() for v in r.accuracy.values())
+
+
+def test_paper_49_slice_runs_and_shares_the_pretraining_of_48(c10, c100):
+    s = slice_49()
+    r = s49.run_cka(s, cifar10=c10, cifar100=c100)
+    assert torch.isfinite(r.between).all() and all(torch.isfinite(v).all() for v in r.before_after.values())
+    from replearn import transfer
+    assert transfer.pretrain_key(s) == transfer.pretrain_key(slice_48())
+    assert transfer.pretrain(slice_48(), c100) is transfer.pretrain(s, c100)  # computed once
+
+
+def test_paper_57_slice_runs(c10, c100):
+    s = slice_57()
+    r = s57.run_table(s, cifar={"cifar10": c10, "cifar100": c100})
+    assert r.partitions == s.partitions
+    for part in s.partitions:
+        assert set(r.accuracy[part]) == set(s57.TABLE_METHODS)
+        assert all(0 <= v <= 1 for v in r.accuracy[part].values())
+
+
+def test_paper_58_slice_runs(c10):
+    r = s58.run_epochs(slice_58(), cifar=c10)
+    assert r.accuracy["FedRep"].shape == (2,) and torch.isfinite(r.accuracy["FedAvg"]).all()
+
+
+def test_paper_59_slice_runs(c100):
+    r = s59.run_new_clients(slice_59(), cifar=c100)
+    assert set(r.accuracy) == set(s59.NEW_METHODS)
+    assert all(len(v) == 2 for v in r.accuracy.values())
+
+
+@pytest.mark.parametrize("run", [
+    lambda c10, c100: s47.run_similarity(slice_47(), cifar=c10),
+    lambda c10, c100: s48.run_transfer(slice_48(), cifar10=c10, cifar100=c100),
+    lambda c10, c100: s49.run_cka(slice_49(), cifar10=c10, cifar100=c100),
+    lambda c10, c100: s57.run_table(slice_57(), cifar={"cifar10": c10, "cifar100": c100}),
+    lambda c10, c100: s58.run_epochs(slice_58(), cifar=c10),
+    lambda c10, c100: s59.run_new_clients(slice_59(), cifar=c100),
+])
+def test_paper_profiles_stop_on_a_subset_before_training(run):
+    """On the offline subsets (``source = "subset"``) a paper profile stops at once, naming the data."""
+    sub10, sub100 = fake("cifar10", 10, 30, 12, source="subset"), fake("cifar100", 100, 20, 6, source="subset")
+    with pytest.raises(ValueError, match="full official"):
+        run(sub10, sub100)
+
+
+def test_requests_beyond_the_data_are_refused():
+    with pytest.raises(ValueError, match="needs 10,000 images but the data hold 5,000"):
+        scales.require_images(10_000, 5_000, "test_per_client x clients", "lower test_per_client")
+    s = replace(slice_47(), clients=10, test_per_client=50)  # 500 test images of 120
+    with pytest.raises(ValueError, match="test_per_client x clients"):
+        s47.run_similarity(s, cifar=fake("cifar10", 10, 30, 12))

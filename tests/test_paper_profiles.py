@@ -172,3 +172,26 @@ def test_requests_beyond_the_data_are_refused():
     s = replace(slice_47(), clients=10, test_per_client=50)  # 500 test images of 120
     with pytest.raises(ValueError, match="test_per_client x clients"):
         s47.run_similarity(s, cifar=fake("cifar10", 10, 30, 12))
+
+
+SECTIONS = {"4.7": (s47, s47.SimilaritySettings), "4.8": (s48, s48.TransferSettings), "4.9": (s49, s49.CKASettings),
+            "5.7": (s57, s57.TableSettings), "5.8": (s58, s58.EpochSettings), "5.9": (s59, s59.NewClientSettings)}
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_paper_profile_matches_every_setting_the_sources_state(section):
+    """Appendix B's table (:func:`replearn.scales.settings_table`): ``paper()`` equals every value
+    the sources state, and every stated setting is a real field."""
+    module, cls = SECTIONS[section]
+    rows = scales.settings_table(cls, module.PAPER_SETTINGS)
+    stated = [r for r in rows if r["source"] != "not stated"]
+    assert len(stated) == len(module.PAPER_SETTINGS)
+    assert not [r["setting"] for r in rows if r["deviation"]]
+
+
+def test_settings_table_flags_a_deviation_and_an_unknown_field():
+    rows = scales.settings_table(s58.EpochSettings, {"train.rounds": (50, "a made-up source")})
+    row = next(r for r in rows if r["setting"] == "train.rounds")
+    assert row["deviation"] and row["stated"] == 50 and row["paper()"] == 100
+    with pytest.raises(ValueError, match="no settings"):
+        scales.settings_table(s58.EpochSettings, {"train.nonsense": (1, "x")})

@@ -12,7 +12,6 @@ test set spread over the clients, new clients' training samples) is refused by n
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import fields, is_dataclass
 
@@ -84,10 +83,11 @@ def _flat(s, prefix: str = "") -> dict:
 
 def settings_table(cls, paper_values: dict, *, profiles=("paper", "long", "default"),
                    skip=("seed",)) -> list[dict]:
-    """One row per setting of the settings class ``cls``: the paper's value and its source
-    (``paper_values[field] = (value, source)``, a source like "FedRep Sec. 5.2"; fields the
-    paper does not state are marked ``"not stated"``) beside the value of every profile in
-    ``profiles``, and whether ``paper()`` differs from the paper (``deviation``). Rows are the
+    """One row per setting of the settings class ``cls``: the value the sources state
+    (``stated``) and where (``source``; ``paper_values[field] = (value, source)``, a source like
+    "FedRep paper, Sec. 5.2"; fields the sources do not state are marked ``"not stated"``)
+    beside the value of every profile in ``profiles`` (columns ``"paper()"``, ``"long()"``,
+    ``"default()"``), and whether ``paper()`` differs from the stated value (``deviation``). Rows are the
     fields that differ between profiles or that the paper states, in declaration order;
     ``skip`` fields are left out. The table Appendix B renders is built from this, so it cannot
     drift from the code."""
@@ -105,7 +105,8 @@ def settings_table(cls, paper_values: dict, *, profiles=("paper", "long", "defau
         if not stated and len({repr(v) for v in vals.values()}) == 1:
             continue
         paper_value, source = paper_values.get(name, (None, "not stated"))
-        row = {"setting": name, "paper": paper_value if stated else "—", "source": source, **vals}
+        row = {"setting": name, "stated": paper_value if stated else "—", "source": source,
+               **{f"{p}()": v for p, v in vals.items()}}
         row["deviation"] = stated and "paper" in vals and _differs(vals["paper"], paper_value)
         rows.append(row)
     return rows
@@ -119,7 +120,3 @@ def _differs(ours, theirs) -> bool:
     return ours != theirs
 
 
-def replace_train(s, **train_overrides):
-    """``s`` with its composed ``train`` config changed by ``train_overrides`` (a profile's
-    overrides of the optimiser or schedule)."""
-    return dataclasses.replace(s, train=dataclasses.replace(s.train, **train_overrides))

@@ -26,6 +26,11 @@ from ...widgets import Menu
 from ...widgets import explorer as build_explorer
 
 
+#: What the paper states of Fig. 4's setting, by settings field: (value, where it says so).
+PAPER_SETTINGS = {"clients": (100, "FedAvg-FT paper, Sec. 5.2 (M = 100)"),
+                  "alpha": (0.6, "FedAvg-FT paper, Sec. 5.2 (Dirichlet 0.6)")}
+
+
 @dataclass(frozen=True)
 class SimilaritySettings(MatchedTraining):
     """Fig. 4: Dirichlet(``alpha``) label skew over ``clients``; FedAvg with each ``tau`` in

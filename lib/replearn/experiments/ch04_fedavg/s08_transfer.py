@@ -21,6 +21,16 @@ from ...scales import require_data
 from ...transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain
 
 
+#: What the sources state of Fig. 5's setting, by settings field: (value, where it says so).
+PAPER_SETTINGS = {"clients": (80, "FedAvg-FT paper, Sec. 5.2 (80 clients)"),
+                  "n_new": (20, "FedAvg-FT paper, Sec. 5.2 (20 new classes)"),
+                  "tau": (50, "FedAvg-FT paper, Fig. 5 caption; talk"),
+                  "total_steps": (125_000, "talk (T tau = 125,000: tau = 50, T = 2,500)"),
+                  "ft_epochs": (10, "FedAvg-FT paper, Sec. 5.2 (10 epochs of SGD)"),
+                  "trials": (5, "FedAvg-FT paper, Fig. 5 caption (five trials)"),
+                  "new_clients": (5, "FedAvg-FT paper, Fig. 5 caption (five new clients per trial)")}
+
+
 @dataclass(frozen=True)
 class TransferSettings(PretrainSettings):
     """Fig. 5: after :func:`~replearn.transfer.pretrain`, ``new_clients`` new clients per trial

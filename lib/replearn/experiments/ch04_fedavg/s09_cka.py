@@ -22,6 +22,12 @@ from ...transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activatio
                          pretrain, probe_set)
 
 
+#: What the sources state of Fig. 2's setting, by settings field: (value, where it says so)
+#: (the paper defers the details to an appendix that our copy does not hold).
+PAPER_SETTINGS = {"tau": (50, "talk (FedAvg tau = 50)"),
+                  "total_steps": (125_000, "talk (T tau = 125,000)")}
+
+
 @dataclass(frozen=True)
 class CKASettings(PretrainSettings):
     """Fig. 2: after :func:`~replearn.transfer.pretrain`, ``ft_clients`` CIFAR-10 clients (all 10

@@ -41,6 +41,19 @@ PAPER_TABLE1 = {
                             "LG-FedAvg": 38.76, "FedRep": 56.10},
 }
 
+#: What the FedRep paper states of Table 1's setting, by settings field: (value, where it says so).
+PAPER_SETTINGS = {"partitions": (tuple(PAPER_TABLE1), "FedRep paper, Table 1 (CIFAR columns)"),
+                  "train_per_client": (None, "FedRep paper, Sec. 5.2 (50,000/n each: the whole training set)"),
+                  "train.lr": (0.01, "the FedRep authors' code (not in the paper)"),
+                  "train.momentum": (0.5, "the FedRep authors' code (not in the paper)"),
+                  "train.batch_size": (10, "the FedRep authors' code (not in the paper)"),
+                  "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)"),
+                  "train.rounds": (100, "FedRep paper, Sec. 5.2 (T = 100 for CIFAR)"),
+                  "train.head_epochs": (10, "FedRep paper, Sec. 5.2 (ten head epochs)"),
+                  "train.last_rounds": (10, "FedRep paper, Sec. 5.2 (final 10 rounds averaged)"),
+                  "ft_epochs": (10, "FedRep paper, Sec. 5.2 (+FT: ten epochs of the head)")}
+
+
 @dataclass(frozen=True)
 class TableSettings(FederationSettings):
     """Table 1: ``partitions`` are (dataset, n clients, S classes per client); every method of

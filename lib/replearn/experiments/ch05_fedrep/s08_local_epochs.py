@@ -20,6 +20,16 @@ from ...scales import require_data
 from ...personalisation import PAPER_OPTIM, FederationSettings, make_federation
 
 
+#: What the FedRep paper states of Fig. 5's setting, by settings field: (value, where it says so).
+PAPER_SETTINGS = {"dataset": ("cifar10", "FedRep paper, Fig. 5 caption"),
+                  "train_per_client": (None, "FedRep paper, Sec. 5.2 (50,000/n each)"),
+                  "train.lr": (0.01, "the FedRep authors' code (not in the paper)"),
+                  "train.momentum": (0.5, "the FedRep authors' code (not in the paper)"),
+                  "train.batch_size": (10, "the FedRep authors' code (not in the paper)"),
+                  "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)"),
+                  "train.rounds": (100, "FedRep paper, Sec. 5.2 (T = 100 for CIFAR)")}
+
+
 @dataclass(frozen=True)
 class EpochSettings(FederationSettings):
     """Fig. 5: ``dataset``, ``clients`` clients with S = ``classes_per_client`` classes; FedRep

@@ -419,6 +419,140 @@ def test_the_suite_is_large_and_its_ids_are_unique():
     assert len(ids) >= 100 and len(set(ids)) == len(ids)
 
 
+# ---------------------------------------------------------------------- issue 27: results, sizes, data, similarity, linear
+
+from replearn import backend, data as data_lib, models, results as results_lib, seeds as seeds_lib  # noqa: E402
+from replearn.experiments.ch04_fedavg import s07_feature_similarity  # noqa: E402
+
+FEAT = _randn(12, 5, seed=20)
+FEAT_LABELS = torch.arange(12) % 3
+SYM = FEAT @ FEAT.T
+
+CASES_27 = [
+    # ------------------------------------------------------------------ absurd sizes and seeds
+    ("settings clients=1e12", lambda: dataclasses.replace(s07_feature_similarity.SimilaritySettings(),
+                                                          clients=10**12), r"clients = 10+ .*MAX_COUNT"),
+    ("settings total_steps=1e12", lambda: dataclasses.replace(s07_feature_similarity.SimilaritySettings(),
+                                                              total_steps=10**12), r"total_steps"),
+    ("settings trials=1e12", lambda: s01_model.SampleComplexitySettings(trials=10**12), r"trials = 10+"),
+    ("settings grid entry 1e12", lambda: s02_local_fits.LocalFitsSettings(taus=(1, 10**12)), r"taus"),
+    ("settings seed 2**64", lambda: dataclasses.replace(s07_feature_similarity.SimilaritySettings(), seed=2**64),
+     r"seed must be at most 2\*\*64 - 1"),
+    ("settings seeds 2**70", lambda: dataclasses.replace(s07_feature_similarity.SimilaritySettings(),
+                                                         seeds=(0, 2**70)), r"every entry of seeds .*2\*\*64"),
+    ("make_generator 2**64", lambda: backend.make_generator(2**64), r"seed must be at most 2\*\*64 - 1"),
+    ("check_seeds 2**64", lambda: seeds_lib.check_seeds((0, 2**64)), r"seeds must be at most 2\*\*64"),
+    ("make_model seed 2**64", lambda: models.make_model("fedrep_cnn", 10, 2**64), r"\bseed\b"),
+    ("model n_classes=1e12", lambda: models.FedRepCNN(10**12), r"n_classes=10+ .*MAX_PARAMETERS"),
+    ("model channels=1e5", lambda: models.FedAvgCNN(10, channels=(10**5, 10**5, 10**5)), r"channels=.*MAX_PARAM"),
+    ("fedrep rounds=1e12", lambda: run_fedrep(rounds=10**12), r"rounds = 10+ .*MAX_COUNT"),
+    ("arm iterations=1e12", lambda: meta.arm(B0, W0, POP, beta=0.1, iterations=10**12), r"iterations = 10+"),
+    ("partition n_clients=1e12", lambda: data_lib.dirichlet_partition(FEAT_LABELS, 10**12, 0.5, seed=0),
+     r"n_clients = 10+"),
+    # ------------------------------------------------------------------ data and models
+    ("model variant=''", lambda: models.FedRepCNN(10, variant=""), r"variant must be one of"),
+    ("model variant=1", lambda: models.FedRepCNN(10, variant=1), r"variant must be one of"),
+    ("model n_classes=True", lambda: models.FedRepCNN(True), r"n_classes must be positive ints"),
+    ("partition n_clients float", lambda: data_lib.dirichlet_partition(FEAT_LABELS, 3.0, 0.5, seed=0),
+     r"n_clients must be an integer"),
+    ("shard n_clients float", lambda: data_lib.shard_partition(FEAT_LABELS, 3.0, 1, seed=0), r"n_clients"),
+    ("partition empty labels", lambda: data_lib.dirichlet_partition(FEAT_LABELS[:0], 3, 0.5, seed=0),
+     r"labels is empty"),
+    ("test split out-of-range", lambda: data_lib.client_test_split([torch.tensor([0, 99])], FEAT_LABELS,
+                                                                  FEAT_LABELS, seed=0), r"partition\[0\]"),
+    ("download timeout=0", lambda: data_lib.load_cifar("cifar10", root="/nonexistent", timeout=0), r"timeout"),
+    ("download retry_delay<0", lambda: data_lib.load_cifar("cifar10", root="/nonexistent", retry_delay=-1),
+     r"retry_delay"),
+    # ------------------------------------------------------------------ similarity
+    ("cosine complex", lambda: similarity.class_cosine_similarity(FEAT.to(torch.complex128), FEAT_LABELS, 3),
+     r"features is complex"),
+    ("linear_cka complex", lambda: similarity.linear_cka(FEAT * 1j, FEAT), r"X is complex"),
+    ("cosine 0 rows", lambda: similarity.class_cosine_similarity(FEAT[:0], FEAT_LABELS[:0], 3),
+     r"features has no rows"),
+    ("linear_cka 0 rows", lambda: similarity.linear_cka(FEAT[:0], FEAT[:0]), r"X has no rows"),
+    ("rbf_kernel 0 rows", lambda: similarity.rbf_kernel(torch.zeros(0, 3, 4)), r"X has no rows"),
+    ("kernel_cka asymmetric", lambda: similarity.kernel_cka(_randn(12, 12, seed=21), SYM), r"K is not symmetric"),
+    ("kernel_cka asymmetric L", lambda: similarity.kernel_cka(SYM, SYM + torch.triu(SYM, 1)), r"L is not symmetric"),
+    ("kernel_cka complex", lambda: similarity.kernel_cka(SYM.to(torch.complex128), SYM), r"K is complex"),
+    ("rbf sigma tiny", lambda: similarity.rbf_kernel(FEAT, sigma_frac=1e-200), r"sigma_frac = 1e-200 is an absurd"),
+    ("rbf sigma huge", lambda: similarity.rbf_kernel(FEAT, sigma_frac=1e200), r"sigma_frac = 1e\+200 is an absurd"),
+    ("rbf_cka sigma huge", lambda: similarity.rbf_cka(FEAT, FEAT, sigma_frac=1e30), r"absurd RBF bandwidth"),
+    # ------------------------------------------------------------------ linear corner cases
+    ("fedrep B0=0", lambda: run_fedrep(B0=torch.zeros(D, K, dtype=F64)), r"B0 has rank 0 < k = 2"),
+    ("fedrep B0 rank 1", lambda: run_fedrep(B0=BSTAR[:, :1].repeat(1, 2)), r"B0 has rank 1 < k = 2"),
+    ("logistic ogd 1e300", lambda: aruba.ogd(OX * 1e300, OY.sign(), torch.zeros(3, dtype=F64), 0.1,
+                                             loss="logistic"), r"X has entries up to .*rescale X"),
+    ("squared ogd y 1e300", lambda: aruba.ogd(OX, OY * 1e300, torch.zeros(3, dtype=F64), 0.1), r"y has entries"),
+    ("arm beta=0", lambda: meta.arm(B0, W0, POP, beta=0.0, iterations=2), r"^beta"),
+    ("arm beta=nan", lambda: meta.arm(B0, W0, POP, beta=NAN, iterations=2), r"^beta"),
+    ("population float16", lambda: linear.population_tasks(BSTAR.half(), W.half()), r"Bstar has dtype torch.float16"),
+    ("distance bfloat16", lambda: linalg.principal_angle_distance(BSTAR.bfloat16(), BSTAR),
+     r"B1 has dtype torch.bfloat16"),
+    ("ogd float16", lambda: aruba.ogd(OX.half(), OY, torch.zeros(3, dtype=F64), 0.1), r"X has dtype torch.float16"),
+    ("new_client_head dtypes", lambda: fedrep.new_client_head(B0, X1[None].float(), Y1[None]),
+     r"X has dtype torch.float32 but B"),
+    ("new_client_head ranks", lambda: fedrep.new_client_head(B0, X1, Y1), r"need X \(c, m, d\)"),
+    ("finetune_gd unequal ranks", lambda: finetune_gd(y=Y1[:, None]), r"\by\b must have shape"),
+    ("fedavg meta device", lambda: fedavg(B0=B0.to("meta")), r"B0 is on the meta device"),
+    ("fedrep meta device", lambda: run_fedrep(B0=B0.to("meta")), r"B0 is on the meta device"),
+    ("distance meta device", lambda: linalg.principal_angle_distance(BSTAR, BSTAR.to("meta")), r"B2 is on the meta"),
+]
+
+
+@pytest.mark.parametrize("call, name", [pytest.param(call, name, id=case) for case, call, name in CASES_27])
+def test_issue_27_bad_input_raises_value_error_naming_it(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def _results_file(tmp_path, **over):
+    import json
+    record = {"section": "5.8", "profile": "long", "settings": {}, "seeds": [0, 1],
+              "results": {"0": {"acc": 0.5}, "1": {"acc": 0.7}}, "provenance": {}}
+    record.update(over)
+    (tmp_path / "long").mkdir(exist_ok=True)
+    (tmp_path / "long" / "5.8.json").write_text(json.dumps(record))
+    return lambda: results_lib.load("5.8", "long", tmp_path)
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"section": "4.7"}, r"section '4.7' at profile 'long', not of section '5.8'"),
+    ({"profile": "paper"}, r"profile 'paper'"),
+    ({"seeds": [0, 0, 1]}, r"seeds must be distinct"),
+    ({"results": {"0": {"acc": NAN}, "1": {"acc": 0.7}}}, r"NaN or infinite values at \['/0/acc'\]"),
+])
+def test_issue_27_results_files_that_disagree_with_their_name_or_hold_nan(tmp_path, over, match):
+    with pytest.raises(ValueError, match=match):
+        _results_file(tmp_path, **over)()
+
+
+def test_issue_27_results_file_truncated_names_the_file(tmp_path):
+    load = _results_file(tmp_path)
+    path = tmp_path / "long" / "5.8.json"
+    path.write_text(path.read_text()[:25])
+    with pytest.raises(ValueError, match=r"5.8.json is not a results file"):
+        load()
+
+
+def test_issue_27_class_cosine_similarity_of_huge_and_tiny_features_is_scale_free():
+    ref = similarity.class_cosine_similarity(FEAT, FEAT_LABELS, 3)
+    assert float(ref.abs().max()) > 0.1
+    for scale in (1e160, 1e-160, 1e300, 1e-300):
+        got = similarity.class_cosine_similarity(FEAT * scale, FEAT_LABELS, 3)
+        assert torch.allclose(got, ref, rtol=1e-12, atol=1e-15), scale
+    mixed = FEAT.clone()
+    mixed[0] *= 1e200
+    mixed[1] *= 1e-200
+    assert torch.allclose(similarity.class_cosine_similarity(mixed, FEAT_LABELS, 3), ref, rtol=1e-12, atol=1e-15)
+
+
+def test_issue_27_valid_similarity_and_seeds_are_unchanged():
+    assert float(similarity.kernel_cka(SYM, SYM)) == pytest.approx(1.0, abs=1e-12)
+    assert torch.equal(similarity.rbf_kernel(FEAT), similarity.rbf_kernel(FEAT * 2.0**40))
+    assert backend.make_generator(2**64 - 1).initial_seed() == 2**64 - 1
+    assert seeds_lib.check_seeds((0, 2**63)) == (0, 2**63)
+
+
 # ---------------------------------------------------------------------- values that used to be silently wrong
 
 def test_project_ball_of_huge_vectors_lands_on_the_sphere():

@@ -220,6 +220,13 @@ def _check_rounds(X, y) -> torch.Tensor:
         raise ValueError(f"need X (..., m, d) and y (..., m); got {tuple(X.shape)} and {tuple(y.shape)}")
     y = y.to(X.dtype)
     check_same_kind(("X", X), ("y", y))
+    limit = torch.finfo(X.dtype).max ** 0.25
+    for name, t in (("X", X), ("y", y)):
+        top = float(t.abs().max()) if t.numel() else 0.0
+        if top > limit:
+            raise ValueError(f"{name} has entries up to {top:.3g}, beyond {limit:.3g} (the fourth root of the "
+                             f"largest {X.dtype}): predictions x.theta and squared gradients would overflow; "
+                             f"rescale {name} (the regret scales with it)")
     return y
 
 

@@ -58,6 +58,10 @@ def as_tensor(x, *, dtype: torch.dtype = DTYPE, device: torch.device | str | Non
 
 
 def check_finite(t: torch.Tensor, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or infinite entries."""
+    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or infinite entries (or no data at
+    all: a tensor on the ``meta`` device)."""
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device (a shape without data): create it on cpu or cuda, "
+                         f"e.g. with torch.zeros(..., device='cpu')")
     if not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} contains NaN or infinite values; check how it was computed")

@@ -153,6 +153,12 @@ def check_tensor(t, name: str, *, ndim: int | None = None, min_ndim: int | None 
     if not t.dtype.is_floating_point:
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype} "
                          f"(convert it with .to(torch.float64))")
+    if t.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"{name} has dtype {t.dtype}: the library computes in float32 or float64 (half "
+                         f"precision has no linear-algebra kernels and too few digits); convert it with "
+                         f".to(torch.float64)")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device (a shape without data): create it on cpu or cuda")
     if ndim is not None and t.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
     if min_ndim is not None and t.ndim < min_ndim:

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import torch
 
 from .backend import SeedLike, check_finite, default_device, derive_seed, make_generator, randn
-from .checks import check_fraction, check_int, check_nonnegative, check_positive, check_same_kind, check_tensor
+from .checks import (check_count, check_fraction, check_int, check_nonnegative, check_positive, check_same_kind,
+                     check_tensor)
 from .linalg import principal_angle_distance
 from .linear import (FreshSamples, SampledTasks, fit_linear, ground_truth_representation, predict, sample_tasks,
                      targets)
@@ -47,6 +48,7 @@ from .rates import log_linear_fit
 
 _BLOW_UP = 1e8
 _CHECK_EVERY = 16  # rounds between divergence checks (each check synchronises a GPU)
+_RANK_RTOL = 1e-10  # B0 is rank-deficient when sigma_min(B0) <= 1e-10 sigma_max(B0)
 
 
 # --------------------------------------------------------------------------- data
@@ -148,8 +150,8 @@ def _check_fedrep_inputs(B0, data, eta, rounds, r, head_steps, head_lr, heads0):
     if isinstance(data, SampledTasks):
         check_finite(data.X, "X")
         check_finite(data.Y, "Y")
-    if B0.ndim != 2:
-        raise ValueError(f"B0 must be a (d, k) matrix, got shape {tuple(B0.shape)}")
+    if not isinstance(B0, torch.Tensor) or B0.ndim != 2:
+        raise ValueError(f"B0 must be a (d, k) matrix, got shape {tuple(getattr(B0, 'shape', ()))}")
     d, k = B0.shape
     if k > d:
         raise ValueError(f"B0 has k = {k} > d = {d} columns; the representation needs k <= d")
@@ -157,15 +159,22 @@ def _check_fedrep_inputs(B0, data, eta, rounds, r, head_steps, head_lr, heads0):
         raise ValueError(f"B0 has d = {d} rows but the clients' data live in dimension {data.d}")
     check_tensor(B0, "B0")
     check_same_kind(("B0", B0), ("the clients' data", data.W if isinstance(data, FreshSamples) else data.X))
+    sv = torch.linalg.svdvals(B0.detach().to("cpu", torch.float64))
+    if k and not bool(sv[-1] > _RANK_RTOL * sv[0]):
+        rank = int((sv > _RANK_RTOL * sv[0]).sum()) if bool(sv[0] > 0) else 0
+        raise ValueError(f"B0 has rank {rank} < k = {k} (smallest singular value {float(sv[-1]):.3g}): "
+                         f"the heads fitted on a rank-deficient B put no weight on its missing directions, which "
+                         f"then get no gradient (B0 = 0 stays 0); start from a full-rank B0 (e.g. "
+                         f"method_of_moments_init or linalg.random_orthonormal)")
     check_positive(eta, "the representation step size eta")
-    check_int(rounds, "the number of rounds", 0)
+    check_count(rounds, "the number of rounds", 0)
     check_fraction(r, "the participation rate r")
     if head_steps is None:
         if head_lr is not None:
             raise ValueError("head_lr is only used with head_steps = K (GD on the head); "
                              "with head_steps=None the head is solved exactly")
     else:
-        check_int(head_steps, "head_steps (None for the exact head, or K)", 1)
+        check_count(head_steps, "head_steps (None for the exact head, or K)", 1)
         check_positive(head_lr, "head_lr (needed with head_steps = K)")
     if heads0 is not None:
         if heads0.shape != (data.n, k):
@@ -364,8 +373,10 @@ def new_client_head(B: torch.Tensor, X: torch.Tensor, y: torch.Tensor, ridge: fl
     if X.ndim != 3 or y.shape != X.shape[:2] or X.shape[2] != B.shape[0]:
         raise ValueError(f"need X (c, m, d) with d = {B.shape[0]} and y (c, m); got {tuple(X.shape)} "
                          f"and {tuple(y.shape)}")
-    check_finite(X, "X")
-    check_finite(y, "y")
+    check_tensor(B, "B")
+    check_tensor(X, "X")
+    check_tensor(y, "y")
+    check_same_kind(("B", B), ("X", X), ("y", y))
     return fit_linear(X @ B, y, ridge)
 
 

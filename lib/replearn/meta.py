@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_positive, check_same_kind, check_tensor
+from .checks import check_count, check_positive, check_same_kind, check_tensor
 from .federated import dgd
 from .linalg import orthonormal_basis
 from .linear import Tasks, predict
@@ -40,6 +40,8 @@ def average_risk_minimum(W: torch.Tensor) -> float:
 
 def arm(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, beta: float, iterations: int) -> Trajectory:
     """ARM: ``iterations`` GD steps with step size beta on (1/n) sum_i f_i (same as D-GD)."""
+    check_positive(beta, "beta (ARM's step size)")
+    check_count(iterations, "iterations", 0)
     return dgd(B0, w0, tasks, alpha=beta, rounds=iterations)
 
 

@@ -42,9 +42,14 @@ _KERNEL_RTOL = 1e-10
 def _features(X, name: str) -> torch.Tensor:
     """``X`` as a finite float64 (n, p) tensor (trailing dimensions flattened)."""
     X = torch.as_tensor(X)
+    if X.dtype.is_complex:
+        raise ValueError(f"{name} is complex ({X.dtype}): similarities are defined for real features; pass "
+                         f"{name}.real, {name}.abs() or torch.view_as_real({name}) explicitly")
     if X.ndim < 2:
         raise ValueError(f"{name} must have shape (n, p) or (n, ...), one row per example; got shape "
                          f"{tuple(X.shape)} (reshape a single feature to (n, 1))")
+    if X.shape[0] == 0:
+        raise ValueError(f"{name} has no rows (shape {tuple(X.shape)}): pass at least one example")
     X = X.reshape(X.shape[0], -1).to(torch.float64)
     if X.shape[1] == 0:
         raise ValueError(f"{name} has no features (shape {tuple(X.shape)})")
@@ -100,11 +105,24 @@ def _prepared(X: torch.Tensor, name: str) -> torch.Tensor:
     return _unit_scale(_centre_features(X, name))[0]
 
 
-def _kernel(K, name: str) -> torch.Tensor:
-    K = torch.as_tensor(K).to(torch.float64)
+_SYMMETRY_RTOL = 1e-8
+"""A Gram matrix K counts as symmetric when max |K - K^T| <= 1e-8 max |K| (rounding of X X^T is
+far below; an asymmetric K is no kernel, and its HSIC would be reported as no variation)."""
+
+
+def _kernel(K, name: str, *, symmetric: bool = False) -> torch.Tensor:
+    K = torch.as_tensor(K)
+    if K.dtype.is_complex:
+        raise ValueError(f"{name} is complex ({K.dtype}): pass a real symmetric Gram matrix")
+    K = K.to(torch.float64)
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
         raise ValueError(f"{name} must be a square (n, n) Gram matrix; got shape {tuple(K.shape)}")
     check_finite(K, name)
+    scaled = _unit_scale(K)[0] if symmetric else K
+    if symmetric and K.numel() and float((scaled - scaled.T).abs().max()) > _SYMMETRY_RTOL * float(scaled.abs().max()):
+        raise ValueError(f"{name} is not symmetric (max |{name} - {name}^T| = "
+                         f"{float((K - K.T).abs().max()):.3g}): a Gram matrix K_ij = k(x_i, x_j) is; build it "
+                         f"with linear_kernel/rbf_kernel or pass ({name} + {name}.T) / 2")
     return K
 
 
@@ -234,9 +252,9 @@ def kernel_cka(K, L, *, unbiased: bool = False) -> torch.Tensor:
 
     ``ValueError`` when HSIC(K, K) or HSIC(L, L) is not above 1e-10 ||K||_F^2/(n-1)^2 (a
     constant representation; for a linear kernel of features with a huge common offset,
-    centre the features first).
+    centre the features first), and when K or L is not symmetric (no Gram matrix is).
     """
-    K, L = _kernel(K, "K"), _kernel(L, "L")
+    K, L = _kernel(K, "K", symmetric=True), _kernel(L, "L", symmetric=True)
     if K.shape != L.shape:
         raise ValueError(f"K and L must be Gram matrices of the same n examples; got shapes "
                          f"{tuple(K.shape)} and {tuple(L.shape)}")
@@ -278,14 +296,24 @@ def rbf_kernel(X, *, sigma_frac: float = 0.8, name: str = "X") -> torch.Tensor:
     if not (isinstance(sigma_frac, (int, float)) and 0 < sigma_frac < float("inf")):
         raise ValueError(f"sigma_frac must be a positive finite number (a fraction of the median distance); "
                          f"got {sigma_frac!r}")
-    X = _features(X, name)
+    X = _unit_scale(_features(X, name))[0]  # exact power-of-two scaling: sigma scales with it
     D = _squared_distances(X)
     median_sq = _median(D)
     if not bool(median_sq > 0):
         raise ValueError(f"{name}: the median pairwise distance is 0 (more than half of the pairs of examples "
                          f"coincide, e.g. constant features), so the RBF bandwidth is undefined")
-    sigma_sq = sigma_frac ** 2 * median_sq
-    return torch.exp(-D / (2.0 * sigma_sq))
+    try:
+        sigma_sq = sigma_frac ** 2 * median_sq
+    except OverflowError:
+        sigma_sq = median_sq.new_tensor(math.inf)
+    K = torch.exp(-D / (2.0 * sigma_sq))
+    off = ~torch.eye(D.shape[0], dtype=torch.bool, device=D.device)
+    if D.shape[0] > 1 and (not bool(torch.isfinite(sigma_sq) & (sigma_sq > 0)) or bool((K[off] == 1.0).all())
+                           or bool((K[off] == 0.0).all())):
+        raise ValueError(f"sigma_frac = {sigma_frac!r} is an absurd RBF bandwidth for {name}: every kernel entry "
+                         f"between two examples rounds to {float(K[off].max()):g}, so no variation can be seen; "
+                         f"use a sigma_frac near 1 (default 0.8: 0.8 x the median distance)")
+    return K
 
 
 # ----------------------------------------------------------------------------- CKA of features
@@ -524,6 +552,11 @@ def class_cosine_similarity(features, labels, n_classes: int) -> torch.Tensor:
         raise ValueError(f"n_classes must be a positive int; got {n_classes!r}")
     F = _features(features, "features")
     labels = _labels(labels, F.shape[0], n_classes, F.device)
+    # each row scaled by a power of two first (exact), so that norms of features of size 1e+-160
+    # neither overflow nor underflow; the unit vectors are those of the unscaled rows
+    top = F.abs().amax(dim=1)
+    exponent = torch.frexp(torch.where(top > 0, top, torch.ones_like(top))).exponent
+    F = torch.ldexp(F, -exponent[:, None].to(F.dtype))
     norms = torch.linalg.norm(F, dim=1, keepdim=True)
     U = torch.where(norms > 0, F / norms.clamp_min(torch.finfo(F.dtype).tiny), torch.zeros_like(F))
     counts = torch.bincount(labels, minlength=n_classes).to(F.dtype)

@@ -78,3 +78,83 @@ def plot_curves(ax, x, curves: dict, *, logy: bool = False, band: dict | None = 
     if title:
         ax.set_title(title)
     ax.legend()
+
+
+def wrap_repr(obj, width: int = 100) -> str:
+    """``repr(obj)`` broken into lines of at most about ``width`` characters, at the commas that
+    separate its top-level fields (a settings dataclass prints one long line otherwise, several
+    thousand pixels wide on the page); continuation lines are indented by four spaces."""
+    if isinstance(width, bool) or not isinstance(width, int) or width < 20:
+        raise ValueError(f"width must be an int of at least 20, got {width!r}")
+    text = repr(obj)
+
+    def split(chunk: str, level: int) -> list[str]:
+        # cut ``chunk`` after the commas at bracket depth ``level``
+        parts, depth, start, quote = [], 0, 0, None
+        for i, ch in enumerate(chunk):
+            if quote:
+                quote = None if ch == quote else quote
+            elif ch in "'\"":
+                quote = ch
+            elif ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+            elif ch == "," and depth == level:
+                parts.append(chunk[start:i + 1])
+                start = i + 1
+        parts.append(chunk[start:])
+        return parts
+
+    parts = []
+    for part in split(text, 1):     # a field too long for a line is cut at its own fields' commas
+        parts.extend(split(part, 1) if len(part) > width - 4 else [part])
+    lines, line = [], ""
+    for part in parts:
+        piece = part if not line else part.lstrip()
+        if line and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line = "    " + piece
+        else:
+            line = f"{line} {piece}" if line else piece
+    lines.append(line)
+    return "\n".join(lines)
+
+
+class Table:
+    """A small result table rendered as one HTML table on the page (and as aligned text where
+    HTML is not shown): ``display(Table(["method", "gap"], rows, caption=...))``. Cells are
+    shown as given, so pass the strings that the prose glues (a number formatted once)."""
+
+    def __init__(self, header, rows, *, caption: str | None = None, align: str | None = None):
+        self.header = [str(h) for h in header]
+        self.rows = [[str(c) for c in row] for row in rows]
+        if not self.header or any(len(r) != len(self.header) for r in self.rows):
+            raise ValueError(f"every row needs {len(self.header)} cells (the header's length)")
+        self.caption = caption
+        self.align = align or "l" + "r" * (len(self.header) - 1)
+        if len(self.align) != len(self.header) or set(self.align) - set("lrc"):
+            raise ValueError(f"align must hold one of 'l', 'r', 'c' per column, got {self.align!r}")
+
+    def __repr__(self) -> str:
+        widths = [max(len(r[j]) for r in [self.header, *self.rows]) for j in range(len(self.header))]
+        just = {"l": str.ljust, "r": str.rjust, "c": str.center}
+
+        def line(cells):
+            return " | ".join(just[a](c, w) for c, w, a in zip(cells, widths, self.align)).rstrip()
+
+        out = ([self.caption] if self.caption else []) + [line(self.header), "-+-".join("-" * w for w in widths)]
+        return "\n".join(out + [line(r) for r in self.rows])
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        side = {"l": "left", "r": "right", "c": "center"}
+
+        def cells(tag, row):
+            return "".join(f'<{tag} style="text-align: {side[a]}">{escape(c)}</{tag}>' for c, a in zip(row, self.align))
+
+        caption = f"<caption>{escape(self.caption)}</caption>" if self.caption else ""
+        body = "".join(f"<tr>{cells('td', r)}</tr>" for r in self.rows)
+        return (f'<table class="replearn-table">{caption}<thead><tr>{cells("th", self.header)}</tr></thead>'
+                f"<tbody>{body}</tbody></table>")

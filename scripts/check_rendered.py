@@ -1,4 +1,4 @@
-"""Fail when a built page shows raw markup instead of rendered math or roles.
+"""Fail when a built page shows raw markup instead of rendered math or roles, or cannot render offline.
 
 Usage: python scripts/check_rendered.py [HTML_DIR]      (default: _build/html)
 
@@ -8,7 +8,12 @@ prints as ``\\eta_j \\sum_{s<t}`` in italics; a role with a typo prints as ``{gl
 This script reads every page of the built book, keeps the text a reader sees outside rendered
 math (MathJax's ``span.math`` / ``div.math``), ``<script>``, ``<style>``, ``<pre>``/``<code>`` and
 notebook output areas, and reports each stray ``$``, LaTeX command (``\\frac``) or MyST role
-(``{cite}``) with the page and a snippet around it. It exits with status 1 if it found any.
+(``{cite}``) with the page and a snippet around it. It also reports the page's scripts that break
+it for a reader (:func:`find_script_problems`): a script loaded from another host (the book reads
+offline: MathJax and the widget manager are served from ``_static/``), the same inline script
+twice (two ``const THEBE_JS_URL`` declarations throw in the browser), and saved widget state
+without the local widget manager that renders it (the explorers would be blank). It exits with
+status 1 if it found any of these.
 """
 
 from __future__ import annotations
@@ -92,6 +97,57 @@ def find_stray(html: str, width: int = 40) -> list[str]:
     return found
 
 
+class Scripts(HTMLParser):
+    """Collects every ``<script>``: its ``src`` (or None), ``type`` and inline body."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.scripts: list[dict] = []
+        self._open: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "script":
+            a = dict(attrs)
+            self._open = {"src": a.get("src"), "type": a.get("type") or "", "body": ""}
+            self.scripts.append(self._open)
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._open = None
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._open["body"] += data
+
+
+#: The script that renders saved ipywidgets state (book/_ext/local_widgets.py serves it).
+WIDGET_MANAGER = "_static/widgets/embed-amd.js"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def find_script_problems(html: str) -> list[str]:
+    """Each script of ``html`` that breaks the page for a reader, as ``'kind: detail'``:
+    ``external-script`` (a ``src`` on another host), ``duplicate-script`` (an inline script that
+    appeared before), ``widgets`` (widget state but no local widget manager)."""
+    parser = Scripts()
+    parser.feed(html)
+    parser.close()
+    found, bodies = [], set()
+    for script in parser.scripts:
+        src = script["src"]
+        if src and re.match(r"(?i)^(https?:)?//", src):
+            found.append(f"external-script: {src}")
+        elif not src and script["type"] != WIDGET_STATE and script["body"].strip():
+            body = script["body"].strip()
+            if body in bodies:
+                found.append("duplicate-script: " + " ".join(body.split())[:80])
+            bodies.add(body)
+    has_state = any(s["type"] == WIDGET_STATE for s in parser.scripts)
+    if has_state and not any((s["src"] or "").split("?")[0].endswith(WIDGET_MANAGER) for s in parser.scripts):
+        found.append(f"widgets: saved widget state but no {WIDGET_MANAGER} to render it")
+    return found
+
+
 def pages(root: Path) -> list[Path]:
     """The book's HTML pages under ``root``, without Sphinx's own folders (_static, _sources...)."""
     return sorted(p for p in root.rglob("*.html")
@@ -110,16 +166,17 @@ def main(argv: list[str]) -> int:
         return 2
     bad = 0
     for page in files:
-        stray = list(dict.fromkeys(find_stray(page.read_text(encoding="utf-8"))))
+        html = page.read_text(encoding="utf-8")
+        stray = list(dict.fromkeys(find_stray(html) + find_script_problems(html)))
         for item in stray:
             print(f"{page.relative_to(root)}: {item}")
         bad += len(stray)
     if bad:
-        print(f"check_rendered: {bad} stray $ / LaTeX command / MyST role in the rendered text of "
-              f"{len(files)} pages (fix the markdown source: usually a line of a $...$ span that starts "
-              "with +, - or a number, or a misspelt role)", file=sys.stderr)
+        print(f"check_rendered: {bad} stray $ / LaTeX command / MyST role in the rendered text or broken "
+              f"scripts in {len(files)} pages (fix the markdown source: usually a line of a $...$ span that "
+              "starts with +, - or a number, or a misspelt role; scripts: see book/_ext)", file=sys.stderr)
         return 1
-    print(f"check_rendered: {len(files)} pages, no raw math or roles in the rendered text")
+    print(f"check_rendered: {len(files)} pages, no raw math or roles in the rendered text, no broken scripts")
     return 0
 
 

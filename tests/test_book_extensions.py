@@ -89,3 +89,69 @@ def test_local_mathjax_points_sphinx_at_the_shipped_component(tmp_path):
     local_mathjax.copy_mathjax(App, None)
     assert (tmp_path / "_static" / "mathjax" / "tex-mml-chtml.js").is_file()
     local_mathjax.copy_mathjax(App, None)  # a rebuild copies over the old copy
+
+
+def test_local_widgets_serve_the_shipped_html_manager():
+    import hashlib
+
+    import local_widgets
+
+    scripts = local_widgets.widget_scripts()
+    assert list(scripts) == ["widgets/assets-path.js", "widgets/require.js", "widgets/embed-amd.js"]
+    assert all(not attrs for attrs in scripts.values())  # no CDN attribute (data-jupyter-widgets-cdn)
+    static = ROOT / "book" / "_static"
+    sources = (static / "widgets" / "SOURCES.txt").read_text()
+    for name in ("embed-amd.js", "require.js"):  # the vendored files are the recorded ones
+        digest = hashlib.sha256((static / "widgets" / name).read_bytes()).hexdigest()
+        assert f"{name}   sha256 {digest}" in sources or f"{name}     sha256 {digest}" in sources
+    # the manager's fonts (webpack asset names referenced by the bundle) are all there
+    bundle = (static / "widgets" / "embed-amd.js").read_text()
+    import re
+    fonts = set(re.findall(r'"([0-9a-f]{20}\.woff2?)"', bundle))
+    assert fonts and all((static / "widgets" / f).is_file() for f in fonts)
+
+    class Config:
+        nb_ipywidgets_js = {"https://cdn.example/require.js": {}}
+
+    config = Config()
+    local_widgets.use_local_widgets(None, config)
+    assert config.nb_ipywidgets_js == scripts
+
+
+def test_page_assets_remove_duplicate_inline_scripts():
+    import page_assets
+    from sphinx.builders.html._assets import _JavaScript
+
+    thebe = "const THEBE_JS_URL = 'x'"
+    scripts = [_JavaScript("doctools.js"), _JavaScript(None, body=thebe), _JavaScript("sphinx-thebe.js"),
+               _JavaScript("", body=thebe), _JavaScript("", body="var a = 1"), _JavaScript("doctools.js")]
+    assert page_assets.unique_scripts(scripts) == [scripts[0], scripts[1], scripts[2], scripts[4]]
+
+    class Builder:
+        _js_files = list(scripts)
+        _orig_js_files = list(scripts)
+
+    class App:
+        builder = Builder
+
+    context = {"script_files": Builder._js_files}
+    page_assets.dedupe_scripts(App, "p", "page.html", context, None)
+    assert Builder._js_files == Builder._orig_js_files == [scripts[0], scripts[1], scripts[2], scripts[4]]
+    assert context["script_files"] is Builder._js_files
+
+    class Config:
+        html_static_path = ["_static"]
+
+    page_assets.add_static_path(None, Config)
+    page_assets.add_static_path(None, Config)
+    assert Config.html_static_path == ["_static", str(ROOT / "book" / "_static")]
+    for name in ("math-fit.js", "math-fit.css"):
+        assert (ROOT / "book" / "_static" / name).is_file()
+
+
+def test_works_named_in_the_prose_are_in_the_bibliography():
+    """4.9 names Song et al. (2012) and Nguyen, Raghu and Kornblith (2021), 5.7 FedPer (Arivazhagan
+    et al., 2019) and LG-FedAvg (Liang et al., 2020); the bibliography lists every entry (:all:)."""
+    labels = set(_labels((ROOT / "references.bib").read_text()).values())
+    assert {"Song et al., 2012", "Nguyen et al., 2021", "Arivazhagan et al., 2019", "Liang et al., 2020"} <= labels
+    assert ":all:" in (ROOT / "book" / "bibliography.md").read_text()

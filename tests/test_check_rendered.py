@@ -71,3 +71,30 @@ def test_main_needs_a_built_book(tmp_path, setup):
     if setup == "empty":
         root.mkdir()
     assert check_rendered.main([str(root)]) == 2
+
+
+def test_scripts_that_break_a_page_are_found():
+    problems = check_rendered.find_script_problems
+    thebe = '<script>const THEBE_JS_URL = "x"; const thebe_selector = ".cell"</script>'
+    good = f"""<head><script src="../_static/doctools.js?v=1"></script>{thebe}
+      <script>var togglebuttonSelector = '.toggle';</script>
+      <script type="application/vnd.jupyter.widget-state+json">{{"state": {{}}}}</script>
+      <script type="application/vnd.jupyter.widget-state+json">{{"state": {{}}}}</script>
+      <script src="../../_static/widgets/require.js?v=2"></script>
+      <script src="../../_static/widgets/embed-amd.js?v=3"></script></head><p>text</p>"""
+    assert problems(good) == []
+    # the same inline declaration twice throws "Identifier 'THEBE_JS_URL' has already been declared"
+    assert [p.split(":")[0] for p in problems(good.replace("</head>", thebe + "</head>"))] == ["duplicate-script"]
+    # widgets from a CDN: blank offline
+    cdn = good.replace("../../_static/widgets/embed-amd.js?v=3",
+                       "https://cdn.jsdelivr.net/npm/@jupyter-widgets/html-manager@1.0.6/dist/embed-amd.js")
+    assert [p.split(":")[0] for p in problems(cdn)] == ["external-script", "widgets"]
+    assert problems('<script src="//cdn.example/x.js"></script>') == ["external-script: //cdn.example/x.js"]
+    # pages without widgets need no manager
+    assert problems("<script>var a = 1;</script><p>x</p>") == []
+
+
+def test_main_reports_script_problems(tmp_path, capsys):
+    (tmp_path / "page.html").write_text("<script>const A = 1</script><script>const A = 1</script><p>ok</p>")
+    assert check_rendered.main([str(tmp_path)]) == 1
+    assert "page.html: duplicate-script: const A = 1" in capsys.readouterr().out

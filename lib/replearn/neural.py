@@ -65,9 +65,34 @@ from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from .backend import default_device, make_generator
-from .checks import check_int
+from .checks import check_count, check_int, check_seed
 
 Params = dict[str, torch.Tensor]
+
+MAX_PHASE_BATCHES = 10**6
+"""Most minibatches one client's local phase may plan in one round (``steps``, or ``epochs``
+times the batches of an epoch): a round's batch plan is held in memory, and 10**6 index
+tensors per client are about 100 MB. The book's largest phase has 500."""
+
+MAX_RUN_STEPS = 10**9
+"""Most local SGD steps a run may plan (rounds x clients per round x steps per client): at a
+millisecond per step on the tiniest network this is 11 days. Checked at the start of a run,
+before anything is allocated, with the fields that set it named."""
+
+MAX_INPUT = 1e4
+"""Largest absolute image value the engine accepts: normalised images lie within a few units,
+raw 0-255 pixels below 256; larger values (e.g. 1e30) make the first step overflow and would
+otherwise be blamed on the learning rate."""
+
+MAX_PARAMETER = 1e6
+"""Largest absolute entry of a starting state (or a model to evaluate) the engine accepts."""
+
+DIVERGENCE_FACTOR = 1e3
+"""Local training has diverged when a minibatch loss exceeds ``DIVERGENCE_FACTOR`` times
+``max(L0, 1)``, where ``L0`` is the run's starting loss (the first minibatch loss of the first
+client trained in round 0): cross-entropy starts near ``log C`` and a finite loss a thousand
+times that is a blow-up, not noise. The engine then raises ``FloatingPointError`` naming the
+learning rate, like it does for a non-finite loss or parameter."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,7 +271,12 @@ class TrainConfig:
         for name, value in counts.items():
             check_int(value, name, 1)
         check_int(self.head_epochs, "head_epochs", 0)
-        check_int(self.seed, "seed", 0)
+        # sizes that set work: at most checks.MAX_COUNT each (the run checks their product
+        # against MAX_RUN_STEPS once the data sizes are known)
+        for name in ("rounds", "local_epochs", "local_steps", "head_epochs", "head_steps", "vmap_clients"):
+            if getattr(self, name) is not None:
+                check_count(getattr(self, name), name, 0)
+        check_seed(self.seed, "seed")
         reals = dict(lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
                      participation=self.participation)
         for name, value in reals.items():
@@ -289,9 +319,13 @@ class FedResult:
 
     ``state``: the server's parameters (for names in ``local_names`` these are the values the
     clients started from); ``local``: per-client parameters stacked along a first client axis
-    (empty when nothing is local); ``train_loss[t]``: the n_i-weighted mean minibatch loss of
+    (empty when nothing is local; for the algorithms of :func:`run_protocol`, the parameters
+    each client is evaluated with, e.g. Ditto's personal or APFL's mixed model); ``train_loss[t]``: the n_i-weighted mean minibatch loss of
     round t's local updates; ``test_accuracy[t]``: the average test accuracy after round t (NaN
-    where not evaluated); ``participants[t]``: the clients sampled in round t.
+    where not evaluated); ``participants[t]``: the clients sampled in round t; ``final``: the
+    last evaluation, of what each client would use; ``extras``: what an algorithm keeps
+    besides (:func:`run_protocol`: ``"server"`` its server state, ``"clients"`` the clients'
+    states; the +FT wrappers: the ``"base"`` run and the ``"finetune"`` run).
     """
 
     algorithm: str
@@ -304,6 +338,7 @@ class FedResult:
     participants: tuple[tuple[int, ...], ...]
     final: Evaluation
     config: TrainConfig = field(repr=False)
+    extras: dict = field(default_factory=dict, repr=False)
 
     @property
     def accuracy(self) -> float:
@@ -451,6 +486,12 @@ def plan_batches(n: int, batch_size: int, *, steps: int | None, epochs: int,
     like ``DataLoader(shuffle=True, drop_last=False)``)."""
     check_int(n, "n", 1)
     check_int(batch_size, "batch_size", 1)
+    planned = steps if steps is not None else epochs * -(-n // batch_size)
+    if isinstance(planned, int) and planned > MAX_PHASE_BATCHES:
+        what = f"steps = {steps}" if steps is not None else f"epochs = {epochs} of {-(-n // batch_size)} batches"
+        raise ValueError(f"a local phase of {what} plans {planned:.3g} minibatches, more than MAX_PHASE_BATCHES = "
+                         f"{MAX_PHASE_BATCHES:.0e} (a round's batch plan is held in memory); use fewer local "
+                         f"steps or epochs")
     if steps is None:
         check_int(epochs, "epochs", 1)
         out = []
@@ -542,6 +583,8 @@ class LocalSGD:
     def __init__(self, model: nn.Module):
         self.model = fast_copy(model)
         self.params = dict(self.model.named_parameters())
+        self.first_loss: torch.Tensor | None = None  # see watch()
+        self.peak_loss: torch.Tensor | None = None
         body, head = getattr(self.model, "body", None), getattr(self.model, "head", None)
         self._head_names: frozenset[str] = frozenset()
         self._split_checked = False
@@ -565,15 +608,53 @@ class LocalSGD:
             self._split_checked = True
         return True
 
+    def watch(self) -> None:
+        """Start recording the minibatch losses of :meth:`train` and :meth:`gradient`:
+        ``first_loss`` (the first one) and ``peak_loss`` (the largest), 0-d tensors (the engine
+        compares them with :data:`DIVERGENCE_FACTOR`); None until a loss is computed."""
+        self.first_loss = self.peak_loss = None
+
+    def _record(self, loss: torch.Tensor) -> None:
+        loss = loss.detach()
+        if self.first_loss is None:
+            self.first_loss = self.peak_loss = loss
+        else:
+            self.peak_loss = torch.maximum(self.peak_loss, loss)
+
+    def gradient(self, params: Params, trainable: Sequence[str], x: torch.Tensor, y: torch.Tensor,
+                 idx: torch.Tensor | None, cfg: "TrainConfig",
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, Params]:
+        """The mean cross-entropy on rows ``idx`` of ``x``, ``y`` (all rows when None; augmented
+        when ``cfg.augment``) of the model with parameters ``params``, and its gradient with
+        respect to the names in ``trainable`` (copies): the building block of algorithms with
+        their own local steps (:mod:`replearn.algorithms`)."""
+        with torch.no_grad():
+            for n, p in self.params.items():
+                p.copy_(params[n])
+                p.requires_grad_(n in trainable)
+                p.grad = None
+        x = _as_channels_last(x)
+        xb, yb = (x, y) if idx is None else (x[idx.to(x.device)], y[idx.to(y.device)])
+        loss = F.cross_entropy(self.model(_augment(xb, cfg, generator) if idx is not None else xb), yb)
+        loss.backward()
+        self._record(loss)
+        return loss.detach(), {n: self.params[n].grad.clone(memory_format=torch.contiguous_format)
+                               for n in trainable}
+
     def train(self, params: Params, trainable: Sequence[str], x: torch.Tensor, y: torch.Tensor,
               batches: Sequence[torch.Tensor], cfg: "TrainConfig",
-              generator: torch.Generator | None = None) -> tuple[Params, torch.Tensor]:
+              generator: torch.Generator | None = None, *,
+              extra_grad: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]] | None = None
+              ) -> tuple[Params, torch.Tensor]:
         """One local phase on one client: SGD on the mean cross-entropy of each index batch
         of ``batches`` (rows of ``x``, ``y``), updating only the names in ``trainable``
         (``params`` gives every parameter's starting value), with ``torch.optim.SGD``
         semantics and a fresh momentum buffer: ``g <- grad + weight_decay * theta``;
         ``buf <- g`` at the first step, else ``momentum * buf + g``; ``theta <- theta - lr * buf``.
         ``generator`` is needed only when ``cfg.augment`` is on (augmentation draws per batch).
+        ``extra_grad(theta)``: terms added to the minibatch gradient at every step, given the
+        current trainable tensors in ``trainable``'s order (an objective's extra terms, e.g.
+        FedProx's ``mu (theta - theta_global)``); ``g <- grad + extra + weight_decay * theta``.
         Returns the trained parameters (copies, names in ``trainable``) and the summed
         minibatch loss (a 0-d tensor)."""
         with torch.no_grad():
@@ -601,7 +682,10 @@ class LocalSGD:
             loss.backward()
             with torch.no_grad():
                 loss_sum += loss
+                self._record(loss)
                 grads = [p.grad for p in tp]
+                if extra_grad is not None:
+                    grads = torch._foreach_add(grads, list(extra_grad(tp)))
                 if cfg.weight_decay:
                     grads = torch._foreach_add(grads, tp, alpha=cfg.weight_decay)
                 if cfg.momentum:
@@ -631,18 +715,21 @@ def _sgd_vmap(model: nn.Module, params: Params, trainable: Sequence[str], xs: Se
     frozen = {n: p for n, p in params.items() if n not in train}
     buf: Params = {}
     loss_sum = torch.zeros(len(xs), device=xs[0].device, dtype=xs[0].dtype)
+    first = peak = None
     for s, idx in enumerate(batches):
         xb = torch.stack([x[i.to(x.device)] for x, i in zip(xs, idx)])
         yb = torch.stack([y[i.to(y.device)] for y, i in zip(ys, idx)])
         grads, loss = step(train, frozen, _augment(xb, cfg, generator), yb)
         loss_sum += loss.detach()
+        first = loss.detach() if first is None else first
+        peak = loss.detach() if peak is None else torch.maximum(peak, loss.detach())
         for n, g in grads.items():
             if cfg.weight_decay:
                 g = g + cfg.weight_decay * train[n]
             if cfg.momentum:
                 g = buf[n] = g if s == 0 else cfg.momentum * buf[n] + g
             train[n] = train[n] - cfg.lr * g
-    return {**params, **train}, loss_sum
+    return {**params, **train}, loss_sum, first, peak
 
 
 def model_dtype(model: nn.Module) -> torch.dtype:
@@ -663,6 +750,13 @@ def check_inputs(model: nn.Module, clients: ClientData) -> ClientData:
     shape if the model rejects it, and every client's labels must lie in ``[0, C)`` for the
     model's ``C`` outputs."""
     clients = clients.to(model_dtype(model))
+    for split, xs in (("train", clients.x_train), ("test", clients.x_test)):
+        for i, x in enumerate(xs):
+            big = float(x.abs().max()) if x.numel() else 0.0
+            if big > MAX_INPUT:
+                raise ValueError(f"client {i} {split} images have a value of magnitude {big:.3g}, more than "
+                                 f"MAX_INPUT = {MAX_INPUT:g}: normalise the images first "
+                                 f"(replearn.data.normalise; ClientData.from_partition does it for uint8)")
     devices = {p.device for p in model.parameters()}
     if devices != {clients.device}:
         raise ValueError(f"the model is on {sorted(map(str, devices))} but the clients' data on {clients.device}; "
@@ -696,6 +790,14 @@ def evaluate(model: nn.Module, clients: ClientData, state: Params | None = None,
     clients = check_inputs(model, clients)
     check_int(batch_size, "batch_size", 1)
     params = dict(state) if state is not None else {n: p.detach() for n, p in model.named_parameters()}
+    for n, _ in model.named_parameters():  # a NaN model would report the accuracy of always guessing class 0
+        own = local is not None and n in local
+        if not own and n not in params:
+            raise ValueError(f"state lacks the model's parameter {n!r}")
+        for t, what in (((local[n], "local parameter"),) if own else ((params[n], "parameter"),)):
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"the model's {what} {n!r} contains NaN or infinite values; its predictions are "
+                                 f"meaningless (a diverged run?), so it is not evaluated")
     work = fast_copy(model).requires_grad_(False)
     return _evaluation(clients, [_test_client(work, clients, params, local or {}, i, batch_size)
                                  for i in range(clients.n_clients)])
@@ -785,6 +887,90 @@ class _ClientThreads:
         torch.set_num_threads(self._threads)
 
 
+def check_work(phases: Sequence[Phase], train_sizes: Sequence[int], cfg: TrainConfig) -> int:
+    """The number of local steps a run of ``cfg.rounds`` rounds with these ``phases`` plans
+    (at most: every sampled client counted with the largest data size); raise ``ValueError``
+    naming the fields if one client's phase exceeds :data:`MAX_PHASE_BATCHES` or the run
+    :data:`MAX_RUN_STEPS`. Runs call it before anything is allocated."""
+    n = max(int(s) for s in train_sizes)
+    m = max(1, round(cfg.participation * len(train_sizes)))
+    per_client = 0
+    for k, ph in enumerate(phases):
+        batches = ph.steps if ph.steps is not None else ph.epochs * -(-n // cfg.batch_size)
+        what = (f"phase {k}: {ph.steps} steps" if ph.steps is not None else
+                f"phase {k}: {ph.epochs} epochs x {-(-n // cfg.batch_size)} batches")
+        if batches > MAX_PHASE_BATCHES:
+            raise ValueError(f"{what} = {batches:.3g} minibatches per client and round, more than "
+                             f"MAX_PHASE_BATCHES = {MAX_PHASE_BATCHES:.0e}; lower local_steps/local_epochs "
+                             f"(or head_steps/head_epochs)")
+        per_client += batches
+    total = cfg.rounds * m * per_client
+    if total > MAX_RUN_STEPS:
+        raise ValueError(f"rounds = {cfg.rounds} x {m} clients per round x {per_client} local steps per client = "
+                         f"{total:.3g} SGD steps, more than MAX_RUN_STEPS = {MAX_RUN_STEPS:.0e} (days of work); "
+                         f"lower rounds, participation or the local steps/epochs")
+    return total
+
+
+def starting_state(model: nn.Module, state: Params | None, device: torch.device, dtype: torch.dtype) -> Params:
+    """The parameters a run starts from (``state``, default the model's), as copies on
+    ``device`` in ``dtype``; ``ValueError`` naming the parameter if one is missing, not finite
+    or larger than :data:`MAX_PARAMETER` in absolute value (checked before any training, so a
+    bad start is never blamed on the learning rate)."""
+    names = [n for n, _ in model.named_parameters()]
+    origin = "starting state" if state is not None else "model"
+    if state is None:
+        state = {n: p.detach() for n, p in model.named_parameters()}
+    else:
+        missing = [n for n in names if n not in state]
+        if missing:
+            raise ValueError(f"state lacks the model's parameters {missing}")
+    out = {}
+    for n in names:
+        t = state[n].detach()
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"the {origin}'s parameter {n!r} contains NaN or infinite values; start from finite "
+                             f"parameters (e.g. a freshly built model)")
+        big = float(t.abs().max()) if t.numel() else 0.0
+        if big > MAX_PARAMETER:
+            raise ValueError(f"the {origin}'s parameter {n!r} has an entry of magnitude {big:.3g}, more than "
+                             f"MAX_PARAMETER = {MAX_PARAMETER:.0e}; start from a sensible model")
+        out[n] = t.to(device=device, dtype=dtype).clone()
+    return out
+
+
+def check_divergence(t: int, client: int, first: float, peak: float, reference: float | None, lr: float) -> float:
+    """Raise ``FloatingPointError`` naming ``lr`` if client ``client``'s largest minibatch loss
+    ``peak`` in round ``t`` exceeds :data:`DIVERGENCE_FACTOR` times ``max(reference, 1)``;
+    ``reference`` is the run's starting loss (None in the first check: ``first`` becomes it).
+    Returns the reference."""
+    ref = first if reference is None else reference
+    if not math.isfinite(peak) or peak > DIVERGENCE_FACTOR * max(ref, 1.0):
+        raise FloatingPointError(
+            f"round {t}: client {client}'s local training diverged: its minibatch loss reached {peak:.3g}, more "
+            f"than DIVERGENCE_FACTOR = {DIVERGENCE_FACTOR:g} times the starting loss {ref:.3g} (or 1), with "
+            f"lr = {lr:g}; lower the learning rate")
+    return ref
+
+
+class _OneIntraOpThread:
+    """While open, torch runs on one intra-op thread (restored on exit): augmented runs train
+    the clients in the calling thread, and one thread makes their arithmetic that of a
+    one-thread run for any thread count (issue: different accuracies at 1 and 2 threads)."""
+
+    def __init__(self, active: bool):
+        self.active, self.threads = active, torch.get_num_threads()
+
+    def __enter__(self):
+        if self.active:
+            torch.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            torch.set_num_threads(self.threads)
+
+
 def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, state: Params | None = None,
              callback: Callable[[int, dict], None] | None = None, workers: int | None = None) -> FedResult:
     """Run ``spec.cfg.rounds`` rounds of the algorithm ``spec`` (see the module docstring).
@@ -806,15 +992,10 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
     spec.check(model)
     clients = check_inputs(model, clients)
     cfg, shared, local, phases = spec.cfg, spec.shared, spec.local, spec.phases
+    check_work(phases, clients.train_sizes.tolist(), cfg)
     names = [n for n, _ in model.named_parameters()]
     device = clients.device
-    if state is None:
-        state = {n: p.detach().to(device).clone() for n, p in model.named_parameters()}
-    else:
-        missing = [n for n in names if n not in state]
-        if missing:
-            raise ValueError(f"state lacks the model's parameters {missing}")
-        state = {n: state[n].detach().to(device=device, dtype=clients.dtype).clone() for n in names}
+    state = starting_state(model, state, device, clients.dtype)
     M = clients.n_clients
     x_train: dict[int, torch.Tensor] = {}  # channels_last training images, made by the thread that first needs them
     local_state = {n: state[n].unsqueeze(0).repeat(M, *([1] * state[n].ndim)) for n in local}
@@ -827,7 +1008,10 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
     n_workers = _client_workers(workers, device, cfg, M)
     pool = _ClientThreads(model, n_workers) if n_workers > 1 else None
     worker = LocalSGD(model) if pool is None else None
+    reference = None  # the run's starting loss (check_divergence)
+    one_thread = _OneIntraOpThread(pool is None and device.type == "cpu")
     try:
+        one_thread.__enter__()
         for t in range(cfg.rounds):
             plan = plan_round(sizes.tolist(), phases, cfg, gen)
             selected = list(plan.clients)
@@ -852,6 +1036,8 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
                 ys = [clients.y_train[i] for i in group]
                 loss_sum = torch.zeros(G, device=device, dtype=clients.dtype)
                 n_steps = 0
+                first = peak = None
+                worker.watch()
                 for k, phase in enumerate(phases):
                     if G == 1:
                         new, ls = worker.train({n: p[0] for n, p in params.items()}, phase.trainable, xs[0], ys[0],
@@ -859,24 +1045,30 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
                         params = {**params, **{n: p.unsqueeze(0) for n, p in new.items()}}
                     else:
                         batches = list(zip(*(plans[i][k] for i in group)))
-                        params, ls = _sgd_vmap(model, params, phase.trainable, xs, ys, batches, cfg, gen)
+                        params, ls, f, pk = _sgd_vmap(model, params, phase.trainable, xs, ys, batches, cfg, gen)
+                        first = f if first is None else first
+                        peak = pk if peak is None else torch.maximum(peak, pk)
                     loss_sum += ls
                     n_steps += len(plans[group[0]][k])
+                if G == 1:
+                    first, peak = worker.first_loss.reshape(1), worker.peak_loss.reshape(1)
                 w = sizes[group].to(device=device, dtype=loss_sum.dtype)
                 weighted = {n: torch.tensordot(w, params[n], dims=1) for n in shared}
                 finite = _finite(loss_sum, [params[n] for n in shared + local])
                 return ({n: params[n] for n in local}, weighted, float((w * loss_sum).sum()) / max(n_steps, 1),
-                        finite)
+                        finite, first.tolist(), peak.tolist())
 
             if pool is not None:
                 trained = pool.map(train_group, groups)
             else:
                 trained = (train_group(worker, g) for g in groups)
-            for group, (own, weighted, loss, finite) in zip(groups, trained):  # in order: the same sums
+            for group, (own, weighted, loss, finite, firsts, peaks) in zip(groups, trained):  # in order: the same sums
                 if not bool(finite.all()):
                     raise FloatingPointError(
                         f"round {t}: client {group[int((~finite).nonzero()[0])]}'s local training diverged "
                         f"(non-finite loss or parameters) with lr = {cfg.lr:g}; lower the learning rate")
+                for i, f, pk in zip(group, firsts, peaks):
+                    reference = check_divergence(t, i, f, pk, reference, cfg.lr)
                 for n in local:
                     local_state[n][group] = own[n]
                 for n in shared:
@@ -897,6 +1089,7 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
             if callback is not None:
                 callback(t, metrics)
     finally:
+        one_thread.__exit__()
         if pool is not None:
             pool.close()
     return FedResult(spec.algorithm, state, local_state, shared, local, losses, accs, tuple(participants),
@@ -978,3 +1171,205 @@ def finetune(model: nn.Module, clients: ClientData, *, state: Params | None = No
     cfg = TrainConfig(rounds=1, lr=lr, momentum=momentum, weight_decay=weight_decay, batch_size=batch_size,
                       local_epochs=epochs, augment=augment, last_rounds=1, seed=seed)
     return run_spec(algorithm_spec(f"finetune_{part}", model, cfg), model, clients, state=state)
+
+
+# --------------------------------------------------------------------------------------------
+# The open algorithm model: a round loop for algorithms with their own client and server steps
+
+
+@dataclass
+class ClientRound:
+    """What one sampled client sees in one round of :func:`run_protocol` (built on the
+    client's thread): its index ``client``, a :class:`LocalSGD` ``worker`` to train or take
+    gradients with, its training images ``x`` (``channels_last``) and labels ``y``, its size
+    ``n``, ``batches[k]``: the index batches planned for phase k, the run's ``cfg`` and the
+    algorithm's ``options``, ``generator`` (for augmentation only; None when clients train on
+    threads, which needs ``cfg.augment = False``), the server's parameters ``global_params``
+    and ``server`` state at the start of the round, the round's ``broadcast`` (the same for
+    every client), the client's own ``state`` (its dict from the last round it took part in,
+    or the algorithm's initial client state) and ``draw``: the algorithm's extra random draws
+    for this client, made in the calling thread before training. ``initial``: the run's
+    starting parameters. Nothing here may be modified in place: a client's new state is
+    returned in its :class:`ClientUpdate`. At evaluation, ``batches`` and ``broadcast`` are
+    empty and ``draw`` is None."""
+
+    client: int
+    worker: "LocalSGD"
+    x: torch.Tensor
+    y: torch.Tensor
+    n: int
+    batches: tuple
+    cfg: TrainConfig
+    options: object
+    generator: torch.Generator | None
+    global_params: Params
+    server: dict
+    broadcast: dict
+    state: dict
+    draw: object
+    initial: Params
+
+
+@dataclass
+class ClientUpdate:
+    """A client's answer in :func:`run_protocol`: ``upload``: tensors the server averages with
+    weights n_i over the round's clients (any names); ``state``: the client's state kept for
+    its next round (and for its evaluation); ``loss_sum`` (a 0-d tensor) and ``n_steps``: the
+    summed minibatch loss of its steps and how many (for ``train_loss``)."""
+
+    upload: Params
+    state: dict
+    loss_sum: torch.Tensor
+    n_steps: int
+
+
+def _all_finite(loss_sum: torch.Tensor, tensors: Sequence[torch.Tensor]) -> bool:
+    norms = [torch.as_tensor(loss_sum, dtype=torch.float64).reshape(())]
+    norms += [t.detach().norm().to(torch.float64) for t in tensors if t.is_floating_point() and t.numel()]
+    return bool(torch.isfinite(torch.stack(norms)).all())
+
+
+def _tensors_of(state) -> list[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, dict):
+        return [t for v in state.values() for t in _tensors_of(v)]
+    return []
+
+
+def run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, options=None, *,
+                 state: Params | None = None, callback: Callable[[int, dict], None] | None = None,
+                 workers: int | None = None) -> FedResult:
+    """Run ``cfg.rounds`` rounds of an algorithm given by its client and server steps (the
+    protocol of :class:`replearn.algorithms.base.ProtocolAlgorithm`): FedProx, SCAFFOLD,
+    Ditto, APFL, L2GD, Per-FedAvg, Fed-MTL and any new one.
+
+    ``algorithm`` provides ``name``, ``check_options(options) -> options``,
+    ``phases(model, cfg, options)`` (the :class:`Phase` s whose batches :func:`plan_round`
+    draws for every sampled client), ``check(model, cfg, options)``,
+    ``init_server(params, options) -> dict``, ``init_client(initial, options) -> dict``,
+    ``draw(plan, cfg, options, generator) -> {client: anything}``,
+    ``broadcast(params, server, states, selected, options) -> dict``,
+    ``client_update(ClientRound) -> ClientUpdate``,
+    ``server_update(params, server, mean_upload, selected, n_clients, options) -> (params, server)``,
+    ``personal_names(model) -> names`` and ``eval_params(ClientRound) -> Params``.
+
+    Each round, in the calling thread: :func:`plan_round` (clients and batches), then the
+    algorithm's extra draws and broadcast; every sampled client runs ``client_update`` (on
+    the client threads of :func:`run_spec`, each with one intra-op thread); the uploads are
+    summed with weights n_i in client order and divided by the round's total, and
+    ``server_update`` makes the new server parameters and state. So, as with
+    :func:`run_spec`, the iterates are the same bit for bit for every number of workers.
+    Client states are made by ``init_client`` from the starting parameters when a client is
+    first sampled (or evaluated). On evaluated rounds every client is tested with
+    ``eval_params`` (what it would use: its personal model, a mixed or an adapted one); the
+    result's ``local`` holds these parameters for the names of ``personal_names``. A
+    non-finite loss, upload or client state, or a loss above :data:`DIVERGENCE_FACTOR` times
+    the starting loss, raises ``FloatingPointError`` naming ``lr``.
+    """
+    options = algorithm.check_options(options)
+    if not isinstance(cfg, TrainConfig):
+        raise ValueError(f"cfg must be a neural.TrainConfig, got {type(cfg).__name__}")
+    if cfg.vmap_clients != 1:
+        raise ValueError(f"{algorithm.name} trains one client at a time per thread: use cfg.vmap_clients = 1")
+    clients = check_inputs(model, clients)
+    phases = tuple(algorithm.phases(model, cfg, options))
+    AlgorithmSpec(algorithm.name, (), (), phases, cfg).check(model)  # the phases' names exist
+    algorithm.check(model, cfg, options)
+    sizes = clients.train_sizes
+    check_work(phases, sizes.tolist(), cfg)
+    device, M = clients.device, clients.n_clients
+    names = [n for n, _ in model.named_parameters()]
+    params = starting_state(model, state, device, clients.dtype)
+    initial = {n: p.clone() for n, p in params.items()}
+    server = algorithm.init_server(params, options)
+    states: dict[int, dict] = {}
+    personal = tuple(algorithm.personal_names(model))
+    x_train: dict[int, torch.Tensor] = {}
+    gen = make_generator(cfg.seed)
+    losses = torch.full((cfg.rounds,), float("nan"))
+    accs = torch.full((cfg.rounds,), float("nan"))
+    participants, evaluation, final_params = [], None, []
+    n_workers = _client_workers(workers, device, cfg, M)
+    pool = _ClientThreads(model, n_workers) if n_workers > 1 else None
+    worker = LocalSGD(model) if pool is None else None
+    reference = None
+    one_thread = _OneIntraOpThread(pool is None and device.type == "cpu")
+
+    def context(w: LocalSGD, i: int, batches, broadcast, draw, own: dict) -> ClientRound:
+        if i not in x_train:
+            x_train[i] = _as_channels_last(clients.x_train[i])
+        return ClientRound(i, w, x_train[i], clients.y_train[i], int(sizes[i]), batches, cfg, options,
+                           gen if pool is None else None, params, server, broadcast, own, draw, initial)
+
+    try:
+        one_thread.__enter__()
+        for t in range(cfg.rounds):
+            plan = plan_round(sizes.tolist(), phases, cfg, gen)
+            selected = list(plan.clients)
+            participants.append(plan.clients)
+            draws = algorithm.draw(plan, cfg, options, gen) or {}
+            for i in selected:
+                if i not in states:
+                    states[i] = algorithm.init_client(initial, options)
+            broadcast = algorithm.broadcast(params, server, {i: states[i] for i in selected}, selected, options)
+
+            def train_client(w: LocalSGD, i: int):
+                w.watch()
+                update = algorithm.client_update(context(w, i, plan.batches[i], broadcast, draws.get(i), states[i]))
+                if not isinstance(update, ClientUpdate):
+                    raise TypeError(f"{algorithm.name}: client_update must return a neural.ClientUpdate")
+                n_i = float(sizes[i])
+                weighted = {k: v * n_i for k, v in update.upload.items()}
+                finite = _all_finite(update.loss_sum, list(update.upload.values()) + _tensors_of(update.state))
+                first = float(w.first_loss) if w.first_loss is not None else 0.0
+                peak = float(w.peak_loss) if w.peak_loss is not None else 0.0
+                return update, weighted, finite, first, peak
+
+            trained = pool.map(train_client, selected) if pool is not None else (
+                train_client(worker, i) for i in selected)
+            acc: Params = {}
+            round_loss = 0.0
+            for i, (update, weighted, finite, first, peak) in zip(selected, trained):  # in order: the same sums
+                if not finite:
+                    raise FloatingPointError(
+                        f"round {t}: client {i}'s local training diverged (non-finite loss, parameters or state) "
+                        f"with lr = {cfg.lr:g}; lower the learning rate")
+                reference = check_divergence(t, i, first, peak, reference, cfg.lr)
+                states[i] = update.state
+                for k, v in weighted.items():
+                    if k not in acc:
+                        acc[k] = torch.zeros_like(v)
+                    acc[k] += v
+                round_loss += float(sizes[i]) * float(update.loss_sum) / max(update.n_steps, 1)
+            total = float(sizes[selected].sum())
+            mean_upload = {k: v / total for k, v in acc.items()}
+            params, server = algorithm.server_update(params, server, mean_upload, selected, M, options)
+            losses[t] = round_loss / total
+            metrics = {"train_loss": float(losses[t])}
+            if (t + 1) % cfg.eval_every == 0 or t == cfg.rounds - 1:
+                def test(w: LocalSGD, i: int):
+                    own = states[i] if i in states else algorithm.init_client(initial, options)
+                    p_i = algorithm.eval_params(context(w, i, (), {}, None, own))
+                    with torch.no_grad():
+                        kept = {n: p_i[n].detach().clone() for n in personal}
+                        for n in names:
+                            if not bool(torch.isfinite(p_i[n]).all()):
+                                raise FloatingPointError(f"round {t}: client {i}'s evaluated parameter {n!r} is "
+                                                         f"not finite (lr = {cfg.lr:g}); lower the learning rate")
+                    return _test_client(w.model, clients, p_i, {}, i, batch_size=1000), kept
+
+                tested = list(pool.map(test, range(M)) if pool is not None else (test(worker, i) for i in range(M)))
+                evaluation = _evaluation(clients, [r for r, _ in tested])
+                final_params = [p for _, p in tested]
+                accs[t] = metrics["test_accuracy"] = evaluation.average
+            if callback is not None:
+                callback(t, metrics)
+    finally:
+        one_thread.__exit__()
+        if pool is not None:
+            pool.close()
+    local = {n: torch.stack([p[n] for p in final_params]) for n in personal}
+    shared = tuple(n for n in names if n not in personal)
+    return FedResult(algorithm.name, params, local, shared, personal, losses, accs, tuple(participants),
+                     evaluation, cfg, {"server": server, "clients": states})

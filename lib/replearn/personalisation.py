@@ -14,10 +14,12 @@ layer) and a :class:`~replearn.neural.TrainConfig` (composed, not copied);
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import torch
 
+from . import algorithms
 from . import data as D
 from . import neural
 from .backend import derive_seed
@@ -29,9 +31,12 @@ from .transfer import DTYPES
 
 __all__ = ["ALGORITHMS", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
 
-#: The federated algorithms the CIFAR sections compare, by their names in the FedRep paper.
-ALGORITHMS = {"Local only": neural.local_only, "FedAvg": neural.fedavg, "FedPer": neural.fedper,
-              "LG-FedAvg": neural.lg_fedavg, "FedRep": neural.fedrep}
+#: The federated algorithms the CIFAR sections compare, by their names in the FedRep paper's
+#: Table 1 (:data:`replearn.algorithms.TABLE1`, in its order): ``ALGORITHMS[name](model, clients,
+#: cfg, options=None, *, state=None, callback=None, workers=None)`` is
+#: :func:`replearn.algorithms.run` for that name, returning a :class:`~replearn.neural.FedResult`
+#: whose ``final`` evaluates what each client uses (for the +FT methods: after fine-tuning).
+ALGORITHMS = {name: partial(algorithms.run, name) for name in algorithms.names()}
 
 
 @dataclass(frozen=True)

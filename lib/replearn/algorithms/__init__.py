@@ -1,0 +1,67 @@
+"""Federated algorithms as open units: every method of Table 1 of Collins et al. (2021) in its
+own module, registered by discovery.
+
+Each module of this package defines ``ALGORITHM`` (or ``ALGORITHMS``), instances of
+:class:`replearn.algorithms.base.Algorithm`: a name (Table 1's), an ``Options`` dataclass of
+hyper-parameters and ``run(model, clients, cfg, options) -> neural.FedResult``. The registry
+:data:`REGISTRY` is filled from the modules found in the package, so adding an algorithm means
+adding one file (and its test). :func:`run` is the single entry point:
+``algorithms.run("Ditto", model, clients, cfg, algorithms.get("Ditto").Options(lam=1.0))``;
+``FedResult.final`` is the evaluation of what each client would use (its personal, mixed,
+adapted or fine-tuned model).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from .. import neural
+from .base import Algorithm
+
+__all__ = ["REGISTRY", "TABLE1", "get", "names", "run"]
+
+#: The methods of Table 1 of Collins et al. (2021), in the paper's order.
+TABLE1 = ("Local only", "FedAvg", "FedAvg+FT", "FedProx", "FedProx+FT", "SCAFFOLD", "SCAFFOLD+FT", "Fed-MTL",
+          "Per-FedAvg", "LG-FedAvg", "L2GD", "APFL", "Ditto", "FedPer", "FedRep")
+
+
+def _discover() -> dict[str, Algorithm]:
+    found: dict[str, Algorithm] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name == "base":
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        algs = getattr(module, "ALGORITHMS", ()) + ((module.ALGORITHM,) if hasattr(module, "ALGORITHM") else ())
+        for alg in algs:
+            if not isinstance(alg, Algorithm) or not alg.name:
+                raise TypeError(f"{module.__name__}: ALGORITHM(S) must be named replearn.algorithms.base.Algorithm s")
+            if alg.name in found:
+                raise ValueError(f"two algorithms named {alg.name!r} ({module.__name__})")
+            alg.module = module.__name__
+            found[alg.name] = alg
+    return dict(sorted(found.items(), key=lambda kv: (kv[1].row, kv[0])))
+
+
+#: Every algorithm of the package by name, in Table 1's order (then others by name).
+REGISTRY: dict[str, Algorithm] = _discover()
+
+
+def names() -> tuple[str, ...]:
+    """The registered algorithms' names (Table 1's order first)."""
+    return tuple(REGISTRY)
+
+
+def get(name: str) -> Algorithm:
+    """The algorithm called ``name`` (see :func:`names`)."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {names()}")
+    return REGISTRY[name]
+
+
+def run(name: str, model, clients: neural.ClientData, cfg: neural.TrainConfig, options=None, *, state=None,
+        callback=None, workers: int | None = None) -> neural.FedResult:
+    """Train ``name`` on ``clients`` from ``model`` (its parameters, or ``state``) with ``cfg``
+    and the algorithm's ``options`` (default: its ``Options()``); ``workers``: client threads
+    (see :func:`replearn.neural.run_spec`). Returns the run's :class:`~replearn.neural.FedResult`."""
+    return get(name).run(model, clients, cfg, options, state=state, callback=callback, workers=workers)

@@ -1,0 +1,179 @@
+"""The algorithm protocol: what a federated algorithm of :mod:`replearn.algorithms` is.
+
+An algorithm is an :class:`Algorithm` with a ``name`` (its name in Table 1 of Collins et al.,
+2021), an ``Options`` dataclass of its hyper-parameters (documented defaults, validated at
+construction) and ``run(model, clients, cfg, options) -> neural.FedResult``. Three kinds:
+
+- :class:`SpecAlgorithm`: an algorithm that :func:`replearn.neural.algorithm_spec` describes
+  (what is shared, kept local and trained in which phases: FedAvg, FedPer, LG-FedAvg, FedRep,
+  local-only); it runs on :func:`replearn.neural.run_spec`, the engine's original code path;
+- :class:`ProtocolAlgorithm`: an algorithm given by its steps, run by
+  :func:`replearn.neural.run_protocol`: the local phases whose minibatches the engine plans,
+  a client step (``client_update``: local objectives with extra gradient terms, custom local
+  steps), per-client state kept across rounds (``init_client`` and the returned state), server
+  state and a server step other than a weighted average (``init_server``, ``server_update``),
+  extra random draws made in the calling thread (``draw``), what every sampled client is sent
+  besides the model (``broadcast``) and what a client is evaluated with (``eval_params``);
+- wrappers such as :class:`replearn.algorithms.fine_tuning.FineTuned` (+FT).
+
+Helpers for the client steps: :class:`Momentum` (``torch.optim.SGD``'s update on any list of
+tensors) and :func:`joint_phase`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from .. import neural
+
+Params = dict[str, torch.Tensor]
+
+__all__ = ["Algorithm", "Momentum", "NoOptions", "ProtocolAlgorithm", "SpecAlgorithm", "check_real",
+           "joint_names", "joint_phase"]
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """An algorithm without hyper-parameters of its own (those of ``TrainConfig`` only)."""
+
+
+def check_real(value, name: str, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False) -> float:
+    """``value`` as a finite real in [low, high] (``(low, ...`` when ``low_open``); else
+    ``ValueError`` naming the option."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
+            float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be a finite real number, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value!r}")
+    return float(value)
+
+
+def joint_names(model: nn.Module) -> tuple[str, ...]:
+    """Every parameter name of ``model``, body then head (:func:`replearn.neural.split_body_head`)."""
+    body, head = neural.split_body_head(model)
+    return body + head
+
+
+def joint_phase(model: nn.Module, cfg: neural.TrainConfig, *, factor: int = 1) -> neural.Phase:
+    """One phase training everything for ``local_steps`` (times ``factor``) or ``local_epochs``."""
+    steps = None if cfg.local_steps is None else cfg.local_steps * factor
+    return neural.Phase(joint_names(model), steps, cfg.local_epochs)
+
+
+class Momentum:
+    """``torch.optim.SGD``'s step direction (momentum without dampening, weight decay added to
+    the gradient) for a fixed list of tensors, with a fresh buffer: ``g <- grad +
+    weight_decay * theta``; ``buf <- g`` at the first step, else ``momentum * buf + g``;
+    :meth:`step` returns ``theta - lr * buf`` (new tensors)."""
+
+    def __init__(self, momentum: float, weight_decay: float):
+        self.momentum, self.weight_decay, self.buf = momentum, weight_decay, None
+
+    def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], lr: float) -> list[torch.Tensor]:
+        grads = list(grads)
+        if self.weight_decay:
+            grads = torch._foreach_add(grads, list(params), alpha=self.weight_decay)
+        if self.momentum:
+            if self.buf is None:
+                self.buf = [g.clone() for g in grads]
+            else:
+                torch._foreach_mul_(self.buf, self.momentum)
+                torch._foreach_add_(self.buf, grads)
+            grads = self.buf
+        return torch._foreach_add(list(params), grads, alpha=-lr)
+
+
+class Algorithm:
+    """A federated algorithm: ``name`` (Table 1's), ``row`` (its row in Table 1, for the
+    registry's order), ``Options`` (its hyper-parameters) and :meth:`run`."""
+
+    name: str = ""
+    row: int = 100
+    Options: type = NoOptions
+
+    def check_options(self, options):
+        """``options`` (default ``Options()``), which must be an instance of ``Options``."""
+        if options is None:
+            return self.Options()
+        if not isinstance(options, self.Options):
+            raise ValueError(f"{self.name}: options must be a {self.Options.__name__} (see "
+                             f"replearn.algorithms.get({self.name!r}).Options), got {type(options).__name__}")
+        return options
+
+    def run(self, model: nn.Module, clients: neural.ClientData, cfg: neural.TrainConfig, options=None, *,
+            state: Params | None = None, callback: Callable | None = None,
+            workers: int | None = None) -> neural.FedResult:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<algorithm {self.name!r}>"
+
+
+class SpecAlgorithm(Algorithm):
+    """An algorithm of :func:`replearn.neural.algorithm_spec` (``key``), run by
+    :func:`replearn.neural.run_spec`: exactly the engine's code path and iterates."""
+
+    key: str = ""
+
+    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
+        self.check_options(options)
+        result = neural.run_spec(neural.algorithm_spec(self.key, model, cfg), model, clients, state=state,
+                                 callback=callback, workers=workers)
+        return dataclasses.replace(result, algorithm=self.name)
+
+
+class ProtocolAlgorithm(Algorithm):
+    """An algorithm given by its steps, run by :func:`replearn.neural.run_protocol` (see there
+    for when each hook runs). The defaults: one joint phase (``local_steps`` or
+    ``local_epochs``), no server or client state, no extra draws or broadcast, the server's
+    parameters become the weighted mean of the uploads named like parameters, nothing
+    personal, clients evaluated with the server's parameters. Subclasses override
+    ``client_update`` and what differs."""
+
+    def phases(self, model, cfg, options) -> tuple[neural.Phase, ...]:
+        return (joint_phase(model, cfg),)
+
+    def check(self, model, cfg, options) -> None:
+        """Checks that need the model and configuration (raise ``ValueError``)."""
+
+    def init_server(self, params: Params, options) -> dict:
+        return {}
+
+    def init_client(self, initial: Params, options) -> dict:
+        return {}
+
+    def draw(self, plan: neural.RoundPlan, cfg, options, generator: torch.Generator) -> dict:
+        return {}
+
+    def broadcast(self, params: Params, server: dict, states: dict, selected: Sequence[int], options) -> dict:
+        return {}
+
+    def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
+        raise NotImplementedError
+
+    def server_update(self, params: Params, server: dict, mean_upload: Params, selected: Sequence[int],
+                      n_clients: int, options) -> tuple[Params, dict]:
+        return {n: mean_upload.get(n, p) for n, p in params.items()}, server
+
+    def personal_names(self, model: nn.Module) -> tuple[str, ...]:
+        return ()
+
+    def eval_params(self, ctx: neural.ClientRound) -> Params:
+        return ctx.global_params
+
+    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
+        return neural.run_protocol(self, model, clients, cfg, options, state=state, callback=callback,
+                                   workers=workers)
+
+
+def options_doc(options_type: type) -> str:
+    """``name = default`` for each field of an options dataclass (for messages)."""
+    return ", ".join(f"{f.name} = {f.default!r}" for f in dataclasses.fields(options_type))

@@ -1,0 +1,15 @@
+"""FedRep (Collins, Hassani, Mokhtari, Shakkottai, 2021, Alg. 1): a shared body (representation)
+and a personal head per client; each round a sampled client first trains its head with the
+body frozen (``head_epochs``/``head_steps``, 10 epochs in the paper), then the body with the
+head frozen (``local_epochs``/``local_steps``); the server averages the bodies. Runs on
+:func:`replearn.neural.run_spec` (``algorithm_spec("fedrep")``).
+"""
+
+from .base import SpecAlgorithm
+
+
+class FedRep(SpecAlgorithm):
+    name, row, key = "FedRep", 14, "fedrep"
+
+
+ALGORITHM = FedRep()

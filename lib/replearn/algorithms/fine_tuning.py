@@ -1,0 +1,73 @@
+"""The +FT variants of Table 1 (Collins et al., 2021, Sec. 5.2, "Baselines"): FedAvg+FT,
+FedProx+FT and SCAFFOLD+FT.
+
+"To obtain fine-tuning results, we first train the global model for the full training period,
+then each client then fine-tunes only the head on its local training data for 10 epochs of SGD
+before computing the final test accuracy." :class:`FineTuned` wraps a base algorithm: it runs
+the base for ``cfg.rounds`` rounds, then every client fine-tunes ``part`` (``"head"``) of the
+server's final model for ``epochs`` epochs with :func:`replearn.neural.finetune` (the run's
+lr, momentum, weight decay, batch size and augmentation) and is tested. The result's
+``final`` and ``accuracy`` are the fine-tuned evaluation (``test_accuracy`` is NaN except in
+the last round, which holds it), ``local`` the fine-tuned parameters, ``train_loss`` and
+``participants`` the base run's; ``extras["base"]`` and ``extras["finetune"]`` keep both runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from .. import neural
+from ..backend import derive_seed
+from ..checks import check_count, check_seed
+from .base import Algorithm
+
+
+@dataclass(frozen=True)
+class FineTuneOptions:
+    """``epochs``: fine-tuning epochs (default 10, the paper's); ``part``: ``"head"`` (the
+    paper's) or ``"all"``; ``seed``: the fine-tuning's seed (default None: derived from the
+    run's ``cfg.seed``); ``base``: the base algorithm's options (None: its defaults)."""
+
+    epochs: int = 10
+    part: str = "head"
+    seed: int | None = None
+    base: object = None
+
+    def __post_init__(self):
+        check_count(self.epochs, "epochs", 1)
+        if self.part not in ("head", "all"):
+            raise ValueError(f"part must be 'head' or 'all', got {self.part!r}")
+        if self.seed is not None:
+            check_seed(self.seed, "seed")
+
+
+class FineTuned(Algorithm):
+    """``base`` (an :class:`~replearn.algorithms.base.Algorithm`), then fine-tuning."""
+
+    Options = FineTuneOptions
+
+    def __init__(self, base: Algorithm, row: int):
+        self.base, self.name, self.row = base, f"{base.name}+FT", row
+
+    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
+        options = self.check_options(options)
+        base = self.base.run(model, clients, cfg, options.base, state=state, callback=callback, workers=workers)
+        seed = derive_seed(cfg.seed, 5) if options.seed is None else options.seed
+        ft = neural.finetune(model, clients, state=base.state, epochs=options.epochs, part=options.part, lr=cfg.lr,
+                             momentum=cfg.momentum, weight_decay=cfg.weight_decay, batch_size=cfg.batch_size,
+                             augment=cfg.augment, seed=seed)
+        acc = torch.full_like(base.test_accuracy, float("nan"))
+        acc[-1] = ft.final.average
+        return replace(base, algorithm=self.name, local=ft.local, local_names=ft.local_names,
+                       shared_names=tuple(n for n in base.state if n not in ft.local_names), test_accuracy=acc,
+                       final=ft.final, extras={"base": base, "finetune": ft})
+
+
+def _bases():
+    from . import fedavg, fedprox, scaffold
+    return fedavg.ALGORITHM, fedprox.ALGORITHM, scaffold.ALGORITHM
+
+
+ALGORITHMS = tuple(FineTuned(b, b.row + 1) for b in _bases())

@@ -1,0 +1,512 @@
+"""The open algorithm model (:mod:`replearn.algorithms`): every method of Table 1 of Collins et
+al. (2021) against a hand-written per-client implementation of its paper's update (plain loops,
+``torch.autograd``, ``torch.optim.SGD``, float64, full-batch steps so that the minibatches are
+the clients' whole data), the registry, and the engine's bit-identity with its stored results."""
+
+import hashlib
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from replearn import algorithms as A
+from replearn import neural, personalisation
+from replearn.backend import derive_seed, make_generator
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class Tiny(nn.Module):
+    def __init__(self, n_classes=3):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                                  nn.Linear(4 * 16, 8), nn.ReLU())
+        self.head = nn.Linear(8, n_classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def tiny(dtype=torch.float64, seed=0):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Tiny().to(dtype)
+
+
+def make_clients(sizes=(12, 20, 8, 16), n_test=6, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    xs, ys, xt, yt = [], [], [], []
+    for i, n in enumerate(sizes):
+        shift = torch.randn(3, 1, 1, generator=g)
+        xs.append((torch.randn(n, 3, 8, 8, generator=g) + shift).to(dtype))
+        ys.append(torch.randint(0, 3, (n,), generator=g))
+        xt.append((torch.randn(n_test + i, 3, 8, 8, generator=g) + shift).to(dtype))
+        yt.append(torch.randint(0, 3, (n_test + i,), generator=g))
+    return neural.ClientData(tuple(xs), tuple(ys), tuple(xt), tuple(yt))
+
+
+CLIENTS = make_clients()
+FULL = 1000  # batch size above every client's size: every step is a full-batch step
+CFG = neural.TrainConfig(rounds=2, lr=0.1, momentum=0.5, weight_decay=1e-3, batch_size=FULL, local_steps=2,
+                         participation=0.75, last_rounds=1)
+TOL = 1e-12
+
+
+# --------------------------------------------------------------------------------------------
+# The reference: plain per-client loops
+
+
+MODEL = tiny()
+NAMES = [n for n, _ in MODEL.named_parameters()]
+
+
+def init():
+    return {n: p.detach().clone() for n, p in tiny().named_parameters()}
+
+
+def ce(params, i, data=CLIENTS):
+    return F.cross_entropy(functional_call(MODEL, params, (data.x_train[i],)), data.y_train[i])
+
+
+def leaves(params):
+    return {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
+
+
+def sgd(params, objective, steps, cfg=CFG, lr=None):
+    """``steps`` steps of torch.optim.SGD (momentum, weight decay) on ``objective(params)``."""
+    p = leaves(params)
+    opt = torch.optim.SGD(list(p.values()), lr=cfg.lr if lr is None else lr, momentum=cfg.momentum,
+                          weight_decay=cfg.weight_decay)
+    for _ in range(steps):
+        opt.zero_grad()
+        objective(p).backward()
+        opt.step()
+    return {n: t.detach() for n, t in p.items()}
+
+
+def weighted_mean(models, sel, data=CLIENTS):
+    n = {i: data.x_train[i].shape[0] for i in sel}
+    total = sum(n.values())
+    return {k: sum(n[i] * models[i][k] for i in sel) / total for k in models[sel[0]]}
+
+
+def sqdist(a, b):
+    return sum(((a[n] - b[n]) ** 2).sum() for n in a)
+
+
+def assert_close(a, b, tol=TOL):
+    assert set(a) == set(b)
+    for n in a:
+        err = float((a[n] - b[n]).abs().max())
+        assert err <= tol * max(1.0, float(b[n].abs().max())), (n, err)
+
+
+def run(name, options=None, cfg=CFG, **kw):
+    return A.run(name, tiny(), CLIENTS, cfg, options, **kw)
+
+
+def personal(result, i):
+    return {n: result.local[n][i] for n in result.local_names}
+
+
+# --------------------------------------------------------------------------------------------
+# Each method against its paper's update
+
+
+def test_fedprox_is_local_sgd_on_the_proximal_objective():
+    mu = 0.3
+    r = run("FedProx", A.get("FedProx").Options(mu=mu))
+    w = init()
+    for sel in r.participants:
+        anchor = w
+        models = {i: sgd(anchor, lambda p, i=i: ce(p, i) + mu / 2 * sqdist(p, anchor), CFG.local_steps)
+                  for i in sel}
+        w = weighted_mean(models, list(sel))
+    assert_close(r.state, w)
+
+
+def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit():
+    a = run("FedAvg")
+    b = run("FedProx", A.get("FedProx").Options(mu=0.0))
+    assert all(torch.equal(a.state[n], b.state[n]) for n in NAMES)
+    assert torch.equal(a.train_loss, b.train_loss) and torch.equal(a.final.accuracy, b.final.accuracy)
+
+
+def test_scaffold_option_ii_control_variates_and_global_step():
+    eta_g = 0.7
+    cfg = neural.TrainConfig(**{**CFG.__dict__, "rounds": 3, "participation": 0.5})
+    r = run("SCAFFOLD", A.get("SCAFFOLD").Options(global_lr=eta_g), cfg=cfg)
+    x = init()
+    zeros = {n: torch.zeros_like(p) for n, p in x.items()}
+    c, ci = dict(zeros), {i: dict(zeros) for i in range(CLIENTS.n_clients)}
+    K = cfg.local_steps
+    for sel in r.participants:
+        ys, dcs = {}, {}
+        for i in sel:
+            corr = {n: c[n] - ci[i][n] for n in x}
+            ys[i] = sgd(x, lambda p, i=i, corr=corr: ce(p, i) + sum((corr[n] * p[n]).sum() for n in p), K, cfg)
+            new_ci = {n: ci[i][n] - c[n] + (x[n] - ys[i][n]) / (K * cfg.lr) for n in x}
+            dcs[i] = {n: new_ci[n] - ci[i][n] for n in x}
+            ci[i] = new_ci
+        dy = weighted_mean({i: {n: ys[i][n] - x[n] for n in x} for i in sel}, list(sel))
+        dc = weighted_mean(dcs, list(sel))
+        x = {n: x[n] + eta_g * dy[n] for n in x}
+        c = {n: c[n] + len(sel) / CLIENTS.n_clients * dc[n] for n in x}
+    assert_close(r.state, x)
+    assert_close(r.extras["server"]["c"], c)
+    for i, state in r.extras["clients"].items():
+        assert_close(state["c"], ci[i])
+
+
+def test_ditto_personal_models_are_pulled_toward_the_global_model():
+    lam = 0.5
+    r = run("Ditto", A.get("Ditto").Options(lam=lam))
+    w, v = init(), {i: init() for i in range(CLIENTS.n_clients)}
+    for sel in r.participants:
+        models = {}
+        for i in sel:
+            models[i] = sgd(w, lambda p, i=i: ce(p, i), CFG.local_steps)
+            v[i] = sgd(v[i], lambda p, i=i, w=w: ce(p, i) + lam / 2 * sqdist(p, w), CFG.local_steps)
+        w = weighted_mean(models, list(sel))
+    assert_close(r.state, w)
+    for i in range(CLIENTS.n_clients):
+        assert_close(personal(r, i), v[i])
+
+
+def test_apfl_mixed_model_and_adaptive_alpha():
+    opts = A.get("APFL").Options(alpha=0.3, alpha_lr=0.2)
+    r = run("APFL", opts)
+    w = init()
+    v = {i: init() for i in range(CLIENTS.n_clients)}
+    alpha = {i: torch.tensor(0.3, dtype=torch.float64) for i in range(CLIENTS.n_clients)}
+    for sel in r.participants:
+        models = {}
+        for i in sel:
+            wl, vl = leaves(w), leaves(v[i])
+            ow = torch.optim.SGD(list(wl.values()), lr=CFG.lr, momentum=CFG.momentum, weight_decay=CFG.weight_decay)
+            ov = torch.optim.SGD(list(vl.values()), lr=CFG.lr, momentum=CFG.momentum, weight_decay=CFG.weight_decay)
+            a = alpha[i]
+            for _ in range(CFG.local_steps):
+                al = a.clone().requires_grad_(True)
+                ow.zero_grad()
+                ov.zero_grad()
+                ce(wl, i).backward()
+                mixed = {n: al * vl[n] + (1 - al) * wl[n].detach() for n in wl}
+                ce(mixed, i).backward()  # d/dv = alpha grad f(vbar), d/dalpha = <v - w, grad f(vbar)>
+                ow.step()
+                ov.step()
+                a = torch.clamp(a - opts.alpha_lr * al.grad, 0, 1)
+            models[i] = {n: t.detach() for n, t in wl.items()}
+            v[i], alpha[i] = {n: t.detach() for n, t in vl.items()}, a
+        w = weighted_mean(models, list(sel))
+    assert_close(r.state, w)
+    for i in range(CLIENTS.n_clients):
+        assert_close(personal(r, i), {n: alpha[i] * v[i][n] + (1 - alpha[i]) * w[n] for n in w})
+        assert abs(float(r.extras["clients"].get(i, {"alpha": alpha[i]})["alpha"] - alpha[i])) <= TOL
+
+
+def test_l2gd_probabilistic_local_and_aggregation_steps():
+    opts = A.get("L2GD").Options(lam=2.0, p=0.4)
+    cfg = neural.TrainConfig(**{**CFG.__dict__, "rounds": 3, "local_steps": 5})
+    r = run("L2GD", opts, cfg=cfg)
+    # the coins: drawn after each round's plan from the run's generator (replayed here)
+    gen = make_generator(cfg.seed)
+    phases = A.get("L2GD").phases(MODEL, cfg, opts)
+    x = {i: init() for i in range(CLIENTS.n_clients)}
+    xbar = init()
+    theta = cfg.lr * opts.lam / opts.p
+    for sel in r.participants:
+        plan = neural.plan_round(CLIENTS.train_sizes.tolist(), phases, cfg, gen)
+        assert plan.clients == sel
+        coins = (torch.rand(cfg.local_steps, generator=gen) < opts.p).tolist()
+        assert any(coins) and not all(coins)
+        for i in sel:
+            p = leaves(x[i])
+            opt = torch.optim.SGD(list(p.values()), lr=cfg.lr / (1 - opts.p), momentum=cfg.momentum,
+                                  weight_decay=cfg.weight_decay)
+            for agg in coins:
+                if agg:
+                    with torch.no_grad():
+                        for n in p:
+                            p[n] -= theta * (p[n] - xbar[n])
+                else:
+                    opt.zero_grad()
+                    ce(p, i).backward()
+                    opt.step()
+            x[i] = {n: t.detach() for n, t in p.items()}
+        xbar = weighted_mean(x, list(sel))
+    assert_close(r.state, xbar)
+    for i in range(CLIENTS.n_clients):
+        assert_close(personal(r, i), x[i])
+
+
+def test_per_fedavg_first_order_meta_steps_and_one_step_adaptation():
+    alpha = 0.05
+    r = run("Per-FedAvg", A.get("Per-FedAvg").Options(alpha=alpha))
+    w = init()
+    for sel in r.participants:
+        models = {}
+        for i in sel:
+            p = leaves(w)
+            opt = torch.optim.SGD(list(p.values()), lr=CFG.lr, momentum=CFG.momentum, weight_decay=CFG.weight_decay)
+            for _ in range(CFG.local_steps):  # tau meta-steps, each on batches D, D' (here: all the data)
+                g = torch.autograd.grad(ce(p, i), list(p.values()))
+                tmp = {n: (t - alpha * gi).detach().requires_grad_(True) for (n, t), gi in zip(p.items(), g)}
+                g2 = torch.autograd.grad(ce(tmp, i), list(tmp.values()))  # first order: gradient at w_tmp
+                opt.zero_grad()
+                for t, gi in zip(p.values(), g2):
+                    t.grad = gi
+                opt.step()
+            models[i] = {n: t.detach() for n, t in p.items()}
+        w = weighted_mean(models, list(sel))
+    assert_close(r.state, w)
+    for i in range(CLIENTS.n_clients):
+        p = leaves(w)
+        g = torch.autograd.grad(ce(p, i), list(p.values()))
+        assert_close(personal(r, i), {n: w[n] - alpha * gi for n, gi in zip(w, g)})
+
+
+@pytest.mark.parametrize("omega", ["authors", "laplacian"])
+def test_fed_mtl_coupling_regulariser(omega):
+    lam = 0.01
+    r = run("Fed-MTL", A.get("Fed-MTL").Options(lam=lam, omega=omega))
+    w = {i: init() for i in range(CLIENTS.n_clients)}
+
+    def flat(p):
+        return torch.cat([p[n].flatten() for n in NAMES])
+
+    for sel in r.participants:
+        m = len(sel)
+        ones = torch.ones(m, m, dtype=torch.float64)
+        Omega = (ones - ones / m) ** 2 if omega == "authors" else torch.eye(m, dtype=torch.float64) - ones / m
+        W0 = torch.stack([flat(w[j]) for j in sel], dim=1)
+        new = {}
+        for col, i in enumerate(sel):
+            def objective(p, i=i, col=col):
+                W = torch.cat([W0[:, :col], flat(p)[:, None], W0[:, col + 1:]], dim=1)
+                return ce(p, i) + lam * ((W ** 2).sum() + torch.trace(W @ Omega @ W.T))
+            new[i] = sgd(w[i], objective, CFG.local_steps)
+        w.update(new)
+    for i in range(CLIENTS.n_clients):
+        assert_close(personal(r, i), w[i])
+
+
+def test_fed_mtl_default_coefficient_is_the_authors():
+    d = sum(p.numel() for p in MODEL.parameters())
+    from replearn.algorithms import fed_mtl
+    assert fed_mtl.coefficient(fed_mtl.FedMTLOptions(), d) == 10.0 ** -(len(str(d)) + 1)
+
+
+@pytest.mark.parametrize("name,base", [("FedAvg+FT", "FedAvg"), ("FedProx+FT", "FedProx"),
+                                       ("SCAFFOLD+FT", "SCAFFOLD")])
+def test_fine_tuned_variants_fine_tune_the_head_of_the_base_model(name, base):
+    r = run(name, A.get(name).Options(epochs=2))
+    b = run(base)
+    assert all(torch.equal(r.state[n], b.state[n]) for n in NAMES)
+    ft = neural.finetune(tiny(), CLIENTS, state=b.state, epochs=2, part="head", lr=CFG.lr, momentum=CFG.momentum,
+                         weight_decay=CFG.weight_decay, batch_size=CFG.batch_size, seed=derive_seed(CFG.seed, 5))
+    assert torch.equal(r.final.accuracy, ft.final.accuracy) and r.accuracy == ft.final.average
+    assert set(r.local_names) == {n for n in NAMES if n.startswith("head.")}
+    assert all(torch.equal(r.local[n], ft.local[n]) for n in r.local_names)
+    assert r.extras["base"].algorithm == base and r.algorithm == name
+
+
+@pytest.mark.parametrize("name,fn", [("FedAvg", "fedavg"), ("FedPer", "fedper"), ("LG-FedAvg", "lg_fedavg"),
+                                     ("FedRep", "fedrep"), ("Local only", "local_only")])
+def test_spec_algorithms_are_the_engines_own_runs(name, fn):
+    cfg = neural.TrainConfig(**{**CFG.__dict__, "batch_size": 5, "head_steps": 3})
+    a = A.run(name, tiny(), CLIENTS, cfg)
+    b = getattr(neural, fn)(tiny(), CLIENTS, cfg)
+    for part in ("state", "local"):
+        assert getattr(a, part).keys() == getattr(b, part).keys()
+        assert all(torch.equal(getattr(a, part)[n], getattr(b, part)[n]) for n in getattr(a, part))
+    assert torch.equal(a.test_accuracy, b.test_accuracy, ) or torch.allclose(a.test_accuracy, b.test_accuracy,
+                                                                              equal_nan=True)
+
+
+def test_final_evaluation_is_of_what_each_client_uses():
+    for name in ("Ditto", "APFL", "L2GD", "Per-FedAvg", "Fed-MTL"):
+        r = run(name)
+        for i in (0, 3):
+            ev = neural.evaluate(tiny(), CLIENTS.subset([i]), {**r.state, **personal(r, i)})
+            assert abs(float(ev.accuracy[0]) - float(r.final.accuracy[i])) < 1e-12, name
+            assert abs(float(ev.loss[0]) - float(r.final.loss[i])) < 1e-9, name
+
+
+@pytest.mark.parametrize("name", ["SCAFFOLD", "Ditto", "APFL", "L2GD", "Per-FedAvg", "Fed-MTL", "FedProx"])
+def test_client_threads_give_the_iterates_of_one_thread(name):
+    one = run(name, workers=1)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two = run(name, workers=2)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(one.state[n], two.state[n]) for n in NAMES)
+    assert all(torch.equal(one.local[n], two.local[n]) for n in one.local)
+    assert torch.equal(one.final.accuracy, two.final.accuracy)
+
+
+# --------------------------------------------------------------------------------------------
+# The registry
+
+
+def test_registry_holds_the_fifteen_methods_of_table_1_in_order():
+    assert A.names() == A.TABLE1 and len(A.TABLE1) == 15
+    assert tuple(personalisation.ALGORITHMS) == A.TABLE1
+    r = personalisation.ALGORITHMS["FedProx"](tiny(), CLIENTS, CFG)
+    assert isinstance(r, neural.FedResult) and r.algorithm == "FedProx"
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        A.get("FedSGD")
+
+
+def test_every_method_has_its_own_file_citing_its_paper():
+    package = Path(A.__file__).parent
+    cites = {"FedProx": "Li, Sahu", "SCAFFOLD": "Karimireddy", "Ditto": "Li, Hu, Beirami", "APFL": "Deng",
+             "L2GD": "Hanzely", "Per-FedAvg": "Fallah", "Fed-MTL": "Smith", "FedPer": "Arivazhagan",
+             "LG-FedAvg": "Liang", "FedRep": "Collins", "FedAvg": "McMahan"}
+    modules = {}
+    for name in A.names():
+        alg = A.get(name)
+        module = importlib.import_module(alg.module)
+        modules.setdefault(alg.module, []).append(name)
+        doc = module.__doc__
+        assert doc and (cites.get(name, "") if "+FT" not in name else "Collins") in doc, name
+        assert Path(module.__file__).parent == package
+    ft = [m for m, ns in modules.items() if len(ns) > 1]
+    assert ft == ["replearn.algorithms.fine_tuning"] and sorted(modules[ft[0]]) == ["FedAvg+FT", "FedProx+FT",
+                                                                                     "SCAFFOLD+FT"]
+    assert sum(len(ns) == 1 for ns in modules.values()) == 12  # one file for every other method
+
+
+@pytest.mark.parametrize("name,kwargs,match", [
+    ("FedProx", dict(mu=-1.0), "mu"), ("FedProx", dict(mu=float("nan")), "mu"),
+    ("SCAFFOLD", dict(global_lr=0.0), "global_lr"), ("Ditto", dict(lam=-0.1), "lam"),
+    ("APFL", dict(alpha=1.5), "alpha"), ("APFL", dict(alpha_lr=-1.0), "alpha_lr"),
+    ("L2GD", dict(p=0.0), "p"), ("L2GD", dict(p=1.0), "p"), ("Per-FedAvg", dict(alpha=0.0), "alpha"),
+    ("Fed-MTL", dict(omega="identity"), "omega"), ("FedAvg+FT", dict(epochs=10**12), "epochs"),
+    ("FedAvg+FT", dict(part="body"), "part")])
+def test_options_are_validated_naming_the_field(name, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        A.get(name).Options(**kwargs)
+
+
+def test_wrong_options_type_and_l2gd_overshoot_are_refused():
+    with pytest.raises(ValueError, match="options must be a DittoOptions"):
+        run("Ditto", A.get("FedProx").Options())
+    with pytest.raises(ValueError, match="lr \\* lam / p"):
+        run("L2GD", A.get("L2GD").Options(lam=100.0, p=0.5))
+
+
+def test_a_new_algorithm_needs_only_a_protocol_subclass():
+    """The protocol is open: a server step other than averaging (here: the server keeps the
+    median-free 'take the first client' rule) with client state (a step counter)."""
+    from replearn.algorithms.base import ProtocolAlgorithm
+
+    class FirstClient(ProtocolAlgorithm):
+        name = "first-client"
+
+        def init_client(self, initial, options):
+            return {"rounds": torch.zeros(())}
+
+        def client_update(self, ctx):
+            names = tuple(ctx.global_params)
+            new, loss = ctx.worker.train(ctx.global_params, names, ctx.x, ctx.y, ctx.batches[0], ctx.cfg)
+            return neural.ClientUpdate({f"{ctx.client}:{n}": p for n, p in new.items()},
+                                       {"rounds": ctx.state["rounds"] + 1}, loss, len(ctx.batches[0]))
+
+        def server_update(self, params, server, mean_upload, selected, n_clients, options):
+            total = sum(CLIENTS.x_train[i].shape[0] for i in selected)
+            first = selected[0]
+            return {n: mean_upload[f"{first}:{n}"] * total / CLIENTS.x_train[first].shape[0] for n in params}, server
+
+    r = FirstClient().run(tiny(), CLIENTS, CFG)
+    w = init()
+    for sel in r.participants:
+        w = sgd(w, lambda p, i=sel[0]: ce(p, i), CFG.local_steps)
+    assert_close(r.state, w, tol=1e-10)
+    assert sum(float(s["rounds"]) for s in r.extras["clients"].values()) == sum(map(len, r.participants))
+
+
+# --------------------------------------------------------------------------------------------
+# The engine's iterates are those of the implementation before the algorithm model (stored)
+
+
+BASE = dict(rounds=3, lr=0.05, momentum=0.5, weight_decay=1e-3, batch_size=5, last_rounds=2)
+CASES = {
+    "fedavg-steps-f64": ("fedavg", torch.float64, dict(local_steps=3, participation=0.75)),
+    "fedavg-epochs-f32": ("fedavg", torch.float32, dict(local_epochs=1, batch_size=7)),
+    "dsgd-f64": ("dsgd", torch.float64, dict(participation=0.5)),
+    "fedrep-epochs-f64": ("fedrep", torch.float64, dict(head_epochs=2, local_epochs=1, participation=0.5)),
+    "fedrep-steps-f64": ("fedrep", torch.float64, dict(head_steps=4, local_steps=2)),
+    "fedrep-steps-f32": ("fedrep", torch.float32, dict(head_steps=4, local_steps=2, momentum=0.0)),
+    "fedper-f64": ("fedper", torch.float64, dict(local_steps=2, participation=0.75)),
+    "lg_fedavg-f64": ("lg_fedavg", torch.float64, dict(local_epochs=1)),
+    "local_only-f64": ("local_only", torch.float64, dict(local_steps=3, participation=0.5)),
+    "fedavg-augment-f64": ("fedavg", torch.float64, dict(local_steps=2, augment=True)),
+    "fedavg-vmap-f64": ("fedavg", torch.float64, dict(local_steps=2, vmap_clients=2)),
+}
+#: Recorded with the engine of commit aa79024 (before replearn.algorithms), one thread, on a
+#: CPU whose torch kernels are AVX2 ("capability"): sha256 of the final state, local
+#: parameters, losses, accuracies and final evaluation; and the sum of the final parameters.
+RECORDED_CAPABILITY = "AVX2"
+RECORDED = {
+    "fedavg-steps-f64": ("b09ddc997dc9e25beb8782587277710f4a9c765314aed150e7152e5a6a9e4a8a", -2.2442225216936484),
+    "fedavg-epochs-f32": ("1c792937a6e36af4e9d8fc4335dcea7312c0aee29067440755e1085ab7b6a267", -2.289937409983395),
+    "dsgd-f64": ("37f012a88569188f69d583bce9de398ac1fca0e6d3b679a78c6e55c1946b6509", -1.8326378381119024),
+    "fedrep-epochs-f64": ("93c2a01f9a1fb4aea12f49d6d3cce5174738072ae0daf3bc8f2f61f300a0bc9a", -3.8317742020941754),
+    "fedrep-steps-f64": ("7a00857584b004472354bde2a190bd0a93cb25845aa1dc56cf11a5f6b3a8a1e9", -4.1961101398285185),
+    "fedrep-steps-f32": ("75fa71747e5e87cffc2d17785d55b6ad0536e0654ab05e7169bf1503fe8ab45a", -4.387519857031293),
+    "fedper-f64": ("fdeb8e77bb3ae2abc7235ef6c2a82083a014bf64aa785b0bfbabf48b4aec3ab5", -4.468644597782205),
+    "lg_fedavg-f64": ("5fa2f7a532367fe9de22922d744271ab072eb9e679056517f6d9e3b9d7947bfe", -5.323284900047543),
+    "local_only-f64": ("26d969e3ccbd8c3bbfdd1992d444e4257cb0b5b4cdd1e87dd4de52083409d8be", -8.124503541491844),
+    "fedavg-augment-f64": ("8c453e1ad925ce8228949c7f9663842b35bff7bc85888499c2ace9dfec361836", -2.5050820750224334),
+    "fedavg-vmap-f64": ("1b3e52bc0de20b4a3710e50ea3194661727f1bf0dc6ea75e6da54408bbf19d37", -2.3507492971266943),
+    "finetune-head": ("e05596c4406b9d56b9b922931ca3957ea1b610d62d6610fa771bfc272dbae420", -4.471556399133988),
+    "finetune-all": ("83d462465cc8e89a9dc93646164f8ef8a50e12fb4cb7dd5c31ecbac0a43670dd", -13.141499780327075),
+    "evaluate": ("691aa05e4933e5641239a56edffe6254593884b98c19687bd5342d6d88a6c5ff", None),
+}
+
+
+def digest(result) -> str:
+    h = hashlib.sha256()
+    for part in (result.state, result.local):
+        for n in sorted(part):
+            h.update(n.encode())
+            h.update(part[n].detach().contiguous().cpu().numpy().tobytes())
+    for t in (result.train_loss, result.test_accuracy, result.final.accuracy, result.final.loss):
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def baseline_run(key):
+    if key.startswith("finetune"):
+        return neural.finetune(tiny(), make_clients(), epochs=2, part=key.split("-")[1], lr=0.05, batch_size=5,
+                               seed=3)
+    name, dtype, extra = CASES[key]
+    return getattr(neural, name)(tiny(dtype), make_clients(dtype=dtype), neural.TrainConfig(**{**BASE, **extra}))
+
+
+@pytest.mark.parametrize("key", list(RECORDED))
+def test_engine_iterates_equal_the_recorded_ones(key):
+    if key == "evaluate":
+        ev = neural.evaluate(tiny(), make_clients(sizes=(12, 20), n_test=40), batch_size=7)
+        h = hashlib.sha256()
+        for t in (ev.accuracy, ev.loss):
+            h.update(t.numpy().tobytes())
+        got, total = h.hexdigest(), None
+    else:
+        r = baseline_run(key)
+        got = digest(r)
+        total = sum(float(p.double().sum()) for part in (r.state, r.local) for p in part.values())
+    sha, recorded_total = RECORDED[key]
+    if recorded_total is not None:  # portable: the same to rounding on any CPU
+        assert abs(total - recorded_total) <= 1e-4 * max(1.0, abs(recorded_total))
+    if torch.backends.cpu.get_cpu_capability() != RECORDED_CAPABILITY:
+        pytest.skip(f"bit-for-bit baseline recorded with {RECORDED_CAPABILITY} kernels")
+    assert got == sha, "the engine's iterates changed"

@@ -39,7 +39,7 @@ from replearn.seeds import check_seeds
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "book" / "results"
-PROFILES = ("long", "paper")
+PROFILES = ("long", "paper", "gpu")
 
 
 def _floats(t) -> list:
@@ -86,6 +86,20 @@ SECTIONS = {
     "5.8": (s58.EpochSettings, s58.run_epochs, _epochs),
     "5.9": (s59.NewClientSettings, s59.run_new_clients, _new_clients),
 }
+
+
+#: section -> the driver's launch estimate of one seed (:func:`replearn.scales.launch_estimate`)
+WORK = {"4.7": s47.work, "4.8": s48.work, "4.9": s49.work, "5.7": s57.work, "5.8": s58.work, "5.9": s59.work}
+
+
+def launch_line(section: str, profile: str) -> str:
+    """The estimate printed before a section runs: client SGD steps, operator launches and the
+    launch-bound seconds per seed on a GPU, clients batched and one after another."""
+    s = SECTIONS[section][0].profile(profile)
+    fast, slow = WORK[section](s), WORK[section](s, batched=False)
+    return (f"{profile} profile, per seed: {fast['steps']:,} client SGD steps, {fast['launches']:,} operator launches "
+            f"with {fast['batched_clients']} clients batched (about {fast['seconds']:.0f} s launch-bound on a GPU; "
+            f"{slow['seconds']:.0f} s one client at a time)")
 
 
 def settings_json(s) -> dict:
@@ -269,6 +283,7 @@ def main(argv=None) -> int:
     failed = 0
     for section in args.sections or list(SECTIONS):
         if not args.check:
+            print(f"{section}: {launch_line(section, args.profile)}", flush=True)
             print(f"{section}: wrote {run_section(section, args.profile, args.out)}", flush=True)
             continue
         c = check_section(section, args.profile, args.out, seed=args.seed)

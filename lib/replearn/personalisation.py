@@ -54,7 +54,9 @@ class FederationSettings(Settings):
     ``seed`` per run (:meth:`config`); ``variant``: the network widths (``None``: the authors'
     widths for the dataset); ``dtype``: ``"float64"`` on the CPU (printed results independent
     of the CPU's kernels and thread count), ``"float32"`` on a GPU; ``seeds``: the seeds
-    :func:`replearn.seeds.over_seeds` runs.
+    :func:`replearn.seeds.over_seeds` runs; ``full_data``: the run needs the full official
+    dataset and stops before training on the offline subsets (:func:`replearn.scales.require_data`;
+    set by the paper profiles, whose ``None`` counts mean the paper's whole training and test sets).
 
     CPU default: 5 clients with 200 training images each, 4 sampled per round for 20 rounds
     (16 rounds per client), 10 local steps of 10 images per round (FedRep's head: 10 steps
@@ -72,6 +74,7 @@ class FederationSettings(Settings):
     dtype: str = "float64"
     seeds: tuple[int, ...] = (0, 1, 2)
     seed: int = 0
+    full_data: bool = False
 
     def validate(self) -> None:
         super().validate()
@@ -97,7 +100,7 @@ class FederationSettings(Settings):
 #: Sec. 5.2 of the FedRep paper and the authors' code: full datasets, r = 0.1, T = 100 rounds,
 #: 10 head epochs and 1 representation epoch, SGD with lr 0.01, momentum 0.5, batch 10,
 #: evaluated every round (final 10 averaged), the authors' widths, float32 on a GPU.
-PAPER_OPTIM = dict(train_per_client=None, test_per_client=None, variant=None, dtype="float32",
+PAPER_OPTIM = dict(train_per_client=None, test_per_client=None, variant=None, dtype="float32", full_data=True,
                    train=neural.TrainConfig(rounds=100, participation=0.1, lr=0.01, momentum=0.5, batch_size=10,
                                             local_epochs=1, head_epochs=10, eval_every=1, last_rounds=10))
 

@@ -5,7 +5,9 @@ Each experiment's settings are a frozen dataclass whose field defaults are the C
 returns the paper-scale settings. Readers switch every experiment at once with the
 environment variable ``REPLEARN_PROFILE=paper`` (``default`` when unset). A third profile,
 ``long``, is a CPU run of up to about half an hour per section (``long()``; the CPU default
-unless a settings class defines it), for the committed results files of ``make results``::
+unless a settings class defines it), for the committed results files of ``make results``; a
+fourth, ``gpu``, sizes the CIFAR sections for a few minutes of one GPU (``gpu()``; the paper
+profile unless a settings class defines it)::
 
     @dataclass(frozen=True)
     class StallSettings(Settings):
@@ -26,7 +28,7 @@ from .checks import check_bool, check_count, check_int, check_number, check_seed
 
 __all__ = ["PROFILES", "Settings", "differences", "profile_name"]
 
-PROFILES = ("default", "long", "paper")
+PROFILES = ("default", "long", "paper", "gpu")
 
 
 def profile_name() -> str:
@@ -93,6 +95,12 @@ class Settings:
     def long(cls):
         """A longer CPU run (default: the CPU default itself)."""
         return cls.default()
+
+    @classmethod
+    def gpu(cls):
+        """A run sized for a few minutes of one GPU (the CIFAR sections define theirs; default:
+        the paper profile, which the linear sections run in seconds anyway)."""
+        return cls.paper()
 
     @classmethod
     def profile(cls, name: str):

@@ -15,9 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import fields, is_dataclass
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from .checks import check_int
 
-__all__ = ["launch_estimate", "require_data", "require_images", "settings_table"]
+__all__ = ["OperatorCount", "TRAIN_IMAGES", "federated_steps", "launch_estimate", "require_data", "require_images", "settings_table"]
 
 
 def require_data(cifar, full_data: bool, what: str) -> None:
@@ -41,10 +43,42 @@ def require_images(needed: int, available: int, what: str, fix: str) -> None:
 # --------------------------------------------------------------------------- launch estimates
 
 
-#: Operator launches (CUDA kernels) of one SGD step of one client's network at batch 10,
-#: forward + backward + the foreach update, counted with torch's dispatcher on the narrow and
-#: the paper's CNNs (``bench/neural_rounds.py`` prints the count for the model it runs);
-#: evaluating a batch costs about a third of a step.
+#: Operators that only make a new view or alias of a tensor: no kernel runs for them.
+METADATA_OPS = frozenset({"aten.detach", "aten.t", "aten.view", "aten._unsafe_view", "aten.alias", "aten.expand",
+                          "aten.permute", "aten.transpose", "aten.as_strided", "aten.reshape", "aten.unsqueeze",
+                          "aten.squeeze", "aten.select", "aten.slice", "aten.split", "aten.split_with_sizes",
+                          "aten.unbind", "aten.lift_fresh"})
+#: Operators whose result the host must wait for (a device-to-host copy of a value).
+SYNC_OPS = frozenset({"aten._local_scalar_dense", "aten.item", "aten.nonzero", "aten.equal", "aten.is_nonzero"})
+
+
+class OperatorCount(TorchDispatchMode):
+    """Counts the operators torch dispatches inside ``with OperatorCount() as c:``:
+    ``c.launches`` (operators that run a kernel: all but :data:`METADATA_OPS`), ``c.syncs``
+    (operators in :data:`SYNC_OPS`, each a host sync on a GPU) and ``c.by_name``."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_name: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        self.by_name[name] = self.by_name.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def launches(self) -> int:
+        return sum(n for name, n in self.by_name.items() if name not in METADATA_OPS)
+
+    @property
+    def syncs(self) -> int:
+        return sum(n for name, n in self.by_name.items() if name in SYNC_OPS)
+
+
+#: Kernel launches of one local SGD step of one client on the paper's CNN (FedAvg-FT paper:
+#: six convolutions, three linear layers) at batch 10 with momentum: forward, backward and the
+#: foreach update, counted with :class:`OperatorCount` on :class:`replearn.neural.LocalSGD`
+#: (``tests/test_paper_profiles.py`` re-counts it); evaluating a batch costs about a third.
 LAUNCHES_PER_STEP = 60
 LAUNCHES_PER_EVAL_BATCH = 20
 #: Seconds per launch on one H100 with one client per launch sequence (launch-bound: about
@@ -64,6 +98,22 @@ def launch_estimate(steps: int, eval_batches: int, *, batched_clients: int = 1) 
     launches = math.ceil(steps / batched_clients) * LAUNCHES_PER_STEP + eval_batches * LAUNCHES_PER_EVAL_BATCH
     return {"steps": steps, "eval_batches": eval_batches, "batched_clients": batched_clients,
             "launches": launches, "seconds": launches * SECONDS_PER_LAUNCH}
+
+
+#: Training images of the full datasets and of the offline subsets (``../shared/data``).
+TRAIN_IMAGES = {("cifar10", True): 50_000, ("cifar100", True): 50_000,
+                ("cifar10", False): 20_000, ("cifar100", False): 25_000}
+
+
+def federated_steps(dataset: str, full_data: bool, clients: int, train_per_client: int | None, cfg,
+                    epochs_per_round: float, *, classes_used: float = 1.0) -> tuple[int, int]:
+    """Client SGD steps of a federated run on CIFAR and its participating clients per round:
+    ``cfg.rounds`` rounds of ``m = max(1, round(r n))`` clients, each making
+    ``epochs_per_round`` epochs over its ``train_per_client`` images (``None``: its share of the
+    dataset's ``classes_used`` fraction of training images) in batches of ``cfg.batch_size``."""
+    n_i = train_per_client or TRAIN_IMAGES[(dataset, full_data)] * classes_used / clients
+    m = max(1, round(cfg.participation * clients))
+    return int(cfg.rounds * m * epochs_per_round * math.ceil(n_i / cfg.batch_size)), m
 
 
 # --------------------------------------------------------------------------- Appendix B's table
@@ -120,3 +170,33 @@ def _differs(ours, theirs) -> bool:
     return ours != theirs
 
 
+
+
+def show_value(v) -> str:
+    """A settings value as the table shows it: floats in ``g`` format, a tuple
+    of partitions as ``cifar10 (100, 2)``-style items, other tuples comma-separated."""
+    if v is None:
+        return "None"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (tuple, list)):
+        if v and all(isinstance(p, (tuple, list)) and len(p) == 3 and isinstance(p[0], str) for p in v):
+            return "; ".join(f"{p[0]} ({p[1]:,}, {p[2]})" for p in v)
+        return ", ".join(show_value(x) for x in v) if len(v) <= 8 else f"{len(v)} entries"
+    return str(v)
+
+
+def settings_display(cls, paper_values: dict, caption: str):
+    """:func:`settings_table` as one :class:`replearn.plotting.Table` (the sources' value and
+    where it is stated, ``paper()``, ``long()``, the CPU default; a ``paper()`` value that
+    deviates from a stated one is marked "≠")."""
+    from .plotting import Table
+    rows = [[r["setting"], show_value(r["stated"]) if r["source"] != "not stated" else "—", r["source"],
+             ("≠ " if r["deviation"] else "") + show_value(r["paper()"]), show_value(r["long()"]),
+             show_value(r["default()"])] for r in settings_table(cls, paper_values)]
+    return Table(["setting", "sources", "where stated", "paper()", "long()", "CPU default"], rows,
+                 caption=caption, align="llllll")

@@ -32,7 +32,7 @@ from .seeds import check_seeds
 
 __all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "MatchedTraining", "PretrainSettings", "Pretrained",
            "accuracy", "finetune_all", "layer_activations", "method_name", "new_clients", "new_model",
-           "pretrain", "pretrain_key", "probe_set", "train_matched"]
+           "pretrain", "pretrain_key", "pretrain_work", "probe_set", "train_matched"]
 
 DSGD = 1  # tau of D-SGD
 
@@ -184,6 +184,13 @@ class PretrainSettings(MatchedTraining):
         """The paper-scale pre-training of :data:`PAPER_PRETRAIN`."""
         return cls(**PAPER_PRETRAIN)
 
+    @classmethod
+    def gpu(cls):
+        """The paper profile sized for a minute of one GPU on the offline subset (250 images of
+        each CIFAR-100 class): 10,000 local updates (2,000 x fewer rounds than the paper's
+        125,000), one seed."""
+        return replace(cls.paper(), total_steps=10_000, seeds=(0,), full_data=False)
+
 
 #: The paper-scale pre-training: the paper's CNN (our widths), 80 clients of C = 5 of the 80
 #: training classes, tau = 50, 125,000 local updates (the book's design notes), the authors'
@@ -256,6 +263,13 @@ def _pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
     results = train_matched(model_fn, clients, (DSGD, s.tau), s)
     return Pretrained({t: r.state for t, r in results.items()}, train_cls, new_cls,
                       {t: r.final.average for t, r in results.items()}, cifar100.describe())
+
+
+def pretrain_work(s: PretrainSettings) -> tuple[int, int]:
+    """Client SGD steps and participating clients per round of :func:`pretrain` (FedAvg and
+    D-SGD, ``total_steps`` each), for :func:`replearn.scales.launch_estimate`."""
+    m = max(1, round(s.train.participation * s.clients))
+    return 2 * s.total_steps * m, m
 
 
 def new_model(s: MatchedTraining, state: dict, n_classes: int, seed: int, device):

@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import pytest
 import torch
+
+from replearn.algorithms import TABLE1
 from cifar_fixtures import fake_cifar
 
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s07
@@ -42,8 +44,11 @@ def test_run_table_tiny():
     assert r.train_sizes[p].tolist() == [20] * 5 and r.test_sizes[p].tolist() == [10] * 5
     # the paper's numbers cover every method and every paper partition
     assert set(s07.TableSettings.paper().partitions) == set(s07.PAPER_TABLE1)
-    assert all(set(v) == set(s07.TABLE_METHODS) for v in s07.PAPER_TABLE1.values())
-    assert set(s07.TABLE_METHODS) == set(ALGORITHMS) | {"FedAvg+FT"}
+    assert all(tuple(v) == TABLE1 for v in s07.PAPER_TABLE1.values())  # all 15 methods, in the paper's order
+    assert set(s07.TABLE_METHODS) <= set(ALGORITHMS) and set(ALGORITHMS) == set(TABLE1)
+    assert s07.PAPER_TABLE1[("cifar10", 100, 2)]["FedRep"] == 87.70
+    assert s07.PAPER_TABLE1[("cifar100", 100, 20)]["Ditto"] == 56.34
+    assert s07.TableSettings.paper().methods == TABLE1
 
 
 def test_run_table_is_deterministic():

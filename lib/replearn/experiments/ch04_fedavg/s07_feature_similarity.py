@@ -20,6 +20,7 @@ from ... import neural, similarity
 from ...backend import derive_seed
 from ...checks import check_int
 from ...plotting import to_numpy
+from ... import scales
 from ...scales import require_data, require_images
 from ...transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
 from ...widgets import Menu
@@ -66,6 +67,24 @@ class SimilaritySettings(MatchedTraining):
                    train=replace(cls().train, lr=0.01, momentum=0.5, batch_size=10, participation=0.1),
                    total_steps=50_000, dtype="float32", taus=(1, 5, 10, 50), probe_per_class=1000,
                    test_per_client=100, full_data=True)
+
+    @classmethod
+    def gpu(cls):
+        """The paper profile sized for about a minute of one GPU on the offline subset (20,000
+        images: 200 per client): tau in {1, 5, 50} at 5,000 local updates, one seed, probe of
+        500 test images per class (all the subset has), 50 test images per client."""
+        return replace(cls.paper(), taus=(1, 5, 50), total_steps=5000, seeds=(0,), probe_per_class=500,
+                       test_per_client=50, full_data=False)
+
+
+def work(s: SimilaritySettings, *, batched: bool = True) -> dict:
+    """:func:`replearn.scales.launch_estimate` of :func:`run_similarity` with ``s``: every tau
+    makes ``total_steps`` local steps on each of the round's ``m`` clients; the final
+    evaluation tests every client and the probe set (``batched``: a round's clients as one batch)."""
+    m = max(1, round(s.train.participation * s.clients))
+    steps = len(s.taus) * s.total_steps * m
+    evals = len(s.taus) * (s.clients + -(-s.probe_per_class * 10 // 1000))
+    return scales.launch_estimate(steps, evals, batched_clients=m if batched else 1)
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,16 @@ accuracy per new client.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from ... import data as D
 from ...backend import derive_seed
 from ...checks import check_int
+from ... import scales
 from ...scales import require_data
-from ...transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain
+from ...transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain, pretrain_work
 
 
 #: What the sources state of Fig. 5's setting, by settings field: (value, where it says so).
@@ -61,6 +62,23 @@ class TransferSettings(PretrainSettings):
         :data:`~replearn.transfer.PAPER_PRETRAIN`. Sample sizes per new client: our choice."""
         return cls(**PAPER_PRETRAIN, samples=(50, 100, 200, 500), cifar10_samples=(50, 100, 200, 500),
                    new_clients=5, new_classes_per_client=5, trials=5, test_per_client=200)
+
+    @classmethod
+    def gpu(cls):
+        """:meth:`~replearn.transfer.PretrainSettings.gpu`'s pre-training (shared with 4.9), one
+        trial of 5 new clients."""
+        return replace(super().gpu(), trials=1)
+
+
+def work(s: TransferSettings, *, batched: bool = True) -> dict:
+    """:func:`replearn.scales.launch_estimate` of :func:`run_transfer` with ``s`` (pre-training,
+    then ``ft_epochs`` epochs of fine-tuning per new client, sample size, trial, target and model)."""
+    steps, m = pretrain_work(s)
+    per_client = sum(-(-n // s.ft_batch_size) for n in s.samples) + sum(-(-n // s.ft_batch_size)
+                                                                       for n in s.cifar10_samples)
+    ft = 2 * s.trials * s.new_clients * s.ft_epochs * per_client
+    evals = 2 * s.trials * s.new_clients * (len(s.samples) + len(s.cifar10_samples))
+    return scales.launch_estimate(steps + ft, evals, batched_clients=m if batched else 1)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ from ... import data as D
 from ... import neural, similarity
 from ...backend import derive_seed
 from ...checks import check_int
+from ... import scales
 from ...scales import require_data
 from ...transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activations, new_clients, new_model,
-                         pretrain, probe_set)
+                         pretrain, pretrain_work, probe_set)
 
 
 #: What the sources state of Fig. 2's setting, by settings field: (value, where it says so)
@@ -50,6 +51,17 @@ class CKASettings(PretrainSettings):
         """CIFAR-100 with 5 classes per client (paper Fig. 2), fine-tuned on CIFAR-10; the rest as
         in :data:`~replearn.transfer.PAPER_PRETRAIN`; 5 CIFAR-10 clients of 500 images (our choice)."""
         return cls(**PAPER_PRETRAIN, ft_clients=5, ft_samples=500, probe_per_class=100)
+
+
+def work(s: CKASettings, *, batched: bool = True, shared_pretraining: bool = True) -> dict:
+    """:func:`replearn.scales.launch_estimate` of :func:`run_cka` with ``s``: fine-tuning both
+    models on every CIFAR-10 client, plus the pre-training unless it is shared with 4.8
+    (``shared_pretraining``: same :func:`~replearn.transfer.pretrain_key`, one process)."""
+    steps, m = pretrain_work(s)
+    ft = 2 * s.ft_clients * s.ft_epochs * -(-s.ft_samples // s.ft_batch_size)
+    evals = 2 * (s.ft_clients + 1) * -(-s.probe_per_class * 10 // 1000)
+    return scales.launch_estimate((0 if shared_pretraining else steps) + ft, evals,
+                                  batched_clients=min(m, s.ft_clients) if batched else 1)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """Book 5.7: personalised accuracy on CIFAR, Table 1 of Collins, Hassani, Mokhtari, Shakkottai (2021).
 
 For each partition (dataset, n clients, S classes per client) of
-:func:`replearn.personalisation.make_federation`, every method of :data:`TABLE_METHODS` trains
-from one initial network, one seed and one optimiser: Local only, FedAvg, FedAvg+FT (the FedAvg
-model with each client's head fine-tuned for ``ft_epochs`` epochs,
-:func:`replearn.neural.finetune`), FedPer, LG-FedAvg and FedRep. Accuracies are as in the paper:
-the mean over clients (weighted by test-set size) of the local test accuracy, averaged over the
-evaluations in the final ``last_rounds`` rounds, except for FedAvg+FT, which is evaluated once
-after fine-tuning.
+:func:`replearn.personalisation.make_federation`, every method of ``methods`` (CPU default:
+:data:`TABLE_METHODS`; paper profile: all 15 of Table 1, :data:`replearn.algorithms.TABLE1`) trains
+from one initial network, one seed and one optimiser, each from the registry
+:mod:`replearn.algorithms`; a +FT method is its base method's global model with each client's
+head fine-tuned for ``ft_epochs`` epochs (:func:`replearn.neural.finetune`). Accuracies are as
+in the paper: the mean over clients (weighted by test-set size) of the local test accuracy,
+averaged over the evaluations in the final ``last_rounds`` rounds, except for the +FT methods,
+evaluated once after fine-tuning.
 """
 
 from __future__ import annotations
@@ -20,26 +21,38 @@ from ... import data as D
 from ... import neural
 from ...backend import derive_seed
 from ...checks import check_int
+from ... import scales
+from ...algorithms import TABLE1
 from ...scales import require_data
 from ...personalisation import ALGORITHMS, PAPER_OPTIM, FederationSettings, make_federation
 
-#: Methods of Table 1 that we run, in the paper's order.
+#: Methods of Table 1 that the CPU default runs, in the paper's order (the paper and gpu
+#: profiles run all 15 of :data:`replearn.algorithms.TABLE1`).
 TABLE_METHODS = ("Local only", "FedAvg", "FedAvg+FT", "FedPer", "LG-FedAvg", "FedRep")
 
-#: Table 1 of Collins et al. (2021): average test accuracy (%) for (dataset, n clients, S classes
-#: per client), r = 0.1; only the methods that we run (the paper's "LG-Fed" is LG-FedAvg).
-PAPER_TABLE1 = {
-    ("cifar10", 100, 2): {"Local only": 89.79, "FedAvg": 42.65, "FedAvg+FT": 87.65, "FedPer": 87.13,
-                          "LG-FedAvg": 84.14, "FedRep": 87.70},
-    ("cifar10", 100, 5): {"Local only": 70.68, "FedAvg": 51.78, "FedAvg+FT": 73.68, "FedPer": 73.84,
-                          "LG-FedAvg": 63.02, "FedRep": 75.68},
-    ("cifar10", 1000, 2): {"Local only": 78.30, "FedAvg": 44.31, "FedAvg+FT": 82.04, "FedPer": 81.73,
-                           "LG-FedAvg": 77.48, "FedRep": 83.27},
-    ("cifar100", 100, 5): {"Local only": 75.29, "FedAvg": 23.94, "FedAvg+FT": 79.34, "FedPer": 76.00,
-                           "LG-FedAvg": 72.44, "FedRep": 79.15},
-    ("cifar100", 100, 20): {"Local only": 41.29, "FedAvg": 31.97, "FedAvg+FT": 55.44, "FedPer": 55.68,
-                            "LG-FedAvg": 38.76, "FedRep": 56.10},
+#: Table 1 of Collins et al. (2021): average test accuracy (%) of all 15 methods for (dataset,
+#: n clients, S classes per client), r = 0.1 (the paper's "LG-Fed" is LG-FedAvg, "PerFedAvg" Per-FedAvg).
+_TABLE1_ROWS = {
+    "Local only": (89.79, 70.68, 78.30, 75.29, 41.29),
+    "FedAvg": (42.65, 51.78, 44.31, 23.94, 31.97),
+    "FedAvg+FT": (87.65, 73.68, 82.04, 79.34, 55.44),
+    "FedProx": (39.92, 50.99, 21.93, 20.17, 28.52),
+    "FedProx+FT": (85.81, 72.75, 75.41, 78.52, 55.09),
+    "SCAFFOLD": (37.72, 47.33, 33.79, 20.32, 22.52),
+    "SCAFFOLD+FT": (86.35, 68.23, 78.24, 78.88, 44.34),
+    "Fed-MTL": (80.46, 58.31, 76.53, 71.47, 41.25),
+    "Per-FedAvg": (82.27, 67.20, 67.36, 72.05, 52.49),
+    "LG-FedAvg": (84.14, 63.02, 77.48, 72.44, 38.76),
+    "L2GD": (81.04, 59.98, 71.96, 72.13, 42.84),
+    "APFL": (83.77, 72.29, 82.39, 78.20, 55.44),
+    "Ditto": (85.39, 70.34, 80.36, 78.91, 56.34),
+    "FedPer": (87.13, 73.84, 81.73, 76.00, 55.68),
+    "FedRep": (87.70, 75.68, 83.27, 79.15, 56.10),
 }
+PAPER_TABLE1 = {col: {method: row[j] for method, row in _TABLE1_ROWS.items()}
+                for j, col in enumerate((("cifar10", 100, 2), ("cifar10", 100, 5), ("cifar10", 1000, 2),
+                                         ("cifar100", 100, 5), ("cifar100", 100, 20)))}
+
 
 #: What the FedRep paper states of Table 1's setting, by settings field: (value, where it says so).
 PAPER_SETTINGS = {"partitions": (tuple(PAPER_TABLE1), "FedRep paper, Table 1 (CIFAR columns)"),
@@ -51,21 +64,27 @@ PAPER_SETTINGS = {"partitions": (tuple(PAPER_TABLE1), "FedRep paper, Table 1 (CI
                   "train.rounds": (100, "FedRep paper, Sec. 5.2 (T = 100 for CIFAR)"),
                   "train.head_epochs": (10, "FedRep paper, Sec. 5.2 (ten head epochs)"),
                   "train.last_rounds": (10, "FedRep paper, Sec. 5.2 (final 10 rounds averaged)"),
-                  "ft_epochs": (10, "FedRep paper, Sec. 5.2 (+FT: ten epochs of the head)")}
+                  "ft_epochs": (10, "FedRep paper, Sec. 5.2 (+FT: ten epochs of the head)"),
+                  "methods": (TABLE1, "FedRep paper, Table 1 (15 methods)")}
 
 
 @dataclass(frozen=True)
 class TableSettings(FederationSettings):
     """Table 1: ``partitions`` are (dataset, n clients, S classes per client); every method of
-    :data:`TABLE_METHODS` runs on each; FedAvg+FT fine-tunes the head for ``ft_epochs`` epochs.
+    ``methods`` run on each; a +FT method fine-tunes the head of its base method's global model
+    for ``ft_epochs`` epochs.
     The ``clients`` and ``classes_per_client`` fields are not used here: each partition names its own."""
 
     partitions: tuple[tuple[str, int, int], ...] = (("cifar10", 5, 2),)
     ft_epochs: int = 10
+    methods: tuple[str, ...] = TABLE_METHODS
 
     def validate(self) -> None:
         super().validate()
         check_int(self.ft_epochs, "ft_epochs", 1)
+        unknown = [m for m in self.methods if m not in TABLE1]
+        if unknown or len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"methods must be distinct names of Table 1 {TABLE1}, got {self.methods!r}")
         for part in self.partitions:
             if not (isinstance(part, tuple) and len(part) == 3 and part[0] in ("cifar10", "cifar100")):
                 raise ValueError(f"each partition must be (dataset, n, S) with dataset 'cifar10' or "
@@ -81,7 +100,38 @@ class TableSettings(FederationSettings):
     @classmethod
     def paper(cls):
         """The five CIFAR columns of Table 1 with Sec. 5.2's settings (full datasets)."""
-        return cls(partitions=tuple(PAPER_TABLE1), ft_epochs=10, **PAPER_OPTIM)
+        return cls(partitions=tuple(PAPER_TABLE1), ft_epochs=10, methods=TABLE1, **PAPER_OPTIM)
+
+    @classmethod
+    def gpu(cls):
+        """The paper profile sized for a few minutes of one GPU on the offline subsets: two
+        partitions, CIFAR-10 (100, 2) and CIFAR-100 (100, 5), all 15 methods, T = 100,
+        evaluated every 5 rounds, one seed."""
+        p = cls.paper()
+        return replace(p, partitions=(("cifar10", 100, 2), ("cifar100", 100, 5)), seeds=(0,), full_data=False,
+                       train=replace(p.train, eval_every=5))
+
+
+def work(s: TableSettings, *, batched: bool = True) -> dict:
+    """:func:`replearn.scales.launch_estimate` of :func:`run_table` with ``s``: per partition,
+    every method's rounds (FedRep: head and body epochs; the others: the body epochs; a +FT
+    method adds ``ft_epochs`` head epochs per client; methods with two models, such as Ditto
+    and APFL, count twice), and the evaluations every ``eval_every`` rounds."""
+    cfg = s.train
+    steps = evals = m = 0
+    double = {"Ditto", "APFL", "Per-FedAvg"}
+    for name, n, _ in s.partitions:
+        for method in s.methods:
+            if method.endswith("+FT"):
+                per_client, m = scales.federated_steps(name, s.full_data, n, s.train_per_client,
+                                                       replace(cfg, rounds=1, participation=1.0), s.ft_epochs)
+                steps += per_client
+                continue
+            epochs = cfg.local_epochs + (cfg.head_epochs if method == "FedRep" else 0)
+            k, m = scales.federated_steps(name, s.full_data, n, s.train_per_client, cfg, epochs)
+            steps += k * (2 if method in double else 1)
+            evals += n * -(-cfg.rounds // cfg.eval_every)
+    return scales.launch_estimate(steps, evals, batched_clients=m if batched else 1)
 
 
 @dataclass(frozen=True)
@@ -118,17 +168,19 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
             return s.network(name, fed.n_classes, derive_seed(s.seed, 3), cl.device)
 
         acc[part], cacc[part], curves[part] = {}, {}, {}
-        for method in TABLE_METHODS:
-            if method == "FedAvg+FT":
-                r = neural.finetune(model_fn(), cl, state=fedavg.state, epochs=s.ft_epochs, part="head",
+        trained = {}
+        for method in s.methods:
+            if method.endswith("+FT"):  # the trained global model of the method, each client's head tuned
+                base = method[:-len("+FT")]
+                if base not in trained:
+                    trained[base] = ALGORITHMS[base](model_fn(), cl, cfg)
+                r = neural.finetune(model_fn(), cl, state=trained[base].state, epochs=s.ft_epochs, part="head",
                                     lr=cfg.lr, momentum=cfg.momentum, batch_size=cfg.batch_size,
                                     seed=derive_seed(s.seed, 5))
                 acc[part][method] = r.final.average
                 curves[part][method] = torch.full((cfg.rounds,), float("nan"))
             else:
-                r = ALGORITHMS[method](model_fn(), cl, cfg)
-                if method == "FedAvg":
-                    fedavg = r
+                r = trained[method] = ALGORITHMS[method](model_fn(), cl, cfg)
                 acc[part][method] = r.accuracy
                 curves[part][method] = r.test_accuracy
             cacc[part][method] = r.final.accuracy

@@ -16,6 +16,7 @@ from ... import data as D
 from ... import neural
 from ...backend import derive_seed
 from ...checks import check_int
+from ... import scales
 from ...scales import require_data
 from ...personalisation import PAPER_OPTIM, FederationSettings, make_federation
 
@@ -63,6 +64,24 @@ class EpochSettings(FederationSettings):
         """n = 100, S = 2 (Sec. 5.2); E in {1, 5, 10, 20} is our choice (our copy of the paper
         has the caption of Fig. 5 but not its axis)."""
         return cls(clients=100, classes_per_client=2, epochs=(1, 5, 10, 20), **PAPER_OPTIM)
+
+    @classmethod
+    def gpu(cls):
+        """The paper profile sized for a few minutes of one GPU on the offline subset (200
+        images per client): E in {1, 5, 10}, T = 50, evaluated every 5 rounds (the final 10
+        rounds' mean uses the evaluations in them), one seed."""
+        p = cls.paper()
+        return replace(p, epochs=(1, 5, 10), seeds=(0,), full_data=False,
+                       train=replace(p.train, rounds=50, eval_every=5))
+
+
+def work(s: EpochSettings, *, batched: bool = True) -> dict:
+    """:func:`replearn.scales.launch_estimate` of :func:`run_epochs` with ``s``: FedRep with E
+    head epochs and ``local_epochs`` body epochs, FedAvg with E epochs, for every E."""
+    per_round = sum(2 * e + s.train.local_epochs for e in s.epochs)
+    steps, m = scales.federated_steps(s.dataset, s.full_data, s.clients, s.train_per_client, s.train, per_round)
+    evals = 2 * len(s.epochs) * s.clients * -(-s.train.rounds // s.train.eval_every)
+    return scales.launch_estimate(steps, evals, batched_clients=m if batched else 1)
 
 
 @dataclass(frozen=True)

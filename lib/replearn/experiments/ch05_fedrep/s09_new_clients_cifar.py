@@ -17,6 +17,7 @@ from ... import data as D
 from ... import neural
 from ...backend import derive_seed
 from ...checks import check_int
+from ... import scales
 from ...scales import require_data
 from ...personalisation import PAPER_OPTIM, FederationSettings, fit_heads, make_federation
 
@@ -76,6 +77,28 @@ class NewClientSettings(FederationSettings):
         epochs (our choice)."""
         return cls(dataset="cifar100", n_new=20, clients=80, classes_per_client=5, new_clients=20,
                    new_classes_per_client=5, new_train=500, new_test=100, head_epochs_new=20, **PAPER_OPTIM)
+
+    @classmethod
+    def gpu(cls):
+        """The paper profile on the offline subset (250 images per CIFAR-100 class, so new
+        clients get 250 training images, not 500), T = 100, evaluated every 5 rounds, one seed."""
+        p = cls.paper()
+        return replace(p, new_train=250, seeds=(0,), full_data=False, train=replace(p.train, eval_every=5))
+
+
+def work(s: NewClientSettings, *, batched: bool = True) -> dict:
+    """:func:`replearn.scales.launch_estimate` of :func:`run_new_clients` with ``s``: FedRep (head
+    epochs + body epochs) and FedAvg on the training classes, then three heads per new client."""
+    cfg = s.train
+    classes = 10 if s.dataset == "cifar10" else 100
+    used = (classes - s.n_new) / classes
+    fedrep, m = scales.federated_steps(s.dataset, s.full_data, s.clients, s.train_per_client, cfg,
+                                       cfg.head_epochs + cfg.local_epochs, classes_used=used)
+    fedavg, _ = scales.federated_steps(s.dataset, s.full_data, s.clients, s.train_per_client, cfg,
+                                       cfg.local_epochs, classes_used=used)
+    heads = 3 * s.new_clients * s.head_epochs_new * -(-s.new_train // cfg.batch_size)
+    evals = 2 * s.clients * -(-cfg.rounds // cfg.eval_every) + 3 * s.new_clients * s.head_epochs_new
+    return scales.launch_estimate(fedrep + fedavg + heads, evals, batched_clients=m if batched else 1)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ its fault contract: bad replies are dropped, sizes come from discovery, nothing 
 
 import math
 import os
+import threading
 import time
 
 import numpy as np
@@ -14,8 +15,9 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 pytest.importorskip("flwr", reason="Flower is optional: pip install -r requirements-flower.txt")
 
-from flwr.app import Array, ArrayRecord  # noqa: E402
+from flwr.app import Array, ArrayRecord, Message, MessageType, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg, Krum  # noqa: E402
 
 from replearn import flower, neural  # noqa: E402
 from tiny_net import Tiny  # noqa: E402
@@ -307,7 +309,7 @@ def test_slow_node_is_dropped_after_round_timeout():
 
     def slow(reply, t):
         if t == 1:
-            time.sleep(4.0)
+            time.sleep(3.0)  # the grid abandons the call at 2 s; its next message waits for it
         return reply
 
     app, log = faulty_app(cfg, "fedavg", train=slow)
@@ -402,3 +404,187 @@ def test_discovery_faults_stop_the_run_with_a_clear_error():
     silent = list(grid.contexts)[BAD]
     with pytest.raises(TimeoutError, match=rf"nodes \[{silent}\] did not answer the discovery"):
         grid.run_server(flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients))
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 27: hanging nodes, forged replies, over-reported sizes, robust aggregation
+
+
+@pytest.fixture
+def release():
+    """An event the hanging fault injections wait on, set when the test ends (so the abandoned
+    daemon threads finish)."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_node_that_hangs_in_training_is_dropped_and_the_run_finishes(release):
+    """Client BAD answers discovery, then never returns from train: every call is bounded by
+    round_timeout, BAD is dropped and recorded in every round (train, and evaluate while its
+    abandoned call still runs), the others are averaged, and the run returns."""
+    cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=0)
+
+    def hang(reply, t):
+        release.wait()
+        return reply
+
+    app, log = faulty_app(cfg, "fedavg", train=hang)
+    start = time.monotonic()
+    run = flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app, round_timeout=1.0)
+    assert time.monotonic() - start < 60
+    assert {t: sorted({(d.client, d.stage) for d in ds}) for t, ds in run.strategy.dropped.items()} == \
+        {1: [(BAD, "evaluate"), (BAD, "train")], 2: [(BAD, "evaluate"), (BAD, "train")]}
+    assert all("round_timeout = 1 s" in d.reason for ds in run.strategy.dropped.values() for d in ds)
+    honest = [i for i in range(CLIENTS.n_clients) if i != BAD]
+    assert_close(log["sent"][2], expected_average(log["returned"][1], honest), atol=1e-6)
+    assert_finite(run.state)
+    assert 0 <= run.result.evaluate_metrics_clientapp[2]["accuracy"] <= 1
+
+
+def test_client_app_bounds_its_own_calls(release):
+    """The library's ClientApp answers a call that hangs (here its data source) with a
+    TimeoutError error reply after call_timeout, and a node whose abandoned call still runs
+    answers at once with an error instead of starting another call."""
+    cfg = neural.TrainConfig(rounds=1, local_steps=1)
+    calls = []
+
+    def data_fn(i):
+        calls.append(i)
+        if i == BAD:
+            release.wait()
+        return CLIENTS.subset([i])
+
+    grid = flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "fedavg", call_timeout=0.5),
+                                CLIENTS.n_clients, call_timeout=30.0)
+    bad = list(grid.contexts)[BAD]
+    start = time.monotonic()
+    for expected in ("did not finish within 0.5 s", "still running an earlier call"):
+        reply, = grid.send_and_receive([Message(RecordDict(), dst_node_id=bad, message_type=MessageType.QUERY)])
+        assert reply.has_error() and "TimeoutError" in reply.error.reason and expected in reply.error.reason
+    assert time.monotonic() - start < 10 and calls == [BAD]
+    with pytest.raises(ValueError, match="call_timeout must be a positive number of seconds"):
+        flower.client_app(model_fn, data_fn, cfg, "fedavg", call_timeout=0)
+    with pytest.raises(ValueError, match="call_timeout must be a positive number of seconds"):
+        flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "fedavg"), 2, call_timeout=math.inf)
+
+
+class ForgingGrid(flower.InProcessGrid):
+    """A grid on which client BAD's training reply arrives under client FORGED's node id,
+    before FORGED's genuine reply."""
+
+    FORGED = 3
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = super().send_and_receive(messages, timeout=timeout)
+        nodes = list(self.contexts)
+        for r in replies:
+            if r.metadata.src_node_id == nodes[BAD] and r.metadata.message_type == "train":
+                r.metadata.__dict__["_src_node_id"] = nodes[self.FORGED]
+        return sorted(replies, key=lambda r: r.metadata.src_node_id != nodes[self.FORGED])
+
+
+def test_forged_reply_cannot_take_another_nodes_slot():
+    """BAD's update, sent under FORGED's node id, is dropped as forged; FORGED's genuine update
+    is averaged; BAD itself gave no reply of its own and is recorded as missing."""
+    cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=3)
+    app, log = faulty_app(cfg, "fedavg")
+    grid = ForgingGrid(app, CLIENTS.n_clients)
+    done = {}
+    server = flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients,
+                               on_result=lambda result, strategy: done.update(strategy=strategy))
+    grid.run_server(server)
+    for t in (1, 2):
+        drops = done["strategy"].dropped[t]
+        assert sorted((d.client, d.stage) for d in drops if d.client is not None) == [(BAD, "train")]
+        forged = [d for d in drops if d.client is None]
+        assert len(forged) == 1 and "forged or misrouted" in forged[0].reason
+    honest = [i for i in range(CLIENTS.n_clients) if i != BAD]
+    assert_close(log["sent"][2], expected_average(log["returned"][1], honest), atol=1e-6)
+
+
+def over_reporting_app(cfg, claim):
+    inner = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "fedavg")
+    app = ClientApp()
+
+    @app.query()
+    def query(msg, context):
+        reply = inner(msg, context)
+        if context.node_config["partition-id"] == BAD:
+            reply.content["info"]["num-examples"] = claim
+        return reply
+
+    @app.train()
+    def train(msg, context):
+        return inner(msg, context)
+
+    @app.evaluate()
+    def evaluate(msg, context):
+        return inner(msg, context)
+
+    return app
+
+
+@pytest.mark.parametrize("claim", [10**15, 10**4])
+def test_over_reported_size_at_discovery_is_refused(claim):
+    """A node claiming far more training data than the others (here more than MAX_SIZE_RATIO
+    times their median) would take nearly all the weight: the run stops at discovery, naming it."""
+    cfg = neural.TrainConfig(rounds=1, local_steps=1, batch_size=5, seed=0)
+    with pytest.raises(ValueError, match=rf"partition {BAD}\) reports num-examples = {claim}, more than "
+                                         r"max_size_ratio = 100 times the median"):
+        flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=over_reporting_app(cfg, claim))
+    # a plausible imbalance passes; the rule can be widened explicitly
+    flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=over_reporting_app(cfg, 200))
+    with pytest.raises(ValueError, match="max_size_ratio must be a number >= 1"):
+        flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", max_size_ratio=0.5)
+
+
+def sign_flip(reply, sent):
+    """BAD returns global - 5 x its honest update (inside the magnitude rule)."""
+    return replace_arrays(reply, lambda n, a: Array((sent[n].numpy() - 5 * (a.numpy() - sent[n].numpy()))
+                                                    .astype(a.numpy().dtype)))
+
+
+def crafted(reply, sent):
+    """BAD returns global + 9 max(|global|, 1) along the all-ones direction (inside the rule)."""
+    def make(n, a):
+        g = sent[n].numpy().astype(np.float64)
+        step = 9.0 * max(float(np.linalg.norm(g)), 1.0) * np.ones_like(g) / math.sqrt(g.size)
+        return Array((g + step).astype(a.numpy().dtype))
+    return replace_arrays(reply, make)
+
+
+@pytest.mark.parametrize("attack", [sign_flip, crafted])
+@pytest.mark.parametrize("aggregator", [None, "median", "trimmed", "krum"])
+def test_robust_aggregation_against_sign_flip_and_crafted_updates(attack, aggregator):
+    """One attacker among four: with the default weighted mean its update moves the global model
+    outside the range of the honest updates (the contract says so); with Flower's FedMedian or
+    FedTrimmedAvg every coordinate stays within the honest range, and Krum picks an honest
+    update."""
+    cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=1)
+    box = {}
+    app, log = faulty_app(cfg, "fedavg", train=lambda reply, t: attack(reply, box["log"]["sent"][t]))
+    box["log"] = log
+    make = {None: lambda: None, "median": FedMedian, "trimmed": lambda: FedTrimmedAvg(beta=0.25),
+            "krum": lambda: Krum(num_malicious_nodes=1)}[aggregator]
+    run = flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app, aggregator=make())
+    assert run.strategy.dropped == {}  # the attack passes the screening
+    honest = [i for i in range(CLIENTS.n_clients) if i != BAD]
+    after = log["sent"][2]
+    inside = all(bool(((after[n] >= torch.stack([log["returned"][1][i][n] for i in honest]).amin(0) - 1e-6)
+                       & (after[n] <= torch.stack([log["returned"][1][i][n] for i in honest]).amax(0) + 1e-6))
+                      .all()) for n in after)
+    if aggregator is None:
+        assert not inside
+    else:
+        assert inside
+    if aggregator == "krum":
+        assert any(all(torch.allclose(after[n], log["returned"][1][i][n], atol=1e-6) for n in after)
+                   for i in honest)
+
+
+def test_bad_aggregator_is_refused():
+    cfg = neural.TrainConfig(rounds=1, local_steps=1)
+    for bad in ("median", FedMedian(weighted_by_key="n"), object()):
+        with pytest.raises(ValueError, match="aggregator must be None"):
+            flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", aggregator=bad)

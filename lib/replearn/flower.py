@@ -28,12 +28,16 @@ the local SGD are the engine's public pieces (:func:`replearn.neural.algorithm_s
   (``flwr.simulation.run_simulation``, Ray backend): the ``ClientApp`` in Ray actors, one
   virtual SuperNode per client. Needs the ``simulation`` extra (Ray).
 
-**Fault contract.** One bad node can neither poison the global model nor stop the run:
+**Fault contract.** One faulty node (crashing, hanging, slow, returning NaN, blown-up,
+mis-shaped or duplicated replies) can neither corrupt the global model nor stop the run. A
+*hostile* node is only partly defended against; precisely (see *What is not defended*):
 
 - *Sizes.* The weights of both averages are the sizes each node reported at discovery,
   before training (n_i for the parameters and the training loss, the test-set size for
   the evaluation metrics); the ``num-examples`` a reply claims is ignored (a mismatch is
-  logged). Discovery itself is trusted: a node missing or malformed there is an error.
+  logged). Discovery itself is trusted: a node missing or malformed there is an error, and
+  so is a size above ``max_size_ratio`` (default :data:`MAX_SIZE_RATIO`) times the median
+  of the other nodes' sizes, so one over-report cannot take nearly all the weight.
 - *Screening.* A training reply enters the average only if it carries no error, exactly
   one ``ArrayRecord`` with the global parameters' names and, for each, the global dtype and
   shape both in its metadata and in its decoded payload, only finite values, a plausible
@@ -46,21 +50,45 @@ the local SGD are the engine's public pieces (:func:`replearn.neural.algorithm_s
   (default :data:`MAX_UPDATE_RATIO`; ``math.inf`` turns the rule off). Local SGD with the
   book's step sizes moves each tensor by less than its norm; a blown-up update (1e30) is
   far outside. This rule is a sanity bound, not a defence against a client that crafts
-  plausible updates (for that, a Byzantine-robust aggregate such as Flower's ``Krum`` or
-  ``FedTrimmedAvg``).
+  plausible updates: see *Robust aggregation*.
+- *Replies bound to their messages.* A reply counts for node N only if it answers the
+  message the server sent to N (its ``reply_to_message_id``); a reply forged with N's id
+  that answers another message is dropped (recorded with client None) and cannot take N's
+  slot, so N's genuine reply still counts. At discovery such a reply is an error.
 - *Dropping.* Every reply that fails the screening, raises in ``train`` or ``evaluate``,
   comes from a node that was not asked, or does not arrive within ``round_timeout`` is left
   out of that round's average and recorded in ``strategy.dropped[round]`` as a
   :class:`Dropped` (client, stage, reason), with a warning in the ``flwr`` log. The
   round's average is then the size-weighted average over the kept replies; a round that
   keeps no training reply leaves the global model unchanged.
+- *Robust aggregation.* ``aggregator`` (of :func:`server_app`, :func:`run_inprocess`,
+  :func:`run_simulation`) replaces the weighted mean of the screened training replies by
+  one of Flower's own robust strategies: ``FedMedian()`` (coordinate-wise median),
+  ``FedTrimmedAvg(beta=...)`` (coordinate-wise trimmed mean) or
+  ``Krum(num_malicious_nodes=f)`` (the reply closest to its neighbours). With one attacker
+  among at least four replies (Krum: n >= 2f + 3), a sign-flipped or crafted update that
+  passes the magnitude rule then cannot move any coordinate of the global model outside
+  the range of the honest replies (median, trimmed mean with ``beta >= 1/n``), or is never
+  chosen (Krum); ``tests/test_flower.py`` checks the three against both attacks. These
+  aggregates ignore the sizes, so they do not reproduce the in-process engine's runs.
 - *Timeouts.* The server waits at most ``connect_timeout`` seconds (default
   :data:`CONNECT_TIMEOUT`) for the nodes to connect and ``round_timeout`` seconds (default
   :data:`ROUND_TIMEOUT`) for each exchange of messages. Too few nodes, or a node silent at
   discovery, is a ``TimeoutError`` that says what to change; a training or evaluation reply
   that misses the round's deadline is dropped as above. Training and evaluation messages
   go to the nodes found at discovery (evaluation only to those with test data), without
-  Flower's waiting for nodes to be connected.
+  Flower's waiting for nodes to be connected. On the node side every call of
+  :func:`client_app` is bounded too (``call_timeout``; :func:`run_inprocess` and
+  :func:`run_simulation` pass ``round_timeout``): a call that hangs is abandoned and
+  answered with an error, so it cannot pin a worker (a Ray actor) and the run finishes with
+  the other nodes; :class:`InProcessGrid` bounds every call of any ``ClientApp`` the same way.
+- *What is not defended.* With the default weighted mean, a hostile node's crafted update
+  inside the magnitude rule, or a sign flip, moves the global model by up to its weight
+  share times ``max_update_ratio`` times the global norm each round: pass an ``aggregator``.
+  Reply authenticity rests on the transport (Flower's node authentication): a node that
+  learns another node's message id can answer in its name. Sizes at discovery are trusted
+  within ``max_size_ratio``. Evaluation metrics are screened for range only: a node can
+  report any accuracy in [0, 1] for itself. Nodes see the global model (no privacy).
 
 Client data augmentation (``cfg.augment``) is not supported: in ``run_spec`` it draws from
 the engine's one generator in the middle of training, which nodes cannot replay.
@@ -72,6 +100,7 @@ import importlib.util
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -102,6 +131,12 @@ ROUND_TIMEOUT = 600.0
 """Default seconds the server waits for one round's replies (Flower's own default is 3600)."""
 MAX_UPDATE_RATIO = 10.0
 """Default bound of the plausible-magnitude rule (module docstring)."""
+CALL_TIMEOUT = ROUND_TIMEOUT
+"""Default seconds one call of a node's ``ClientApp`` may take (:func:`client_app`,
+:class:`InProcessGrid`): a call still running then is abandoned and answered with an error."""
+MAX_SIZE_RATIO = 100.0
+"""Default bound on the sizes reported at discovery: a node's training-set size may be at most
+this many times the median size reported by the other nodes (module docstring)."""
 _log = logging.getLogger("flwr")
 
 
@@ -133,20 +168,71 @@ def _check_seconds(**values: float) -> None:
             raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
 
 
+def _bounded(call: Callable[[], object], seconds: float, what: str):
+    """``call()`` run in a daemon thread and awaited at most ``seconds``; a call still running
+    then raises ``TimeoutError`` naming ``what`` (the thread is abandoned: Python cannot stop
+    it, but nothing waits for it any more). Exceptions of ``call`` are raised again."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = call()
+        except BaseException as ex:  # noqa: BLE001 -- handed to the waiting thread
+            box["error"] = ex
+
+    thread = threading.Thread(target=target, name=f"replearn-flower {what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        err = TimeoutError(f"{what} did not finish within {seconds:g} s; it was abandoned")
+        err.thread = thread
+        raise err
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 # --------------------------------------------------------------------------------------------
 # Client side
 
 
 def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], ClientData],
-               cfg: TrainConfig, algorithm: str) -> ClientApp:
+               cfg: TrainConfig, algorithm: str, *, call_timeout: float = CALL_TIMEOUT) -> ClientApp:
     """A Flower ``ClientApp`` for ``algorithm`` ("fedavg", "dsgd" or "fedrep").
 
     ``model_fn()`` must build the same initial model on every node (seed it): it gives the
     architecture and the initial local parameters (FedRep's heads). ``data_fn(partition_id)``
     returns the node's data as a one-client :class:`~replearn.neural.ClientData`; the
     partition id is ``context.node_config["partition-id"]``, as in Flower's simulation.
+
+    Every call (query, train, evaluate) runs in a helper thread and is awaited at most
+    ``call_timeout`` seconds (default :data:`CALL_TIMEOUT`): a call that hangs (a stalled data
+    source, a deadlock) is answered with a ``TimeoutError`` error reply instead of pinning the
+    worker that runs the app (on Flower's simulation engine, a Ray actor) for ever. The node's
+    ``Context.state`` is updated only by calls that finished in time, and while an abandoned
+    call of a node still runs, that node answers every new message at once with an error.
     """
+    _check_seconds(call_timeout=call_timeout)
     app = ClientApp()
+    running: dict[int, threading.Thread] = {}  # node id -> its abandoned, still running call
+
+    def bounded(stage: str, context: Context, work: Callable[[], tuple[Message, ArrayRecord | None]]) -> Message:
+        node = context.node_id
+        earlier = running.get(node)
+        if earlier is not None and earlier.is_alive():
+            raise TimeoutError(f"node {node} is still running an earlier call that exceeded call_timeout = "
+                               f"{call_timeout:g} s; not starting its {stage}")
+        running.pop(node, None)
+        try:
+            reply, local = _bounded(work, call_timeout, f"the {stage} call of node {node}")
+        except TimeoutError as err:
+            if not hasattr(err, "thread"):
+                raise
+            running[node] = err.thread
+            raise TimeoutError(f"{err} (call_timeout = {call_timeout:g} s)") from None
+        if local is not None:
+            context.state["local"] = local
+        return reply
 
     def setup(context: Context) -> tuple[nn.Module, ClientData, AlgorithmSpec, int]:
         pid = int(context.node_config["partition-id"])
@@ -166,6 +252,9 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
+        return bounded("query", context, lambda: (_query(msg, context), None))
+
+    def _query(msg: Message, context: Context) -> Message:
         _, data, _, pid = setup(context)
         info = MetricRecord({"partition-id": pid, "num-examples": int(data.train_sizes[0]),
                              "num-test-examples": int(data.test_sizes[0])})
@@ -177,6 +266,9 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
+        return bounded("train", context, lambda: _train(msg, context))
+
+    def _train(msg: Message, context: Context) -> tuple[Message, ArrayRecord | None]:
         model, data, spec, _ = setup(context)
         params = parameters(model, spec, msg, context, data.device)
         config = msg.content["config"]
@@ -190,14 +282,16 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
             params = {**params, **new}
             loss += float(loss_sum)
             steps += len(batches)
-        if spec.local:
-            context.state["local"] = to_record(params, spec.local)
+        local = to_record(params, spec.local) if spec.local else None
         metrics = MetricRecord({"train_loss": loss / steps, "num-examples": int(data.train_sizes[0])})
         return Message(RecordDict({"arrays": to_record(params, spec.shared), "metrics": metrics}),
-                       reply_to=msg)
+                       reply_to=msg), local
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
+        return bounded("evaluate", context, lambda: (_evaluate(msg, context), None))
+
+    def _evaluate(msg: Message, context: Context) -> Message:
         model, data, spec, _ = setup(context)
         result = neural.evaluate(model, data, parameters(model, spec, msg, context, data.device))
         metrics = MetricRecord({"accuracy": float(result.accuracy[0]), "loss": float(result.loss[0]),
@@ -218,6 +312,15 @@ class Dropped(NamedTuple):
     client: int | None
     stage: str
     reason: str
+
+
+def _check_aggregator(aggregator) -> None:
+    if aggregator is not None and (not isinstance(aggregator, FedAvg) or type(aggregator) is ReplayFedAvg
+                                   or aggregator.weighted_by_key != "num-examples"
+                                   or aggregator.arrayrecord_key != "arrays"):
+        raise ValueError(f"aggregator must be None (the n_i-weighted mean) or one of Flower's FedAvg-family "
+                         f"strategies with the default record keys, e.g. flwr.serverapp.strategy.FedMedian(), "
+                         f"FedTrimmedAvg(beta=0.25) or Krum(num_malicious_nodes=1); got {aggregator!r}")
 
 
 def _number(metrics: MetricRecord, key: str) -> float:
@@ -247,7 +350,7 @@ class ReplayFedAvg(FedAvg):
 
     def __init__(self, nodes: Sequence[int], train_sizes: Sequence[int], test_sizes: Sequence[int],
                  spec: AlgorithmSpec, *, round_timeout: float = ROUND_TIMEOUT,
-                 max_update_ratio: float = MAX_UPDATE_RATIO):
+                 max_update_ratio: float = MAX_UPDATE_RATIO, aggregator: FedAvg | None = None):
         if len(nodes) != len(train_sizes) or len(nodes) != len(test_sizes) or not nodes:
             raise ValueError(f"need one train size and one test size per node, got {len(nodes)} nodes, "
                              f"{len(train_sizes)} train sizes and {len(test_sizes)} test sizes")
@@ -256,6 +359,7 @@ class ReplayFedAvg(FedAvg):
                 or not max_update_ratio > 0:
             raise ValueError(f"max_update_ratio must be positive (math.inf turns the magnitude rule "
                              f"off), got {max_update_ratio!r}")
+        _check_aggregator(aggregator)
         M = len(nodes)
         super().__init__(fraction_train=spec.cfg.participation, min_train_nodes=1, min_evaluate_nodes=M,
                          min_available_nodes=M)
@@ -267,10 +371,12 @@ class ReplayFedAvg(FedAvg):
         self.round_timeout = float(round_timeout)
         self.max_update_ratio = float(max_update_ratio)
         self.generator = make_generator(spec.cfg.seed)
+        self.aggregator = aggregator
         self.participants: list[tuple[int, ...]] = []
         self.dropped: dict[int, list[Dropped]] = {}
         self._global: dict[str, np.ndarray] = {}
         self._asked: dict[str, list[int]] = {"train": [], "evaluate": []}
+        self._sent: dict[str, dict[int, Message]] = {"train": {}, "evaluate": {}}
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3,
               timeout: float | None = None, **kwargs) -> Result:
@@ -292,6 +398,7 @@ class ReplayFedAvg(FedAvg):
                 client_config[f"batch-sizes-{k}"] = [len(b) for b in batches]
             content = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: client_config})
             messages.append(Message(content, dst_node_id=self.nodes[i], message_type=MessageType.TRAIN))
+        self._sent["train"] = dict(zip(plan.clients, messages))
         return messages
 
     def _screen_train(self, client: int, msg: Message) -> RecordDict:
@@ -352,6 +459,16 @@ class ReplayFedAvg(FedAvg):
         kept = []
         for msg in replies:
             client = self.client_of.get(msg.metadata.src_node_id)
+            sent = self._sent[stage].get(client)
+            answers = msg.metadata.reply_to_message_id
+            if sent is not None and sent.metadata.message_id and answers != sent.metadata.message_id:
+                # a reply under node N's id that answers another message than the one sent to N:
+                # forged (or misrouted); it must not take N's slot, so N's genuine reply still counts
+                self._drop(server_round, None, stage,
+                           f"a reply claiming to come from node {msg.metadata.src_node_id} (client {client}) "
+                           f"answers message {answers!r}, not the message sent to that node: forged or "
+                           f"misrouted")
+                continue
             try:
                 if client not in waiting:
                     raise ValueError(f"node {msg.metadata.src_node_id} was not asked or replied twice")
@@ -376,7 +493,10 @@ class ReplayFedAvg(FedAvg):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        return super().aggregate_train(server_round, self._kept(server_round, "train", replies))
+        kept = self._kept(server_round, "train", replies)
+        if self.aggregator is not None:
+            return self.aggregator.aggregate_train(server_round, kept)
+        return super().aggregate_train(server_round, kept)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -387,8 +507,10 @@ class ReplayFedAvg(FedAvg):
         self._asked["evaluate"] = [i for i, n in enumerate(self.test_sizes) if n > 0 and evaluated]
         content = RecordDict({self.arrayrecord_key: arrays,
                               self.configrecord_key: ConfigRecord({**config, "server-round": server_round})})
-        return [Message(content, dst_node_id=self.nodes[i], message_type=MessageType.EVALUATE)
-                for i in self._asked["evaluate"]]
+        messages = [Message(content, dst_node_id=self.nodes[i], message_type=MessageType.EVALUATE)
+                    for i in self._asked["evaluate"]]
+        self._sent["evaluate"] = dict(zip(self._asked["evaluate"], messages))
+        return messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         return super().aggregate_evaluate(server_round, self._kept(server_round, "evaluate", replies))
@@ -414,25 +536,36 @@ def wait_for_nodes(grid: Grid, n_nodes: int, *, timeout: float = CONNECT_TIMEOUT
 
 
 def discover(grid: Grid, n_clients: int | None = None, *, connect_timeout: float = CONNECT_TIMEOUT,
-             timeout: float = ROUND_TIMEOUT) -> tuple[list[int], list[int], list[int]]:
+             timeout: float = ROUND_TIMEOUT,
+             max_size_ratio: float = MAX_SIZE_RATIO) -> tuple[list[int], list[int], list[int]]:
     """Ask every node for its partition id, training-set and test-set size; returns the node
     ids and both sizes ordered by partition id, which must be 0, ..., M-1. With
     ``n_clients``, first wait (up to ``connect_timeout`` seconds) until that many nodes are
     connected; each node must reply within ``timeout`` seconds. The sizes become the weights
-    of the averages, so a node that does not reply or replies malformed is an error here."""
+    of the averages, so a node that does not reply or replies malformed is an error here, and
+    so is a node whose training-set (or test-set) size exceeds ``max_size_ratio`` (default
+    :data:`MAX_SIZE_RATIO`; ``math.inf`` turns the rule off) times the median of the other
+    nodes' sizes (an over-report would take nearly all the weight)."""
     _check_seconds(timeout=timeout)
+    if isinstance(max_size_ratio, bool) or not isinstance(max_size_ratio, (int, float)) \
+            or not max_size_ratio >= 1:
+        raise ValueError(f"max_size_ratio must be a number >= 1 (math.inf turns the size rule off), got "
+                         f"{max_size_ratio!r}")
     node_ids = (list(grid.get_node_ids()) if n_clients is None
                 else wait_for_nodes(grid, n_clients, timeout=connect_timeout))
     if not node_ids:
         raise ValueError("no node is connected to the grid")
-    replies = grid.send_and_receive(
-        [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in node_ids],
-        timeout=timeout)
+    queries = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in node_ids]
+    replies = grid.send_and_receive(queries, timeout=timeout)
+    sent = {q.metadata.dst_node_id: q.metadata.message_id for q in queries}
     found: dict[int, tuple[int, int, int]] = {}
     for msg in replies:
         node = msg.metadata.src_node_id
         if node not in node_ids or any(node == f[0] for f in found.values()):
             raise ValueError(f"unexpected discovery reply from node {node}")
+        if sent.get(node) and msg.metadata.reply_to_message_id != sent[node]:
+            raise ValueError(f"a discovery reply claiming to come from node {node} answers another message "
+                             f"than the one sent to it: forged or misrouted; check the nodes' authentication")
         if msg.has_error():
             raise ValueError(f"node {node} did not report its partition: {msg.error.reason}")
         info = msg.content.metric_records.get("info")
@@ -453,20 +586,32 @@ def discover(grid: Grid, n_clients: int | None = None, *, connect_timeout: float
         raise ValueError(f"{len(node_ids)} nodes must report partitions 0..{len(node_ids) - 1}, "
                          f"got {sorted(found)}")
     ordered = [found[i] for i in range(len(found))]
+    for column, what in ((1, "num-examples"), (2, "num-test-examples")):
+        for i, f in enumerate(ordered):
+            others = [g[column] for j, g in enumerate(ordered) if j != i]
+            if others and f[column] > max_size_ratio * max(float(np.median(others)), 1.0):
+                raise ValueError(f"node {f[0]} (partition {i}) reports {what} = {f[column]}, more than "
+                                 f"max_size_ratio = {max_size_ratio:g} times the median {np.median(others):g} of "
+                                 f"the other nodes: an over-report would take nearly all the weight of the "
+                                 f"average; check that node, or pass a larger max_size_ratio if the partition "
+                                 f"is really that unbalanced")
     return [f[0] for f in ordered], [f[1] for f in ordered], [f[2] for f in ordered]
 
 
 def server_app(model_fn: Callable[[], nn.Module], cfg: TrainConfig, algorithm: str, *,
                n_clients: int | None = None, connect_timeout: float = CONNECT_TIMEOUT,
                round_timeout: float = ROUND_TIMEOUT, max_update_ratio: float = MAX_UPDATE_RATIO,
+               max_size_ratio: float = MAX_SIZE_RATIO, aggregator: FedAvg | None = None,
                on_result: Callable[[Result, ReplayFedAvg], None] | None = None) -> ServerApp:
     """A Flower ``ServerApp`` running ``algorithm`` for ``cfg.rounds`` rounds from the
     parameters of ``model_fn()`` on ``n_clients`` nodes (waits up to ``connect_timeout``
     seconds for them to connect; default: the nodes connected at the start), waiting up to
     ``round_timeout`` seconds for each round's replies, with the fault contract of the module
-    docstring. The final shared parameters are stored in ``context.state["arrays"]``;
-    ``on_result(result, strategy)`` is called at the end."""
+    docstring (``max_size_ratio``: the discovery size rule; ``aggregator``: a robust
+    aggregate of Flower's in place of the weighted mean). The final shared parameters are
+    stored in ``context.state["arrays"]``; ``on_result(result, strategy)`` is called at the end."""
     _check_seconds(connect_timeout=connect_timeout, round_timeout=round_timeout)
+    _check_aggregator(aggregator)
     if n_clients is not None and (isinstance(n_clients, bool) or not isinstance(n_clients, int)
                                   or n_clients < 1):
         raise ValueError(f"n_clients must be a positive int or None, got {n_clients!r}")
@@ -477,9 +622,9 @@ def server_app(model_fn: Callable[[], nn.Module], cfg: TrainConfig, algorithm: s
         model = model_fn()
         spec = algorithm_spec(algorithm, model, cfg)
         nodes, train_sizes, test_sizes = discover(grid, n_clients, connect_timeout=connect_timeout,
-                                                  timeout=round_timeout)
-        strategy = ReplayFedAvg(nodes, train_sizes, test_sizes, spec,
-                                round_timeout=round_timeout, max_update_ratio=max_update_ratio)
+                                                  timeout=round_timeout, max_size_ratio=max_size_ratio)
+        strategy = ReplayFedAvg(nodes, train_sizes, test_sizes, spec, round_timeout=round_timeout,
+                                max_update_ratio=max_update_ratio, aggregator=aggregator)
         initial = to_record(dict(model.named_parameters()), spec.shared)
         result = strategy.start(grid, initial, num_rounds=spec.cfg.rounds)
         context.state["arrays"] = result.arrays if result.arrays is not None else initial
@@ -497,12 +642,19 @@ class InProcessGrid(Grid):
     """A Flower ``Grid`` whose nodes are ``ClientApp`` calls in this process, one message
     after another, each node with its own persistent ``Context`` (``partition-id`` i). As in
     Flower's simulation runtime, an exception in the ``ClientApp`` becomes an error reply.
-    ``send_and_receive(..., timeout=s)`` treats the nodes as if they ran in parallel: a reply
-    whose ``ClientApp`` call took longer than ``s`` seconds is discarded, as a late reply is
-    on a real grid (the call itself cannot be interrupted: a node that never returns hangs
-    this grid, not Flower's)."""
 
-    def __init__(self, app: ClientApp, n_nodes: int, *, run_id: int = 1):
+    Every call is bounded: ``send_and_receive(..., timeout=s)`` treats the nodes as if they ran
+    in parallel, each call awaited at most ``s`` seconds (``call_timeout``, default
+    :data:`CALL_TIMEOUT`, for messages pushed without a timeout); a call still running then
+    is abandoned in its daemon thread and gets no reply, as a late reply is lost on a real
+    grid. While a node's abandoned call still runs, a new message to that node first waits
+    for it (at most the same time) and otherwise gets no reply either, so a node that never
+    returns costs each exchange at most twice the timeout and the run finishes with the others."""
+
+    def __init__(self, app: ClientApp, n_nodes: int, *, run_id: int = 1, call_timeout: float = CALL_TIMEOUT):
+        _check_seconds(call_timeout=call_timeout)
+        self.call_timeout = float(call_timeout)
+        self._busy: dict[int, threading.Thread] = {}
         self.app = app
         self._run = Run.create_empty(run_id)
         self.contexts = {}
@@ -527,30 +679,42 @@ class InProcessGrid(Grid):
     def get_node_ids(self) -> list[int]:
         return list(self.contexts)
 
-    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+    def push_messages(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[str]:
+        """Deliver each message to its node's ``ClientApp`` (a call of at most ``timeout``
+        seconds, default ``call_timeout``); returns the message ids."""
+        seconds = self.call_timeout if timeout is None else timeout
         ids = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = str(uuid4())  # as Flower's InMemoryGrid does
-            start = time.perf_counter()
-            try:
-                reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
-            except Exception as ex:  # noqa: BLE001 -- reported to the strategy, as Flower does
-                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
-                                      reason=f"{type(ex).__name__}: {ex}"), reply_to=msg)
-            self._replies[msg.metadata.message_id] = (reply, time.perf_counter() - start)
             ids.append(msg.metadata.message_id)
+            node = msg.metadata.dst_node_id
+            earlier = self._busy.get(node)
+            if earlier is not None:
+                earlier.join(seconds)
+                if earlier.is_alive():
+                    continue  # the node is still stuck in an earlier call: no reply
+                del self._busy[node]
+            try:
+                reply = _bounded(lambda m=msg, c=self.contexts[node]: self.app(m, c), seconds,
+                                 f"node {node}'s {msg.metadata.message_type} call")
+            except TimeoutError as ex:
+                if hasattr(ex, "thread"):
+                    self._busy[node] = ex.thread
+                    continue  # abandoned: no reply, as a late reply on a real grid
+                reply = ex
+            except Exception as ex:  # noqa: BLE001 -- reported to the strategy, as Flower does
+                reply = ex
+            if isinstance(reply, Exception):
+                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                      reason=f"{type(reply).__name__}: {reply}"), reply_to=msg)
+            self._replies[msg.metadata.message_id] = reply
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
-        return [self._replies.pop(i)[0] for i in message_ids if i in self._replies]
+        return [self._replies.pop(i) for i in message_ids if i in self._replies]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
-        ids = self.push_messages(messages)
-        if timeout is not None:
-            late = [i for i in ids if self._replies[i][1] > timeout]
-            for i in late:
-                del self._replies[i]
-        return self.pull_messages(ids)
+        return self.pull_messages(self.push_messages(messages, timeout=timeout))
 
     def run_server(self, app: ServerApp) -> Context:
         """Run the ``ServerApp`` on this grid, with the task identity Flower's runtime sets
@@ -579,19 +743,21 @@ class FlowerRun:
 
 def run_inprocess(model_fn: Callable[[], nn.Module], clients: ClientData, cfg: TrainConfig,
                   algorithm: str, *, app: ClientApp | None = None, connect_timeout: float = CONNECT_TIMEOUT,
-                  round_timeout: float = ROUND_TIMEOUT,
-                  max_update_ratio: float = MAX_UPDATE_RATIO) -> FlowerRun:
+                  round_timeout: float = ROUND_TIMEOUT, max_update_ratio: float = MAX_UPDATE_RATIO,
+                  max_size_ratio: float = MAX_SIZE_RATIO, aggregator: FedAvg | None = None) -> FlowerRun:
     """Run ``algorithm`` on Flower with one node per client of ``clients`` in this process:
-    :func:`server_app` (with the given timeouts and ``max_update_ratio``) drives
-    :func:`client_app` (or ``app``) through :class:`InProcessGrid`."""
+    :func:`server_app` (with the given timeouts, ``max_update_ratio``, ``max_size_ratio`` and
+    ``aggregator``) drives :func:`client_app` (or ``app``) through :class:`InProcessGrid`;
+    every call of a node is bounded by ``round_timeout``."""
     model = model_fn()
     spec = algorithm_spec(algorithm, model, cfg)
-    app = app or client_app(model_fn, lambda i: clients.subset([i]), cfg, algorithm)
-    grid = InProcessGrid(app, clients.n_clients)
+    _check_seconds(round_timeout=round_timeout)
+    app = app or client_app(model_fn, lambda i: clients.subset([i]), cfg, algorithm, call_timeout=round_timeout)
+    grid = InProcessGrid(app, clients.n_clients, call_timeout=round_timeout)
     finished = {}
     server = server_app(model_fn, cfg, algorithm, n_clients=clients.n_clients,
                         connect_timeout=connect_timeout, round_timeout=round_timeout,
-                        max_update_ratio=max_update_ratio,
+                        max_update_ratio=max_update_ratio, max_size_ratio=max_size_ratio, aggregator=aggregator,
                         on_result=lambda result, strategy: finished.update(result=result,
                                                                           strategy=strategy))
     context = grid.run_server(server)
@@ -637,11 +803,13 @@ def run_simulation(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], C
                    n_clients: int, cfg: TrainConfig, algorithm: str, *,
                    backend_config: dict | None = None, verbose: bool = False,
                    connect_timeout: float = CONNECT_TIMEOUT, round_timeout: float = ROUND_TIMEOUT,
-                   max_update_ratio: float = MAX_UPDATE_RATIO) -> FlowerRun:
+                   max_update_ratio: float = MAX_UPDATE_RATIO, max_size_ratio: float = MAX_SIZE_RATIO,
+                   aggregator: FedAvg | None = None) -> FlowerRun:
     """Run ``algorithm`` on Flower's simulation engine with ``n_clients`` virtual SuperNodes.
 
-    The apps are :func:`server_app` (with the given timeouts and ``max_update_ratio``) and
-    :func:`client_app`, run by ``flwr.simulation.run_simulation`` with its Ray backend: the
+    The apps are :func:`server_app` (with the given timeouts, ``max_update_ratio``,
+    ``max_size_ratio`` and ``aggregator``) and :func:`client_app` (each call bounded by
+    ``round_timeout``, so a node that hangs frees its Ray actor and the run finishes), run by ``flwr.simulation.run_simulation`` with its Ray backend: the
     ``ServerApp`` runs in a thread of this process, the ``ClientApp`` in a pool of Ray actors
     (one per CPU given to Ray), and node i's data is ``data_fn(i)``
     (``context.node_config["partition-id"]``), called in the actor. ``model_fn``, ``data_fn``
@@ -678,6 +846,7 @@ def run_simulation(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], C
     finished: dict = {}
     inner = server_app(model_fn, cfg, algorithm, n_clients=n_clients, connect_timeout=connect_timeout,
                        round_timeout=round_timeout, max_update_ratio=max_update_ratio,
+                       max_size_ratio=max_size_ratio, aggregator=aggregator,
                        on_result=lambda result, strategy: finished.update(result=result,
                                                                           strategy=strategy))
     server = ServerApp()
@@ -697,8 +866,8 @@ def run_simulation(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], C
     if not verbose:
         _log.setLevel(logging.WARNING)
     try:
-        flwr_run_simulation(server, client_app(model_fn, data_fn, cfg, algorithm), n_clients,
-                            backend_config=config)
+        flwr_run_simulation(server, client_app(model_fn, data_fn, cfg, algorithm, call_timeout=round_timeout),
+                            n_clients, backend_config=config)
     finally:
         _log.setLevel(level)
     if "error" in finished:

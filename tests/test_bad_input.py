@@ -617,3 +617,128 @@ def test_every_settings_field_is_type_checked_at_construction(key):
         for value in bad:
             with pytest.raises(ValueError, match=rf"\b{f.name}\b"):
                 dataclasses.replace(base, **{f.name: value})
+
+
+# ============================================================================================
+# The neural engine (replearn.neural, replearn.algorithms): training that blows up while staying
+# finite, bad data or starting state blamed on nothing else, NaN models, absurd sizes (issue 27)
+# ============================================================================================
+
+
+def _neural_tiny(seed=0):
+    from torch import nn
+
+    class _Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                                      nn.Linear(4 * 16, 8), nn.ReLU())
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.head(self.body(x))
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return _Tiny().to(F64)
+
+
+def _neural_clients(sizes=(12, 20, 8), scale=1.0):
+    from replearn import neural
+    g = torch.Generator().manual_seed(0)
+    xs = tuple(scale * torch.randn(n, 3, 8, 8, generator=g, dtype=F64) for n in sizes)
+    ys = tuple(torch.randint(0, 3, (n,), generator=g) for n in sizes)
+    return neural.ClientData(xs, ys, xs, ys)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedrep", "fedper", "local_only"])
+@pytest.mark.parametrize("lr", [1e3, 30.0])
+def test_neural_divergence_while_finite_names_the_learning_rate(algorithm, lr):
+    from replearn import neural
+    cfg = neural.TrainConfig(rounds=2, lr=lr, local_steps=3, head_steps=3, batch_size=5)
+    with pytest.raises(FloatingPointError, match=rf"lr = {lr:g}"):
+        getattr(neural, algorithm)(_neural_tiny(), _neural_clients(), cfg)
+
+
+@pytest.mark.parametrize("name", ["FedProx", "SCAFFOLD", "Ditto", "APFL", "Per-FedAvg", "Fed-MTL", "FedAvg+FT"])
+def test_neural_protocol_algorithms_report_divergence_with_the_learning_rate(name):
+    from replearn import algorithms, neural
+    cfg = neural.TrainConfig(rounds=2, lr=1e3, local_steps=3, batch_size=5)
+    with pytest.raises(FloatingPointError, match="lr = 1000"):
+        algorithms.run(name, _neural_tiny(), _neural_clients(), cfg)
+
+
+def test_neural_divergence_factor_is_documented_and_sane():
+    from replearn import neural
+    assert neural.DIVERGENCE_FACTOR == 1e3 and "DIVERGENCE_FACTOR" in neural.LocalSGD.watch.__doc__
+    ok = neural.fedavg(_neural_tiny(), _neural_clients(), neural.TrainConfig(rounds=2, lr=0.05, local_steps=3))
+    assert math.isfinite(ok.accuracy)
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e5])
+def test_neural_huge_pixels_are_named_not_blamed_on_the_step_size(scale):
+    from replearn import neural
+    with pytest.raises(ValueError, match="client 0 train images.*MAX_INPUT.*normalise"):
+        neural.fedavg(_neural_tiny(), _neural_clients(scale=scale), neural.TrainConfig(rounds=1, lr=0.01))
+
+
+@pytest.mark.parametrize("bad", [NAN, math.inf, 1e9])
+def test_neural_bad_starting_state_is_named(bad):
+    from replearn import algorithms, neural
+    model = _neural_tiny()
+    state = {n: p.detach().clone() for n, p in model.named_parameters()}
+    state["body.0.weight"][0, 0, 0, 0] = bad
+    cfg = neural.TrainConfig(rounds=1, lr=0.01, local_steps=1)
+    with pytest.raises(ValueError, match="starting state's parameter 'body.0.weight'"):
+        neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, _neural_clients(), state=state)
+    with pytest.raises(ValueError, match="'body.0.weight'"):
+        algorithms.run("Ditto", model, _neural_clients(), cfg, state=state)
+    with torch.no_grad():
+        model.body[0].weight[0, 0, 0, 0] = bad
+    with pytest.raises(ValueError, match="model's parameter 'body.0.weight'"):
+        neural.fedavg(model, _neural_clients(), cfg)
+
+
+def test_neural_evaluate_refuses_a_nan_model():
+    from replearn import neural
+    model = _neural_tiny()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(NAN)
+    with pytest.raises(ValueError, match="NaN or infinite.*not evaluated"):
+        neural.evaluate(model, _neural_clients())
+    good = _neural_tiny()
+    local = {"head.bias": torch.full((3, 3), NAN, dtype=F64)}
+    with pytest.raises(ValueError, match="local parameter 'head.bias'"):
+        neural.evaluate(good, _neural_clients(), local=local)
+
+
+@pytest.mark.parametrize("field", ["rounds", "local_steps", "local_epochs", "head_steps", "head_epochs",
+                                   "vmap_clients"])
+def test_neural_absurd_sizes_are_refused_at_construction(field):
+    from replearn import neural
+    with pytest.raises(ValueError, match=rf"{field}.*MAX_COUNT"):
+        neural.TrainConfig(**{field: 10**12})
+
+
+def test_neural_absurd_work_is_refused_before_anything_is_allocated():
+    from replearn import algorithms, neural
+    model, clients = _neural_tiny(), _neural_clients()
+    with pytest.raises(ValueError, match="MAX_RUN_STEPS"):
+        neural.fedavg(model, clients, neural.TrainConfig(rounds=10**6, local_steps=10**5))
+    with pytest.raises(ValueError, match="MAX_PHASE_BATCHES"):
+        neural.fedrep(model, clients, neural.TrainConfig(rounds=1, head_steps=5 * 10**6, local_steps=1))
+    with pytest.raises(ValueError, match="MAX_PHASE_BATCHES"):
+        neural.fedavg(model, clients, neural.TrainConfig(rounds=1, local_epochs=10**6, batch_size=1))
+    with pytest.raises(ValueError, match="MAX_RUN_STEPS"):
+        algorithms.run("SCAFFOLD", model, clients, neural.TrainConfig(rounds=10**6, local_steps=10**4))
+    with pytest.raises(ValueError, match="epochs"):
+        neural.finetune(model, clients, epochs=10**12)
+    with pytest.raises(ValueError, match="MAX_PHASE_BATCHES"):
+        neural.plan_batches(10, 5, steps=10**7, epochs=1, generator=torch.Generator())
+
+
+def test_neural_seeds_that_overflow_the_generator_are_named():
+    from replearn import neural
+    with pytest.raises(ValueError, match="seed must be at most 2\\*\\*64 - 1"):
+        neural.TrainConfig(seed=2**70)

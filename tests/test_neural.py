@@ -608,3 +608,39 @@ def test_head_phase_on_cached_features_is_plain_sgd(cls):
     ref, total = reference_sgd(model, HEAD, x, y, batches, cfg)
     assert_close(new, {n: params_of(ref)[n] for n in HEAD})
     assert float(loss_sum) == pytest.approx(total, rel=1e-5)
+
+
+@pytest.mark.parametrize("extra", [dict(augment=True), dict(vmap_clients=2), dict()])
+def test_runs_in_the_calling_thread_do_not_depend_on_the_thread_count(extra):
+    """Augmented and vmapped runs train in the calling thread; it runs one intra-op thread, so
+    the iterates are those of a one-thread run for any thread count (issue 27: augment=True
+    printed different accuracies at 1 and 2 threads)."""
+    cfg = neural.TrainConfig(rounds=2, lr=0.05, local_steps=2, batch_size=5, **extra)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = neural.fedavg(tiny_model().double(), CLIENTS.to(torch.float64), cfg)
+        torch.set_num_threads(3)
+        more = neural.fedavg(tiny_model().double(), CLIENTS.to(torch.float64), cfg) if extra else \
+            neural.run_spec(neural.algorithm_spec("fedavg", tiny_model().double(), cfg), tiny_model().double(),
+                            CLIENTS.to(torch.float64), workers=1)
+        assert torch.get_num_threads() == 3  # restored
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(one.state[n], more.state[n]) for n in one.state)
+    assert torch.equal(one.final.accuracy, more.final.accuracy)
+
+
+def test_worker_records_the_first_and_peak_minibatch_loss():
+    model = tiny_model()
+    worker = neural.LocalSGD(model)
+    params = params_of(model)
+    worker.watch()
+    cfg = neural.TrainConfig(lr=0.05)
+    batches = [torch.arange(5), torch.arange(5, 10)]
+    _, loss_sum = worker.train(params, list(params), CLIENTS.x_train[0], CLIENTS.y_train[0], batches, cfg)
+    assert worker.first_loss <= worker.peak_loss and float(worker.peak_loss) <= float(loss_sum)
+    loss, grads = worker.gradient(params, ["head.bias"], CLIENTS.x_train[0], CLIENTS.y_train[0], None, cfg)
+    ref = nn.functional.cross_entropy(model(CLIENTS.x_train[0]), CLIENTS.y_train[0])
+    (g,) = torch.autograd.grad(ref, [model.head.bias])
+    assert torch.allclose(loss, ref.detach(), atol=1e-6) and torch.allclose(grads["head.bias"], g, atol=1e-6)

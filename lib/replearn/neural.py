@@ -1168,6 +1168,7 @@ def finetune(model: nn.Module, clients: ClientData, *, state: Params | None = No
     test data. Returns a one-round :class:`FedResult` with the fine-tuned parts in ``local``."""
     if part not in ("head", "all"):
         raise ValueError(f"part must be 'head' or 'all', got {part!r}")
+    check_count(epochs, "epochs", 1)
     cfg = TrainConfig(rounds=1, lr=lr, momentum=momentum, weight_decay=weight_decay, batch_size=batch_size,
                       local_epochs=epochs, augment=augment, last_rounds=1, seed=seed)
     return run_spec(algorithm_spec(f"finetune_{part}", model, cfg), model, clients, state=state)

@@ -55,8 +55,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .backend import DTYPE, SeedLike, make_generator
-from .checks import (check_bool, check_choice, check_int, check_nonnegative, check_number, check_positive,
-                     check_same_kind, check_tensor)
+from .checks import (check_bool, check_choice, check_count, check_int, check_nonnegative, check_number,
+                     check_positive, check_same_kind, check_tensor)
 
 LOSSES = ("squared", "absolute", "logistic")
 INITS = ("fixed", "learned")
@@ -95,8 +95,8 @@ class TaskFamily:
     x_norm: float = 1.0
 
     def __post_init__(self):
-        check_int(self.d, "d", 1)
-        check_int(self.m, "m (rounds per task)", 1)
+        check_count(self.d, "d", 1)
+        check_count(self.m, "m (rounds per task)", 1)
         check_choice(self.loss, "loss", LOSSES)
         for name in ("radius", "x_norm"):
             check_positive(getattr(self, name), name)
@@ -114,7 +114,7 @@ class TaskFamily:
     def anisotropic(cls, d: int, varying: int, *, high: float = 1.0, low: float = 0.01, **kwargs):
         """A family whose optima vary with std ``high`` on the first ``varying`` coordinates and
         ``low`` on the others (few coordinates task-specific, the rest shared)."""
-        check_int(d, "d", 1)
+        check_count(d, "d", 1)
         check_int(varying, "varying", 0, d)
         return cls(d=d, spread=(high,) * varying + (low,) * (d - varying), **kwargs)
 
@@ -185,8 +185,8 @@ def sample_tasks(family: TaskFamily, T: int, *, runs: int = 1, seed: SeedLike = 
     """Draw ``runs`` x T tasks of ``family`` (same seed -> identical tasks, on any device)."""
     if not isinstance(family, TaskFamily):
         raise ValueError(f"family must be a TaskFamily, got {type(family).__name__}")
-    check_int(T, "T (tasks)", 1)
-    check_int(runs, "runs", 1)
+    check_count(T, "T (tasks)", 1)
+    check_count(runs, "runs", 1)
     gen = make_generator(seed)
     d, m, D = family.d, family.m, family.radius
     theta = family.phi_star() + family.spreads * torch.randn(runs, T, d, generator=gen, dtype=DTYPE)
@@ -669,8 +669,8 @@ def rademacher_regret(m: int, radius: float, runs: int, *, seed: SeedLike = 0) -
     Its mean is D E|eps_1 + ... + eps_m| (:func:`expected_abs_walk`), the Omega(D G sqrt m)
     lower bound of book 3.1.
     """
-    check_int(m, "m", 1)
-    check_int(runs, "runs", 1)
+    check_count(m, "m", 1)
+    check_count(runs, "runs", 1)
     check_positive(radius, "radius")
     gen = make_generator(seed)
     eps = torch.where(torch.rand(runs, m, generator=gen, dtype=DTYPE) < 0.5, -1.0, 1.0).to(DTYPE)
@@ -721,8 +721,8 @@ def convexity_gaps(pairs: int = 2000, d: int = 5, *, per_coordinate: bool = True
     between points a = (phi, eta), b = (phi', eta') with eta, eta' > 0, for a fixed task
     (theta*, sum of squared gradients), relative to 1 + |U(a)| + |U(b)|; non-negative up to
     rounding iff U_t is midpoint convex on the sampled segments (book 3.3). Shape (pairs,)."""
-    check_int(pairs, "pairs", 1)
-    check_int(d, "d", 1)
+    check_count(pairs, "pairs", 1)
+    check_count(d, "d", 1)
     gen = make_generator(seed)
     width = d if per_coordinate else 1
     theta_star = torch.randn(pairs, d, generator=gen, dtype=DTYPE)

@@ -55,8 +55,8 @@ _RANK_RTOL = 1e-10  # B0 is rank-deficient when sigma_min(B0) <= 1e-10 sigma_max
 
 def paper_heads(n: int, k: int, seed: SeedLike = 0, *, device=None) -> torch.Tensor:
     """Heads of Sec. 5.1: Gaussian rows normalised to ||w_*_i|| = sqrt(k) (Assumption 3), (n, k)."""
-    check_int(n, "n (clients)", 1)
-    check_int(k, "k", 1)
+    check_count(n, "n (clients)", 1)
+    check_count(k, "k", 1)
     W = randn(n, k, generator=make_generator(seed))
     W = W * (k**0.5 / W.norm(dim=1, keepdim=True))
     return W.to(device) if device is not None else W
@@ -186,7 +186,7 @@ def _check_fedrep_inputs(B0, data, eta, rounds, r, head_steps, head_lr, heads0):
 
 def clients_per_round(n: int, r: float) -> int:
     """|I^t| = rn rounded to the nearest integer, at least one client."""
-    check_int(n, "n (clients)", 1)
+    check_count(n, "n (clients)", 1)
     check_fraction(r, "the participation rate r")
     return max(1, min(n, round(r * n)))
 
@@ -218,7 +218,7 @@ def _head_solve(B: torch.Tensor, tasks: SampledTasks) -> torch.Tensor:
 def head_gd(B: torch.Tensor, tasks: SampledTasks, w: torch.Tensor, *, lr: float, steps: int) -> torch.Tensor:
     """``steps`` GD steps w <- w - lr (X_i B)^T (X_i B w - y_i) / n_i from the heads ``w`` (s, k)."""
     check_positive(lr, "lr")
-    check_int(steps, "steps", 0)
+    check_count(steps, "steps", 0)
     _check_client_model(B, tasks, w)
     return _head_gd(B, tasks, w, lr, steps)
 
@@ -443,7 +443,7 @@ class InstanceSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.k, "k", 1)
+        check_count(self.k, "k", 1)
         check_int(self.d, "d (needs k < d)", self.k + 1)
 
 
@@ -462,8 +462,8 @@ class FigureSettings(InstanceSettings):
         super().validate()
         check_nonnegative(self.noise_std, "noise_std")
         check_positive(self.eta, "eta")
-        check_int(self.rounds, "rounds", 1)
-        check_int(self.seeds, "seeds (independent repetitions)", 1)
+        check_count(self.rounds, "rounds", 1)
+        check_count(self.seeds, "seeds (independent repetitions)", 1)
 
 
 # --------------------------------------------------------------------------- theory and measurements

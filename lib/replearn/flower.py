@@ -809,7 +809,8 @@ def run_simulation(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], C
 
     The apps are :func:`server_app` (with the given timeouts, ``max_update_ratio``,
     ``max_size_ratio`` and ``aggregator``) and :func:`client_app` (each call bounded by
-    ``round_timeout``, so a node that hangs frees its Ray actor and the run finishes), run by ``flwr.simulation.run_simulation`` with its Ray backend: the
+    ``round_timeout``, so a node that hangs frees its Ray actor and the run finishes), run by
+    ``flwr.simulation.run_simulation`` with its Ray backend: the
     ``ServerApp`` runs in a thread of this process, the ``ClientApp`` in a pool of Ray actors
     (one per CPU given to Ray), and node i's data is ``data_fn(i)``
     (``context.node_config["partition-id"]``), called in the actor. ``model_fn``, ``data_fn``

@@ -33,8 +33,8 @@ from functools import cached_property
 import torch
 
 from .backend import DTYPE, SeedLike, check_finite, make_generator, randn
-from .checks import (check_bool, check_int, check_nonnegative, check_number, check_positive, check_same_kind,
-                     check_tensor)
+from .checks import (check_bool, check_count, check_int, check_nonnegative, check_number, check_positive,
+                     check_same_kind, check_seed, check_tensor)
 from .linalg import orthonormal_basis, random_orthonormal
 
 Index = torch.Tensor | None
@@ -60,8 +60,8 @@ def make_heads(n: int, k: int, *, mean_norm: float = 0.0, cond: float = 1.0, sca
     ``mean_norm = 0`` this is also the uncentred ``mu_*^2 I <= (1/n) W^T W <= L_*^2 I`` with
     ``L_*^2 / mu_*^2 = cond``. ``exact=False`` draws i.i.d. Gaussian ``z_i`` instead.
     """
-    check_int(n, "n (tasks)", 1)
-    check_int(k, "k", 1)
+    check_count(n, "n (tasks)", 1)
+    check_count(k, "k", 1)
     check_number(cond, "cond (a condition number)", low=1.0)
     check_positive(scale, "scale")
     check_nonnegative(mean_norm, "mean_norm")
@@ -281,7 +281,7 @@ def sample_tasks(Bstar: torch.Tensor, W: torch.Tensor, m, *, noise_std: float = 
     n, d = theta.shape
     counts = None
     if isinstance(m, (int, bool)):
-        size = check_int(m, "m (samples per task)", 1)
+        size = check_count(m, "m (samples per task)", 1)
     else:
         try:
             counts = torch.as_tensor(m)
@@ -320,7 +320,7 @@ class FreshSamples:
 
     def __post_init__(self):
         targets(self.Bstar, self.W)  # shapes, finite, same dtype and device, at least one task
-        check_int(self.m, "m (fresh samples per task and draw)", 1)
+        check_count(self.m, "m (fresh samples per task and draw)", 1)
         check_nonnegative(self.noise_std, "noise_std")
 
     @property
@@ -374,7 +374,7 @@ def random_problem(d: int, k: int, n: int, *, step: float, mean_norm: float = 0.
     ``cond``, ``exact``; i.i.d. Gaussian draws by default) from ``seed + 1``, and the start
     B_0 = Q_0 / sqrt(step) with Q_0 Haar-random from ``seed + 2`` (so that step B_0^T B_0 = I_k,
     the normalisation of Collins et al. 2022) and w_0 = 0: the instance of book 1.2 and 4.1."""
-    check_int(seed, "seed", 0)
+    check_seed(seed)
     check_positive(step, "step")
     Bstar = ground_truth_representation(d, k, seed=seed, device=device)
     W = make_heads(n, k, mean_norm=mean_norm, cond=cond, exact=exact, seed=seed + 1, device=device)
@@ -499,7 +499,7 @@ def finetune_gd(B: torch.Tensor, w: torch.Tensor, X: torch.Tensor, y: torch.Tens
     Updates (B, w) jointly (as in FedAvg fine-tuning, Collins et al. 2022, Sec. 5) or only w
     when ``update_representation`` is False. Returns the fine-tuned (B, w).
     """
-    steps = check_int(steps, "steps", 0)
+    steps = check_count(steps, "steps", 0)
     lr = check_positive(lr, "lr")
     check_bool(update_representation, "update_representation")
     check_tensor(B, "B", ndim=2)

@@ -47,8 +47,9 @@ class Settings:
     where it is written, not rounds later inside an experiment. The base :meth:`validate`
     checks every field that is not None against its annotation (``int``: an integer >= 0,
     bools rejected, at most :data:`replearn.checks.MAX_COUNT` (a seed field: a seed a torch
-    generator accepts, :func:`replearn.checks.check_seed`); ``float``: a finite real number; ``bool``; ``str``; ``tuple``: a non-empty
-    tuple, a list is converted, whose entries have the types of the default's entries; a field
+    generator accepts, :func:`replearn.checks.check_seed`); ``float``: a finite real number;
+    ``bool``; ``str``; ``tuple``: a non-empty tuple, a list is converted, whose entries have the
+    types of the default's entries, integer entries at most ``MAX_COUNT`` except seeds; a field
     whose default is a dataclass, such as a composed ``neural.TrainConfig``: an instance of
     that class, which validated itself when it was built).
     Subclasses extend :meth:`validate` with their ranges (calling ``super().validate()``).

@@ -97,7 +97,7 @@ def test_local_widgets_serve_the_shipped_html_manager():
     import local_widgets
 
     scripts = local_widgets.widget_scripts()
-    assert list(scripts) == ["widgets/assets-path.js", "widgets/require.js", "widgets/embed-amd.js"]
+    assert list(scripts) == ["widgets/setup.js", "widgets/require.js", "widgets/embed-amd.js"]
     assert all(not attrs for attrs in scripts.values())  # no CDN attribute (data-jupyter-widgets-cdn)
     static = ROOT / "book" / "_static"
     sources = (static / "widgets" / "SOURCES.txt").read_text()

@@ -8,8 +8,9 @@ the book carries it in ``book/_static/widgets/`` (html-manager 1.0.15, the relea
 ipywidgets 8, its Font Awesome fonts and RequireJS 2.3.8; versions, checksums and licences in
 ``book/_static/widgets/SOURCES.txt``), and this extension points myst-nb's ``nb_ipywidgets_js``
 at those files (copied to ``_build/html/_static/widgets/`` through ``html_static_path``, which
-``page_assets`` extends). ``assets-path.js`` tells the manager where its fonts are
-(``window.__jupyter_widgets_assets_path__``); no ``data-jupyter-widgets-cdn`` is given, since
+``page_assets`` extends). ``setup.js``, loaded first, tells the manager where its fonts are and
+gives MathJax 3 the one MathJax 2 call (``MathJax.Hub.Queue``) with which the widgets typeset
+their labels (without it every label threw an error); no ``data-jupyter-widgets-cdn`` is given, since
 the book's widgets are all built-in ones (``@jupyter-widgets/base``, ``controls``, ``output``),
 which the bundle contains. A page without widgets loads none of this.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 WIDGETS = Path(__file__).resolve().parent.parent / "_static" / "widgets"
 #: Loaded in this order on every page with widgets (paths relative to ``_static/``).
-SCRIPTS = ("widgets/assets-path.js", "widgets/require.js", "widgets/embed-amd.js")
+SCRIPTS = ("widgets/setup.js", "widgets/require.js", "widgets/embed-amd.js")
 
 
 def widget_scripts() -> dict[str, dict[str, str]]:

@@ -102,6 +102,12 @@ def launch_line(section: str, profile: str) -> str:
             f"{slow['seconds']:.0f} s one client at a time)")
 
 
+def network_json(s) -> dict:
+    """The resolved network of the settings by dataset (:meth:`replearn.specs.NetworkSpec.record`:
+    widths, not variant names), as a results file records it."""
+    return {dataset: spec.record() for dataset, spec in s.networks().items()}
+
+
 def settings_json(s) -> dict:
     """The settings dataclass as JSON values (tuples become lists), comparable with a file's."""
     return json.loads(json.dumps(dataclasses.asdict(s)))
@@ -194,6 +200,7 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
         path.write_text(json.dumps({"settings": settings_json(s), "result": result, "wall_s": elapsed}))
         per_seed[str(seed)], wall = result, wall + elapsed
     record = {"section": section, "profile": profile, "settings_class": cls.__name__, "settings": settings_json(s),
+              "network": network_json(s),
               "seeds": list(s.seeds), "results": per_seed, "provenance": {
                   "commit": commit(), "device": str(default_device()), "cpu": cpu_name(),
                   "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -219,13 +226,16 @@ def _committed(path: Path) -> results_lib.ResultsFile:
 
 
 def stale_files(out: Path = RESULTS) -> list[str]:
-    """Results files whose settings differ from their profile's current settings (a file that
+    """Results files whose settings or resolved network (:func:`network_json`) differ from their
+    profile's current ones (a file that
     is corrupt, names another section or profile than its path, or belongs to no known
     section is a ValueError naming it)."""
     stale = []
     for path in sorted(Path(out).glob("*/*.json")):
         rf = _committed(path)
-        if rf.settings != settings_json(SECTIONS[rf.section][0].profile(rf.profile)):
+        now = SECTIONS[rf.section][0].profile(rf.profile)
+        recorded = json.loads(path.read_text()).get("network")
+        if rf.settings != settings_json(now) or recorded != network_json(now):
             stale.append(str(path))
     return stale
 

@@ -24,7 +24,7 @@ from . import data as D
 from . import neural
 from .backend import derive_seed
 from .checks import check_int
-from .models import make_model
+from .specs import NetworkSpec
 from .profiles import Settings
 from .seeds import check_seeds
 from .transfer import DTYPES
@@ -91,10 +91,20 @@ class FederationSettings(Settings):
         """``train`` with the run's seed (derived from ``seed``) and ``overrides``."""
         return replace(self.train, seed=derive_seed(self.seed, 4), **overrides)
 
-    def network(self, dataset: str, n_classes: int, seed: int, device):
-        """The FedRep CNN: ``variant`` widths (``None``: the authors' widths for ``dataset``) in ``dtype``."""
+    def network_spec(self, dataset: str) -> NetworkSpec:
+        """The FedRep CNN for ``dataset``, resolved: ``variant`` widths (``None``: the authors'
+        widths for the dataset) in ``dtype`` (:class:`replearn.specs.NetworkSpec`)."""
         variant = self.variant or ("cifar100" if dataset == "cifar100" else "cifar10")
-        return make_model("fedrep_cnn", n_classes, seed, device=device, variant=variant, dtype=DTYPES[self.dtype])
+        return NetworkSpec.fedrep_cnn(variant, self.dtype)
+
+    def networks(self) -> dict[str, NetworkSpec]:
+        """The resolved network of every dataset these settings train on, as results files record it."""
+        datasets = [p[0] for p in getattr(self, "partitions", ())] or [getattr(self, "dataset", "cifar10")]
+        return {d: self.network_spec(d) for d in dict.fromkeys(datasets)}
+
+    def network(self, dataset: str, n_classes: int, seed: int, device):
+        """The network of :meth:`network_spec` for ``n_classes`` classes, initialised from ``seed``."""
+        return self.network_spec(dataset).build(n_classes, seed, device)
 
 
 #: Sec. 5.2 of the FedRep paper and the authors' code: full datasets, r = 0.1, T = 100 rounds,

@@ -25,10 +25,10 @@ from . import data as D
 from . import neural, similarity
 from .backend import default_device, derive_seed
 from .checks import check_int
-from .models import make_model
 from .profiles import Settings
 from .scales import require_data
 from .seeds import check_seeds
+from .specs import NetworkSpec
 
 __all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "MatchedTraining", "PretrainSettings", "Pretrained",
            "accuracy", "finetune_all", "layer_activations", "method_name", "new_clients", "new_model",
@@ -96,15 +96,21 @@ class MatchedTraining(Settings):
         rounds = self.total_steps // tau
         return replace(self.train, rounds=rounds, local_steps=tau, eval_every=rounds, last_rounds=1, seed=self.seed)
 
-    def model_kwargs(self) -> dict:
+    def network_spec(self) -> NetworkSpec:
+        """The network of these settings, resolved (:class:`replearn.specs.NetworkSpec`)."""
         if self.model == "fedavg_cnn":
-            return dict(channels=tuple(self.channels), hidden=tuple(self.hidden))
-        return dict(variant=self.variant)
+            return NetworkSpec.fedavg_cnn(self.channels, self.hidden, self.dtype)
+        if self.model == "fedrep_cnn":
+            return NetworkSpec.fedrep_cnn(self.variant, self.dtype)
+        raise ValueError(f"model must be 'fedavg_cnn' or 'fedrep_cnn', got {self.model!r}")
+
+    def networks(self) -> dict[str, NetworkSpec]:
+        """The resolved network by dataset (one for all here), as results files record it."""
+        return {"all": self.network_spec()}
 
     def make(self, n_classes: int, seed: int, device):
         """The network of these settings for ``n_classes`` classes, initialised from ``seed``."""
-        return make_model(self.model, n_classes, seed, device=device, dtype=DTYPES[self.dtype],
-                          **self.model_kwargs())
+        return self.network_spec().build(n_classes, seed, device)
 
 
 def train_matched(model_fn, clients: neural.ClientData, taus, s: MatchedTraining) -> dict[int, neural.FedResult]:

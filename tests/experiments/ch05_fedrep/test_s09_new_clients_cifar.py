@@ -53,6 +53,6 @@ def test_cpu_default_long_and_paper_profiles():
     assert long.train.rounds > n.train.rounds and long.train.eval_every == long.train.rounds
     assert len(long.seeds) >= len(n.seeds)
     p = s09.NewClientSettings.paper()
-    assert (p.dataset, p.n_new, p.clients, p.classes_per_client) == ("cifar100", 20, 100, 5)
+    assert (p.dataset, p.n_new, p.clients, p.classes_per_client) == ("cifar100", 20, 80, 5)  # 80 x 5 shards: 5 per class
     assert (p.new_classes_per_client, p.new_train, p.head_epochs_new) == (5, 500, 20)
     assert (p.train.rounds, p.train.participation, p.train.lr, p.dtype) == (100, 0.1, 0.01, "float32")

@@ -10,7 +10,7 @@ import torch
 from replearn import models
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
-from replearn.specs import NetworkSpec
+from replearn.specs import FederationSpec, NetworkSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import run_results  # noqa: E402
@@ -61,3 +61,46 @@ def test_a_changed_width_makes_committed_results_stale(monkeypatch, tmp_path):
     assert json.loads(src.read_text())["network"]["cifar10"]["widths"]["conv1"] == models.FEDREP_WIDTHS["narrow"][0]
     monkeypatch.setitem(models.FEDREP_WIDTHS, "narrow", (16, 48, 120, 64))
     assert run_results.stale_files(tmp_path) == [str(tmp_path / "long" / "5.9.json")]
+
+
+def _fake10():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_paper_profiles import fake
+    return fake("cifar10", 10, 40, 20)
+
+
+def test_federation_spec_is_the_data_functions_composed():
+    """Shards and Dirichlet: the spec's clients are exactly those of the partition functions."""
+    from replearn import data as D
+    from replearn import neural
+    c = _fake10()
+    for spec, part in ((FederationSpec(5, classes_per_client=2), lambda y: D.shard_partition(y, 5, 2, seed=3)),
+                       (FederationSpec(6, alpha=0.5, test_per_client=4),
+                        lambda y: D.dirichlet_partition(y, 6, 0.5, seed=3))):
+        fed = spec.build(c, partition_seed=3, test_seed=4)
+        parts = part(c.y_train)
+        tests = D.client_test_split(parts, c.y_train, c.y_test, seed=4, n_per_client=spec.test_per_client)
+        ref = neural.ClientData.from_partition(c.x_train, c.y_train, parts, c.x_test, c.y_test, tests, dataset="cifar10")
+        assert fed.n_classes == 10 and fed.classes == tuple(range(10))
+        for a, b in zip(fed.clients.x_train + fed.clients.y_test, ref.x_train + ref.y_test):
+            assert torch.equal(a, b)
+
+
+def test_federation_spec_restricts_pools_and_subsamples():
+    c = _fake10()
+    fed = FederationSpec(3, classes_per_client=2, classes=(7, 2, 5), shard_pool=True, test_per_client=3).build(
+        c, partition_seed=0, test_seed=1)
+    assert fed.classes == (7, 2, 5) and fed.n_classes == 3 and fed.clients.n_clients == 3
+    assert all(set(y.tolist()) <= {0, 1, 2} for y in fed.clients.y_train)
+    fed = FederationSpec(5, classes_per_client=2, train_per_client=20).build(c, partition_seed=0, test_seed=1,
+                                                                              subset_seed=2)
+    assert fed.clients.train_sizes.tolist() == [20] * 5
+
+
+@pytest.mark.parametrize("bad", [dict(clients=5), dict(clients=5, classes_per_client=2, alpha=0.5),
+                                 dict(clients=0, alpha=0.5), dict(clients=5, alpha=float("nan")),
+                                 dict(clients=5, alpha=0.5, shard_pool=True),
+                                 dict(clients=5, alpha=0.5, train_per_client=10)])
+def test_bad_federation_specs_are_refused(bad):
+    with pytest.raises(ValueError):
+        FederationSpec(**bad)

@@ -30,7 +30,7 @@ Modules (one idea each; generated from their docstrings by ``scripts/inventory.p
 - :mod:`replearn.seeds`: Experiments repeated over seeds: run once per seed, report mean ± standard deviation, and decide when a difference exceeds the spread.
 - :mod:`replearn.similarity`: Representation similarity: HSIC, linear and RBF CKA, minibatch CKA, class cosine similarity.
 - :mod:`replearn.sinusoid`: Sinusoid regression tasks and small MLP meta-learners (book 2.6 and 3.5).
-- :mod:`replearn.specs`: One description of the network a CIFAR section trains: :class:`NetworkSpec` (family, resolved widths, dtype) with one builder, :meth:`NetworkSpec.build`.
+- :mod:`replearn.specs`: One description of the federation and one of the network a CIFAR section trains, each with one builder: :class:`FederationSpec` (dataset, classes, S classes per client or Dirichlet alpha, clients, samples per client, test split; :meth:`FederationSpec.build`) and :class:`NetworkSpec` (family, resolved widths, dtype; :meth:`NetworkSpec.build`).
 - :mod:`replearn.trajectory`: The iterates of a run: representations and heads stacked over rounds.
 - :mod:`replearn.transfer`: FedAvg against D-SGD on CIFAR at a matched number of local updates, and what their networks transfer (Collins, Hassani, Mokhtari, Shakkottai 2022, Sec. 5.2; the training shared by book 4.7-4.9).
 - :mod:`replearn.widgets`: Interactive explorer panels: sliders and menus that redraw a figure (ipywidgets).

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 
-import numpy as np
 import torch
 
 from . import algorithms
@@ -24,7 +23,7 @@ from . import data as D
 from . import neural
 from .backend import derive_seed
 from .checks import check_int
-from .specs import NetworkSpec
+from .specs import Federation, FederationSpec, NetworkSpec
 from .profiles import Settings
 from .seeds import check_seeds
 from .transfer import DTYPES
@@ -115,50 +114,21 @@ PAPER_OPTIM = dict(train_per_client=None, test_per_client=None, variant=None, dt
                                             local_epochs=1, head_epochs=10, eval_every=1, last_rounds=10))
 
 
-@dataclass(frozen=True)
-class Federation:
-    """Clients of one partition: the :class:`~replearn.neural.ClientData`, the number of
-    classes of the (possibly restricted) label space and the original class of each label."""
-
-    clients: neural.ClientData
-    n_classes: int
-    classes: tuple[int, ...]
-
-
 def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int, *,
                     train_per_client: int | None, test_per_client: int | None, seed: int,
                     classes=None) -> Federation:
     """``n_clients`` clients with ``classes_per_client`` classes each, from the classes
     ``classes`` of ``cifar`` (default: all, relabelled ``0..K-1``). With ``train_per_client``,
     a random balanced subset of ``train_per_client * n_clients`` training images is partitioned
-    (every client gets that many); otherwise all training images of those classes."""
+    (every client gets that many); otherwise all training images of those classes. The
+    :class:`~replearn.specs.FederationSpec` of these arguments, built with seeds derived from ``seed``."""
     check_int(n_clients, "clients", 1)
     check_int(classes_per_client, "classes_per_client", 1)
-    classes = torch.arange(cifar.n_classes) if classes is None else torch.as_tensor(classes, dtype=torch.int64)
-    itr, ytr = D.restrict_classes(cifar.y_train, classes)
-    ite, yte = D.restrict_classes(cifar.y_test, classes)
-    k = len(classes)
-    if classes_per_client > k:
-        raise ValueError(f"classes_per_client = {classes_per_client} exceeds the {k} classes available")
-    if train_per_client is not None:
-        total = train_per_client * n_clients
-        if total % k:
-            raise ValueError(f"train_per_client * clients = {total} must be a multiple of the {k} classes "
-                             f"(a balanced subset)")
-        rng = np.random.default_rng(derive_seed(seed, 10))
-        keep = []
-        for c in range(k):
-            pos = np.flatnonzero(ytr.numpy() == c)
-            if len(pos) < total // k:
-                raise ValueError(f"class {int(classes[c])} has {len(pos)} training images, need {total // k}")
-            keep.append(rng.choice(pos, total // k, replace=False))
-        keep = torch.from_numpy(np.sort(np.concatenate(keep)))
-        itr, ytr = itr[keep], ytr[keep]
-    parts = D.shard_partition(ytr, n_clients, classes_per_client, seed=derive_seed(seed, 11))
-    tests = D.client_test_split(parts, ytr, yte, seed=derive_seed(seed, 12), n_per_client=test_per_client)
-    clients = neural.ClientData.from_partition(cifar.x_train[itr], ytr, parts, cifar.x_test[ite], yte, tests,
-                                               dataset=cifar.name)
-    return Federation(clients, k, tuple(int(c) for c in classes))
+    spec = FederationSpec(n_clients, classes_per_client=classes_per_client, train_per_client=train_per_client,
+                          test_per_client=test_per_client,
+                          classes=None if classes is None else tuple(int(c) for c in torch.as_tensor(classes)))
+    return spec.build(cifar, subset_seed=derive_seed(seed, 10), partition_seed=derive_seed(seed, 11),
+                      test_seed=derive_seed(seed, 12))
 
 
 def fit_heads(model, clients: neural.ClientData, state: dict, *, epochs: int, lr: float, momentum: float,

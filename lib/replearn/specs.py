@@ -1,5 +1,12 @@
-"""One description of the network a CIFAR section trains: :class:`NetworkSpec` (family, resolved
-widths, dtype) with one builder, :meth:`NetworkSpec.build`.
+"""One description of the federation and one of the network a CIFAR section trains, each with
+one builder: :class:`FederationSpec` (dataset, classes, S classes per client or Dirichlet alpha,
+clients, samples per client, test split; :meth:`FederationSpec.build`) and
+:class:`NetworkSpec` (family, resolved widths, dtype; :meth:`NetworkSpec.build`).
+
+The four ways the CIFAR sections make clients (the FedRep partition of
+:func:`replearn.personalisation.make_federation`, 4.7's Dirichlet skew, the CIFAR-100
+pre-training of :func:`replearn.transfer.pretrain` and the new clients of
+:func:`replearn.transfer.new_clients`) are all :meth:`FederationSpec.build` with their own seeds.
 
 Every CIFAR settings class resolves its network to a :class:`NetworkSpec`
 (:meth:`replearn.transfer.MatchedTraining.network_spec`,
@@ -14,11 +21,107 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from . import data as D
+from . import neural
+from .checks import check_int
 from .models import FEDREP_WIDTHS, make_model
 
-__all__ = ["FAMILIES", "NetworkSpec"]
+__all__ = ["FAMILIES", "Federation", "FederationSpec", "NetworkSpec"]
+
+
+@dataclass(frozen=True)
+class Federation:
+    """Clients of one partition: the :class:`~replearn.neural.ClientData`, the number of
+    classes of the (possibly restricted) label space and the original class of each label."""
+
+    clients: neural.ClientData
+    n_classes: int
+    classes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FederationSpec:
+    """A federated CIFAR set-up: ``clients`` clients of the classes ``classes`` of the dataset
+    (``None``: all, relabelled ``0..K-1`` in that order) holding either
+    ``classes_per_client`` S classes each (:func:`replearn.data.shard_partition`, the
+    pathological non-IID split of the LG-FedAvg and FedRep code) or Dirichlet(``alpha``)
+    label proportions (:func:`replearn.data.dirichlet_partition`); ``train_per_client``: a
+    random class-balanced subset of that many images per client is partitioned (``None``: all
+    training images of the classes); ``test_per_client``: test images per client in the
+    proportions of its training labels (``None``: the whole test set spread over the clients,
+    :func:`replearn.data.client_test_split`); ``shard_pool``: for new clients, the first
+    ``clients`` of the smallest shard partition (of at least ``clients`` clients) that cuts every
+    class into equally many shards."""
+
+    clients: int
+    classes_per_client: int | None = None
+    alpha: float | None = None
+    train_per_client: int | None = None
+    test_per_client: int | None = None
+    classes: tuple[int, ...] | None = None
+    shard_pool: bool = False
+
+    def __post_init__(self):
+        check_int(self.clients, "clients", 1)
+        if (self.classes_per_client is None) == (self.alpha is None):
+            raise ValueError("give exactly one of classes_per_client (S classes per client) and alpha (Dirichlet)")
+        if self.classes_per_client is not None:
+            check_int(self.classes_per_client, "classes_per_client", 1)
+        elif isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < float("inf"):
+            raise ValueError(f"alpha must be a positive finite number, got {self.alpha!r}")
+        for name in ("train_per_client", "test_per_client"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), name, 1)
+        if self.shard_pool and self.classes_per_client is None:
+            raise ValueError("shard_pool needs classes_per_client (a shard partition)")
+        if self.train_per_client is not None and self.alpha is not None:
+            raise ValueError("train_per_client (a class-balanced subset) goes with classes_per_client, not alpha")
+
+    def build(self, cifar: D.CifarData, *, partition_seed: int, test_seed: int,
+              subset_seed: int | None = None) -> Federation:
+        """The clients of this set-up on ``cifar``: the subset of ``train_per_client`` images
+        drawn with ``subset_seed``, the partition with ``partition_seed``, the test split with
+        ``test_seed`` (a section derives the three from its own seed)."""
+        classes = (torch.arange(cifar.n_classes) if self.classes is None
+                   else torch.as_tensor(self.classes, dtype=torch.int64))
+        itr, ytr = D.restrict_classes(cifar.y_train, classes)
+        ite, yte = D.restrict_classes(cifar.y_test, classes)
+        k = len(classes)
+        n, S = self.clients, self.classes_per_client
+        if S is not None and S > k:
+            raise ValueError(f"classes_per_client = {S} exceeds the {k} classes available")
+        if self.train_per_client is not None:
+            if subset_seed is None:
+                raise ValueError("train_per_client draws a subset: pass subset_seed")
+            total = self.train_per_client * n
+            if total % k:
+                raise ValueError(f"train_per_client * clients = {total} must be a multiple of the {k} classes "
+                                 f"(a balanced subset)")
+            rng = np.random.default_rng(subset_seed)
+            keep = []
+            for c in range(k):
+                pos = np.flatnonzero(ytr.numpy() == c)
+                if len(pos) < total // k:
+                    raise ValueError(f"class {int(classes[c])} has {len(pos)} training images, need {total // k}")
+                keep.append(rng.choice(pos, total // k, replace=False))
+            keep = torch.from_numpy(np.sort(np.concatenate(keep)))
+            itr, ytr = itr[keep], ytr[keep]
+        if S is None:
+            parts = D.dirichlet_partition(ytr, n, self.alpha, seed=partition_seed)
+        elif self.shard_pool:
+            pool = n  # shard_partition needs pool * S to be a multiple of the number of classes
+            while (pool * S) % k:
+                pool += 1
+            parts = D.shard_partition(ytr, pool, S, seed=partition_seed)[:n]
+        else:
+            parts = D.shard_partition(ytr, n, S, seed=partition_seed)
+        tests = D.client_test_split(parts, ytr, yte, seed=test_seed, n_per_client=self.test_per_client)
+        clients = neural.ClientData.from_partition(cifar.x_train[itr], ytr, parts, cifar.x_test[ite], yte, tests,
+                                                   dataset=cifar.name)
+        return Federation(clients, k, tuple(int(c) for c in classes))
 
 #: The network families and the names of their widths.
 FAMILIES = {"fedavg_cnn": ("conv1", "conv2", "conv3", "fc1", "fc2"),

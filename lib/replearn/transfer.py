@@ -28,7 +28,7 @@ from .checks import check_int
 from .profiles import Settings
 from .scales import require_data
 from .seeds import check_seeds
-from .specs import NetworkSpec
+from .specs import FederationSpec, NetworkSpec
 
 __all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "MatchedTraining", "PretrainSettings", "Pretrained",
            "accuracy", "finetune_all", "layer_activations", "method_name", "new_clients", "new_model",
@@ -255,12 +255,9 @@ def _pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
             raise ValueError(f"n_pretrain = {s.n_pretrain} exceeds the {len(train_cls)} classes left after "
                              f"holding out n_new = {s.n_new}")
         train_cls = train_cls[:s.n_pretrain]
-    tr_idx, tr_y = D.restrict_classes(cifar100.y_train, train_cls)
-    te_idx, te_y = D.restrict_classes(cifar100.y_test, train_cls)
-    parts = D.shard_partition(tr_y, s.clients, s.classes_per_client, seed=derive_seed(s.seed, 11))
-    tests = D.client_test_split(parts, tr_y, te_y, seed=derive_seed(s.seed, 12), n_per_client=50)
-    clients = neural.ClientData.from_partition(cifar100.x_train[tr_idx], tr_y, parts, cifar100.x_test[te_idx],
-                                               te_y, tests, dataset=cifar100.name)
+    spec = FederationSpec(s.clients, classes_per_client=s.classes_per_client, test_per_client=50,
+                          classes=tuple(int(c) for c in train_cls))
+    clients = spec.build(cifar100, partition_seed=derive_seed(s.seed, 11), test_seed=derive_seed(s.seed, 12)).clients
     n_out = len(train_cls)
 
     def model_fn():
@@ -295,17 +292,10 @@ def new_clients(cifar: D.CifarData, classes: torch.Tensor | None, n_clients: int
     cuts every class into equally many shards."""
     check_int(n_clients, "n_clients", 1)
     check_int(classes_per_client, "classes_per_client", 1)
-    if classes is None:
-        classes = torch.arange(cifar.n_classes)
-    tr_idx, tr_y = D.restrict_classes(cifar.y_train, classes)
-    te_idx, te_y = D.restrict_classes(cifar.y_test, classes)
-    pool = n_clients  # shard_partition needs pool * classes_per_client to be a multiple of len(classes)
-    while (pool * classes_per_client) % len(classes):
-        pool += 1
-    parts = D.shard_partition(tr_y, pool, classes_per_client, seed=derive_seed(seed, 1))[:n_clients]
-    tests = D.client_test_split(parts, tr_y, te_y, seed=derive_seed(seed, 2), n_per_client=test_per_client)
-    return neural.ClientData.from_partition(cifar.x_train[tr_idx], tr_y, parts, cifar.x_test[te_idx], te_y,
-                                            tests, dataset=cifar.name)
+    spec = FederationSpec(n_clients, classes_per_client=classes_per_client, test_per_client=test_per_client,
+                          classes=None if classes is None else tuple(int(c) for c in torch.as_tensor(classes)),
+                          shard_pool=True)
+    return spec.build(cifar, partition_seed=derive_seed(seed, 1), test_seed=derive_seed(seed, 2)).clients
 
 
 def finetune_all(s: PretrainSettings, state: dict, clients: neural.ClientData, n_classes: int, seed: int):

@@ -22,6 +22,7 @@ from ...checks import check_int
 from ...plotting import to_numpy
 from ... import scales
 from ...scales import require_data, require_images
+from ...specs import FederationSpec
 from ...transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
 from ...widgets import Menu
 from ...widgets import explorer as build_explorer
@@ -117,11 +118,8 @@ def run_similarity(s: SimilaritySettings, *, cifar: D.CifarData | None = None) -
     require_images(s.clients * s.test_per_client, len(cifar.y_test), "test_per_client x clients",
                    "lower test_per_client or clients")
     k = cifar.n_classes
-    train = D.dirichlet_partition(cifar.y_train, s.clients, s.alpha, seed=derive_seed(s.seed, 1))
-    test = D.client_test_split(train, cifar.y_train, cifar.y_test, seed=derive_seed(s.seed, 2),
-                               n_per_client=s.test_per_client)
-    clients = neural.ClientData.from_partition(cifar.x_train, cifar.y_train, train, cifar.x_test, cifar.y_test,
-                                               test, dataset=cifar.name)
+    fed = FederationSpec(s.clients, alpha=s.alpha, test_per_client=s.test_per_client)
+    clients = fed.build(cifar, partition_seed=derive_seed(s.seed, 1), test_seed=derive_seed(s.seed, 2)).clients
     pidx, py = probe_set(cifar.x_test, cifar.y_test, s.probe_per_class, k)
     px = D.normalise(cifar.x_test[pidx], cifar.name).to(clients.device)
     py = py.to(clients.device)

@@ -47,7 +47,19 @@ The pieces an FL framework (e.g. :mod:`replearn.flower`) needs are public:
 :class:`AlgorithmSpec`: shared and local names and the local :class:`Phase` s of each
 algorithm in :data:`ALGORITHMS`), :func:`sample_clients` and :func:`plan_batches` (a round's
 random draws; :func:`plan_round` makes both in the engine's order), :class:`LocalSGD` (one
-client's local phase) and :func:`run_spec` (the in-process round loop every algorithm runs).
+client's local phase) and :func:`run_spec` (the in-process round loop of these algorithms).
+
+Algorithms beyond this shared/local/phases model (FedProx, SCAFFOLD, Ditto, APFL, L2GD,
+Per-FedAvg, Fed-MTL: extra gradient terms, client and server state, server steps other than
+an average, custom local steps) are units of :mod:`replearn.algorithms` run by
+:func:`run_protocol`, a round loop beside :func:`run_spec` on the same client threads, batch
+plans and random stream; :func:`run_spec` and the functions above keep their code path.
+
+Inputs are checked before any training (images larger than :data:`MAX_INPUT`, starting
+states that are not finite or exceed :data:`MAX_PARAMETER`, work beyond
+:data:`MAX_PHASE_BATCHES` / :data:`MAX_RUN_STEPS`), and a run whose minibatch loss becomes
+non-finite or exceeds :data:`DIVERGENCE_FACTOR` times its starting loss raises
+``FloatingPointError`` naming the learning rate.
 """
 
 from __future__ import annotations

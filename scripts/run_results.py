@@ -7,7 +7,9 @@
 ``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
 the profile's settings (:meth:`replearn.profiles.Settings.profile`); every finished seed is
 checkpointed under ``<out>/<profile>/.checkpoints/``, so an interrupted run resumes where it
-stopped. When all seeds are done, ``<out>/<profile>/<section>.json`` holds the per-seed results
+stopped; within a seed, every finished engine run is stored there too
+(:func:`replearn.checkpoints.resumable`), so a seed cut short resumes from the runs it finished
+(its recorded wall time then counts only the runs computed after the restart). When all seeds are done, ``<out>/<profile>/<section>.json`` holds the per-seed results
 and their provenance: commit, settings, seeds, device, torch version, date and wall time.
 :func:`stale_files` lists committed files whose settings no longer equal their profile's
 settings (``tests/test_run_results.py`` fails on them).
@@ -20,6 +22,7 @@ import dataclasses
 import datetime
 import json
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from replearn import checkpoints
 from replearn import results as results_lib
 from replearn.backend import default_device
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
@@ -191,13 +195,16 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
                 per_seed[str(seed)], wall = saved[0], wall + saved[1]
                 continue
         start = time.perf_counter()
-        result = json.loads(json.dumps(summary(run(dataclasses.replace(s, seed=seed)))))
+        runs = ckpt / f"{section}-seed{seed}-runs"  # the seed's finished engine runs: a seed cut short resumes
+        with checkpoints.resumable(runs):
+            result = json.loads(json.dumps(summary(run(dataclasses.replace(s, seed=seed)))))
         elapsed = time.perf_counter() - start
         bad = results_lib.nonfinite(result)
         if bad:
             raise ValueError(f"section {section}, seed {seed}: the result holds NaN or infinite values at "
                              f"{bad[:5]}; nothing was written for this seed (fix the run, then re-run)")
         path.write_text(json.dumps({"settings": settings_json(s), "result": result, "wall_s": elapsed}))
+        shutil.rmtree(runs, ignore_errors=True)  # the seed's checkpoint now holds its result
         per_seed[str(seed)], wall = result, wall + elapsed
     record = {"section": section, "profile": profile, "settings_class": cls.__name__, "settings": settings_json(s),
               "network": network_json(s),

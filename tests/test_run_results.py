@@ -154,3 +154,37 @@ def test_command_line_refuses_seed_without_check_and_unknown_sections(capsys):
     with pytest.raises(SystemExit):
         rr.main(["--profile", "long", "--check", "3.1"])
     assert "unknown section(s) ['3.1']" in capsys.readouterr().err
+
+
+def test_a_seed_cut_short_resumes_from_its_finished_engine_runs(tmp_path, monkeypatch):
+    """Within a seed, every finished engine run is stored (replearn.checkpoints): after an
+    interruption the driver starts again and the finished runs load instead of training."""
+    from replearn import neural
+    from test_checkpoints import tiny_clients, tiny_model
+
+    model, clients = tiny_model(), tiny_clients()
+    cfgs = [neural.TrainConfig(rounds=1, lr=lr, batch_size=4, local_steps=1, eval_every=1, last_rounds=1)
+            for lr in (0.05, 0.04)]
+    trained, stop = [], [True]
+    real = neural._run_spec
+    monkeypatch.setattr(neural, "_run_spec", lambda *a, **k: trained.append(1) or real(*a, **k))
+
+    def driver(s):
+        first = neural.fedavg(model, clients, cfgs[0])
+        if stop[0]:
+            raise KeyboardInterrupt  # the session ends here
+        second = neural.fedavg(model, clients, cfgs[1])
+        return float(first.final.average + second.final.average)
+
+    cls = rr.SECTIONS["5.8"][0]
+    tiny = replace(cls.profile("long"), seeds=(3,))
+    monkeypatch.setitem(rr.SECTIONS, "5.8", (cls, driver, lambda r: {"acc": r}))
+    with pytest.raises(KeyboardInterrupt):
+        rr.run_section("5.8", "long", tmp_path, settings=tiny)
+    assert len(trained) == 1 and list((tmp_path / "long" / ".checkpoints" / "5.8-seed3-runs").glob("*.pt"))
+    stop[0] = False
+    path = rr.run_section("5.8", "long", tmp_path, settings=tiny)
+    assert len(trained) == 2  # the first run came back from disk, only the second trained
+    assert not (tmp_path / "long" / ".checkpoints" / "5.8-seed3-runs").exists()
+    expected = sum(neural.fedavg(model, clients, c).final.average for c in cfgs)
+    assert json.loads(path.read_text())["results"]["3"]["acc"] == pytest.approx(float(expected), abs=0)

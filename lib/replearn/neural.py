@@ -76,6 +76,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from . import checkpoints
 from .backend import default_device, make_generator
 from .checks import check_count, check_int, check_seed
 
@@ -1000,7 +1001,20 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
     ``workers >= 2`` and equal those of a run with ``torch.set_num_threads(1)``. Used only
     without augmentation (which draws from the shared generator during training) and with
     ``vmap_clients = 1``; otherwise, and on a GPU, the clients train one after another.
+
+    Inside :func:`replearn.checkpoints.resumable`, a finished run is stored and an identical
+    call (same settings, starting parameters and data; no ``callback``) loads it instead.
     """
+    if checkpoints.active() is not None and callback is None:
+        start = state if state is not None else {n: p.detach() for n, p in model.named_parameters()}
+        key = checkpoints.digest("run_spec", spec, start, clients)
+        return checkpoints.cached(key, lambda: _run_spec(spec, model, clients, state=state, workers=workers))
+    return _run_spec(spec, model, clients, state=state, callback=callback, workers=workers)
+
+
+def _run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, state: Params | None = None,
+             callback: Callable[[int, dict], None] | None = None, workers: int | None = None) -> FedResult:
+    """The run of :func:`run_spec` (without the store)."""
     spec.check(model)
     clients = check_inputs(model, clients)
     cfg, shared, local, phases = spec.cfg, spec.shared, spec.local, spec.phases
@@ -1279,7 +1293,22 @@ def run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCon
     result's ``local`` holds these parameters for the names of ``personal_names``. A
     non-finite loss, upload or client state, or a loss above :data:`DIVERGENCE_FACTOR` times
     the starting loss, raises ``FloatingPointError`` naming ``lr``.
+
+    Inside :func:`replearn.checkpoints.resumable`, a finished run is stored and an identical
+    call (same settings, starting parameters and data; no ``callback``) loads it instead.
     """
+    if checkpoints.active() is not None and callback is None:
+        start = state if state is not None else {n: p.detach() for n, p in model.named_parameters()}
+        key = checkpoints.digest("run_protocol", algorithm.name, cfg, algorithm.check_options(options), start, clients)
+        return checkpoints.cached(key, lambda: _run_protocol(algorithm, model, clients, cfg, options, state=state,
+                                                             workers=workers))
+    return _run_protocol(algorithm, model, clients, cfg, options, state=state, callback=callback, workers=workers)
+
+
+def _run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, options=None, *,
+                 state: Params | None = None, callback: Callable[[int, dict], None] | None = None,
+                 workers: int | None = None) -> FedResult:
+    """The run of :func:`run_protocol` (without the store)."""
     options = algorithm.check_options(options)
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a neural.TrainConfig, got {type(cfg).__name__}")

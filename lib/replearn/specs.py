@@ -70,7 +70,8 @@ class FederationSpec:
             raise ValueError("give exactly one of classes_per_client (S classes per client) and alpha (Dirichlet)")
         if self.classes_per_client is not None:
             check_int(self.classes_per_client, "classes_per_client", 1)
-        elif isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < float("inf"):
+        elif (isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float))
+              or not 0 < self.alpha < float("inf")):
             raise ValueError(f"alpha must be a positive finite number, got {self.alpha!r}")
         for name in ("train_per_client", "test_per_client"):
             if getattr(self, name) is not None:

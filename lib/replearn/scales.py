@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .checks import check_int
 
-__all__ = ["OperatorCount", "TRAIN_IMAGES", "federated_steps", "launch_estimate", "require_data", "require_images", "settings_table"]
+__all__ = ["OperatorCount", "TRAIN_IMAGES", "batching", "combine", "federated_steps", "launch_estimate", "require_data", "require_images", "settings_table"]
 
 
 def require_data(cifar, full_data: bool, what: str) -> None:
@@ -114,6 +114,21 @@ def federated_steps(dataset: str, full_data: bool, clients: int, train_per_clien
     n_i = train_per_client or TRAIN_IMAGES[(dataset, full_data)] * classes_used / clients
     m = max(1, round(cfg.participation * clients))
     return int(cfg.rounds * m * epochs_per_round * math.ceil(n_i / cfg.batch_size)), m
+
+
+def combine(*estimates: dict) -> dict:
+    """The sum of several :func:`launch_estimate` results (parts of one run batched differently);
+    ``batched_clients`` is the largest of them."""
+    keys = ("steps", "eval_batches", "launches", "seconds")
+    out = {k: sum(e[k] for e in estimates) for k in keys}
+    out["batched_clients"] = max(e["batched_clients"] for e in estimates)
+    return out
+
+
+def batching(cfg, participating: int, batched: bool) -> int:
+    """Clients per batched launch sequence of a run with ``cfg``: ``cfg.vmap_clients`` (at most
+    the round's ``participating`` clients) when ``batched``, else 1 (one client at a time)."""
+    return max(1, min(cfg.vmap_clients, participating)) if batched else 1
 
 
 # --------------------------------------------------------------------------- Appendix B's table

@@ -194,8 +194,9 @@ class PretrainSettings(MatchedTraining):
     def gpu(cls):
         """The paper profile sized for a minute of one GPU on the offline subset (250 images of
         each CIFAR-100 class): 10,000 local updates (2,000 x fewer rounds than the paper's
-        125,000), one seed."""
-        return replace(cls.paper(), total_steps=10_000, seeds=(0,), full_data=False)
+        125,000), one seed; a round's 8 clients trained as one batched computation."""
+        p = cls.paper()
+        return replace(p, total_steps=10_000, seeds=(0,), full_data=False, train=replace(p.train, vmap_clients=8))
 
 
 #: The paper-scale pre-training: the paper's CNN (our widths), 80 clients of C = 5 of the 80

@@ -73,19 +73,22 @@ class SimilaritySettings(MatchedTraining):
     def gpu(cls):
         """The paper profile sized for about a minute of one GPU on the offline subset (20,000
         images: 200 per client): tau in {1, 5, 50} at 5,000 local updates, one seed, probe of
-        500 test images per class (all the subset has), 50 test images per client."""
-        return replace(cls.paper(), taus=(1, 5, 50), total_steps=5000, seeds=(0,), probe_per_class=500,
-                       test_per_client=50, full_data=False)
+        500 test images per class (all the subset has), 50 test images per client; a round's 10
+        clients trained as one batched computation (``vmap_clients``)."""
+        p = cls.paper()
+        return replace(p, taus=(1, 5, 50), total_steps=5000, seeds=(0,), probe_per_class=500,
+                       test_per_client=50, full_data=False, train=replace(p.train, vmap_clients=10))
 
 
 def work(s: SimilaritySettings, *, batched: bool = True) -> dict:
     """:func:`replearn.scales.launch_estimate` of :func:`run_similarity` with ``s``: every tau
     makes ``total_steps`` local steps on each of the round's ``m`` clients; the final
-    evaluation tests every client and the probe set (``batched``: a round's clients as one batch)."""
+    evaluation tests every client and the probe set (``batched``: ``train.vmap_clients`` clients
+    per launch sequence, as the run does; else one client at a time)."""
     m = max(1, round(s.train.participation * s.clients))
     steps = len(s.taus) * s.total_steps * m
     evals = len(s.taus) * (s.clients + -(-s.probe_per_class * 10 // 1000))
-    return scales.launch_estimate(steps, evals, batched_clients=m if batched else 1)
+    return scales.launch_estimate(steps, evals, batched_clients=scales.batching(s.train, m, batched))
 
 
 @dataclass(frozen=True)

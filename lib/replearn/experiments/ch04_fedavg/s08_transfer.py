@@ -78,7 +78,8 @@ def work(s: TransferSettings, *, batched: bool = True) -> dict:
                                                                        for n in s.cifar10_samples)
     ft = 2 * s.trials * s.new_clients * s.ft_epochs * per_client
     evals = 2 * s.trials * s.new_clients * (len(s.samples) + len(s.cifar10_samples))
-    return scales.launch_estimate(steps + ft, evals, batched_clients=m if batched else 1)
+    return scales.combine(scales.launch_estimate(steps, 0, batched_clients=scales.batching(s.train, m, batched)),
+                          scales.launch_estimate(ft, evals))  # fine-tuning: one client at a time
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,9 @@ def work(s: CKASettings, *, batched: bool = True, shared_pretraining: bool = Tru
     steps, m = pretrain_work(s)
     ft = 2 * s.ft_clients * s.ft_epochs * -(-s.ft_samples // s.ft_batch_size)
     evals = 2 * (s.ft_clients + 1) * -(-s.probe_per_class * 10 // 1000)
-    return scales.launch_estimate((0 if shared_pretraining else steps) + ft, evals,
-                                  batched_clients=min(m, s.ft_clients) if batched else 1)
+    pre = scales.launch_estimate(0 if shared_pretraining else steps, 0,
+                                 batched_clients=scales.batching(s.train, m, batched))
+    return scales.combine(pre, scales.launch_estimate(ft, evals))  # fine-tuning: one client at a time
 
 
 @dataclass(frozen=True)

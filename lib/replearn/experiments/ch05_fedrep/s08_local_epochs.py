@@ -69,10 +69,10 @@ class EpochSettings(FederationSettings):
     def gpu(cls):
         """The paper profile sized for a few minutes of one GPU on the offline subset (200
         images per client): E in {1, 5, 10}, T = 50, evaluated every 5 rounds (the final 10
-        rounds' mean uses the evaluations in them), one seed."""
+        rounds' mean uses the evaluations in them), one seed, a round's 10 clients batched."""
         p = cls.paper()
         return replace(p, epochs=(1, 5, 10), seeds=(0,), full_data=False,
-                       train=replace(p.train, rounds=50, eval_every=5))
+                       train=replace(p.train, rounds=50, eval_every=5, vmap_clients=10))
 
 
 def work(s: EpochSettings, *, batched: bool = True) -> dict:
@@ -81,7 +81,7 @@ def work(s: EpochSettings, *, batched: bool = True) -> dict:
     per_round = sum(2 * e + s.train.local_epochs for e in s.epochs)
     steps, m = scales.federated_steps(s.dataset, s.full_data, s.clients, s.train_per_client, s.train, per_round)
     evals = 2 * len(s.epochs) * s.clients * -(-s.train.rounds // s.train.eval_every)
-    return scales.launch_estimate(steps, evals, batched_clients=m if batched else 1)
+    return scales.launch_estimate(steps, evals, batched_clients=scales.batching(s.train, m, batched))
 
 
 @dataclass(frozen=True)

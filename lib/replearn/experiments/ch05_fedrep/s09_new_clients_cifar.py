@@ -81,9 +81,11 @@ class NewClientSettings(FederationSettings):
     @classmethod
     def gpu(cls):
         """The paper profile on the offline subset (250 images per CIFAR-100 class, so new
-        clients get 250 training images, not 500), T = 100, evaluated every 5 rounds, one seed."""
+        clients get 250 training images, not 500), T = 100, evaluated every 5 rounds, one seed,
+        a round's 8 clients batched."""
         p = cls.paper()
-        return replace(p, new_train=250, seeds=(0,), full_data=False, train=replace(p.train, eval_every=5))
+        return replace(p, new_train=250, seeds=(0,), full_data=False,
+                       train=replace(p.train, eval_every=5, vmap_clients=8))
 
 
 def work(s: NewClientSettings, *, batched: bool = True) -> dict:
@@ -98,7 +100,9 @@ def work(s: NewClientSettings, *, batched: bool = True) -> dict:
                                        cfg.local_epochs, classes_used=used)
     heads = 3 * s.new_clients * s.head_epochs_new * -(-s.new_train // cfg.batch_size)
     evals = 2 * s.clients * -(-cfg.rounds // cfg.eval_every) + 3 * s.new_clients * s.head_epochs_new
-    return scales.launch_estimate(fedrep + fedavg + heads, evals, batched_clients=m if batched else 1)
+    return scales.combine(scales.launch_estimate(fedrep + fedavg, evals,
+                                                 batched_clients=scales.batching(cfg, m, batched)),
+                          scales.launch_estimate(heads, 0))  # head fitting: one client at a time
 
 
 @dataclass(frozen=True)

@@ -302,3 +302,111 @@ def test_allow_list_entries_are_used():
         stale += [f"{path}: {number!r} no longer appears in the prose" for number in entries
                   if number not in found]
     assert not stale, f"stale entries in tests/{ALLOW_FILE.name}:\n  " + "\n  ".join(stale)
+
+
+# --- Sentences about the book's own results are bound to claim outcomes --------------------------
+#
+# A section that checks a paper's claim against the spread over seeds records the outcome with
+# ``replearn.claims.verdict``, which glues a phrase chosen by the outcome ("is above D-SGD's by more
+# than the spread" / "is not separated from D-SGD's ..."). In those sections every prose sentence
+# that states an ordering, separation or trend and quotes one of the section's glued results must
+# carry such a verdict phrase, or say that it is asserted by a ``claim()`` (which stops the notebook
+# when it fails), so that a check that fails cannot be described as holding. Sentences about the
+# papers (they name the paper, a figure or table, or cite) and exercises, solutions, theorems and
+# tables are not scanned.
+
+ORDERING = re.compile(
+    r"\b(beats?|ahead|behind|better|worse|higher|lower|outperform\w*|exceeds?|separat\w*|faster|slower|"
+    r"grows?|grew|rises?|falls?|improv\w*|larger|smaller|best|worst|above|below|more than|less than|"
+    r"far from|clearly|drifts?|gains?|help\w*|hurts?)\b", re.I)
+ABOUT_SOURCES = re.compile(r"\b(paper|papers|Fig\.|Figure|Table|talk|blog|authors?)\b|\{cite\}")
+GLUE_REF = re.compile(r"\{glue:text\}`([\w.-]+)(?::[^`]*)?`")
+BACKED = re.compile(r"\bassert(?:ed|s)?\b")
+
+
+def verdict_names(path: Path) -> set[str]:
+    """The glue names whose outcome ``verdict`` recorded in a stored notebook."""
+    from replearn.claims import recorded_outcomes
+    return {rec["name"] for rec in recorded_outcomes(path)}
+
+
+def result_sentences(text: str) -> list[str]:
+    """The sentences of plain prose in a markdown cell: fenced blocks (exercises, solutions,
+    theorems, code), tables, headings and comments removed."""
+    out, fence = [], None
+    for line in text.split("\n"):
+        m = FENCE.match(line)
+        if m and fence is None:
+            fence = m["fence"]
+            continue
+        if fence is not None:
+            if m and m["fence"][0] == fence[0] and len(m["fence"]) >= len(fence) and not m["info"].strip():
+                fence = None
+            continue
+        if line.lstrip().startswith(("|", "#", "%", "<!--")):
+            out.append("")
+            continue
+        out.append(line)
+    body = re.sub(r"\s+", " ", "\n".join(out))
+    parts = re.split(r"(?<=[.;:!?])\s+(?=[A-Z*{(\[`$])|\s\*\s", body)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def unbacked_orderings(path: Path) -> list[str]:
+    verdicts = verdict_names(path)
+    bad = []
+    for _, text in markdown_cells(path):
+        for sentence in result_sentences(text):
+            refs = GLUE_REF.findall(sentence)
+            results = [r for r in refs if r not in verdicts]
+            if not results or not ORDERING.search(GLUE_REF.sub(" ", sentence)):
+                continue
+            if ABOUT_SOURCES.search(sentence) and not any(r in verdicts for r in refs):
+                # about the paper only when it quotes nothing of ours but the comparison with it
+                if not ORDERING.search(ABOUT_SOURCES.sub(" ", GLUE_REF.sub(" ", sentence))):
+                    continue
+            if any(r in verdicts for r in refs) or BACKED.search(sentence):
+                continue
+            where = rel(path) if path.is_relative_to(ROOT) else path.name
+            bad.append(f"{where}: {sentence[:160]}")
+    return bad
+
+
+def calls_verdict(path: Path) -> bool:
+    nb = nbformat.read(path, as_version=4)
+    return any(c.cell_type == "code" and re.search(r"\bverdict\(", c.source) for c in nb.cells)
+
+
+VERDICT_NOTEBOOKS = [p for p in FILES if p.suffix == ".ipynb" and calls_verdict(p)]
+
+
+def test_ordering_sentences_are_found(tmp_path):
+    text = ("FedAvg's gap ({glue:text}`g-5`) is above D-SGD's ({glue:text}`g-1`). By our criterion it "
+            "{glue:text}`v-5`. The gap is {glue:text}`g-5` for FedAvg. Both are above chance, as the claim asserts "
+            "({glue:text}`g-1`). The paper reports that FedAvg is better.\n\n"
+            "```{exercise} x\nIs {glue:text}`g-1` above {glue:text}`g-5`?\n```")
+    sentences = result_sentences(text)
+    assert sentences[0].startswith("FedAvg's gap") and not any("exercise" in s or "Is " in s for s in sentences)
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    out = nbformat.v4.new_output("display_data", data={"text/plain": repr({"claim": "c", "holds": False,
+                                                                            "paper": None, "scale": "CPU"})},
+                                 metadata={"scrapbook": {"name": "v-5-outcome", "mime_prefix": ""}})
+    nb.cells = [nbformat.v4.new_markdown_cell(text), nbformat.v4.new_code_cell("", outputs=[out])]
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    bad = unbacked_orderings(path)
+    assert len(bad) == 1 and "is above D-SGD's" in bad[0], bad
+
+
+def test_verdict_notebooks_are_scanned():
+    # the six CIFAR sections and Appendix B's sources check with verdict(); if this drops, the scan covers less
+    assert len(VERDICT_NOTEBOOKS) >= 6, [rel(p) for p in VERDICT_NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", VERDICT_NOTEBOOKS, ids=[rel(p) for p in VERDICT_NOTEBOOKS])
+def test_ordering_sentences_carry_a_claim_outcome(path):
+    bad = unbacked_orderings(path)
+    assert not bad, ("sentences state an ordering or trend of the section's results without a glued claim "
+                     "outcome (glue the phrase of replearn.claims.verdict into the sentence, or assert the "
+                     "statement with claim() and say so):\n  " + "\n  ".join(bad))

@@ -121,6 +121,11 @@ def wrap_repr(obj, width: int = 100) -> str:
     return "\n".join(lines)
 
 
+#: Inline styles of :class:`Table` (the page keeps them without a stylesheet of the book's own).
+CELL_STYLE = "padding: 0.25em 0.75em"
+CAPTION_STYLE = "caption-side: top; text-align: left; padding-bottom: 0.3em"
+
+
 class Table:
     """A small result table rendered as one HTML table on the page (and as aligned text where
     HTML is not shown): ``display(Table(["method", "gap"], rows, caption=...))``. Cells are
@@ -152,9 +157,10 @@ class Table:
         side = {"l": "left", "r": "right", "c": "center"}
 
         def cells(tag, row):
-            return "".join(f'<{tag} style="text-align: {side[a]}">{escape(c)}</{tag}>' for c, a in zip(row, self.align))
+            return "".join(f'<{tag} style="text-align: {side[a]}; {CELL_STYLE}">{escape(c)}</{tag}>'
+                           for c, a in zip(row, self.align))
 
-        caption = f"<caption>{escape(self.caption)}</caption>" if self.caption else ""
+        caption = f'<caption style="{CAPTION_STYLE}">{escape(self.caption)}</caption>' if self.caption else ""
         body = "".join(f"<tr>{cells('td', r)}</tr>" for r in self.rows)
         return (f'<table class="replearn-table">{caption}<thead><tr>{cells("th", self.header)}</tr></thead>'
                 f"<tbody>{body}</tbody></table>")

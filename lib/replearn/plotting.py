@@ -124,6 +124,7 @@ def wrap_repr(obj, width: int = 100) -> str:
 #: Inline styles of :class:`Table` (the page keeps them without a stylesheet of the book's own).
 CELL_STYLE = "padding: 0.25em 0.75em"
 CAPTION_STYLE = "caption-side: top; text-align: left; padding-bottom: 0.3em"
+NUMBER_STYLE = "; white-space: nowrap"   # right-aligned (number) columns: "0.61 ± 0.08" on one line
 
 
 class Table:
@@ -157,8 +158,8 @@ class Table:
         side = {"l": "left", "r": "right", "c": "center"}
 
         def cells(tag, row):
-            return "".join(f'<{tag} style="text-align: {side[a]}; {CELL_STYLE}">{escape(c)}</{tag}>'
-                           for c, a in zip(row, self.align))
+            return "".join(f'<{tag} style="text-align: {side[a]}; {CELL_STYLE}{NUMBER_STYLE if a == "r" else ""}">'
+                           f'{escape(c)}</{tag}>' for c, a in zip(row, self.align))
 
         caption = f'<caption style="{CAPTION_STYLE}">{escape(self.caption)}</caption>' if self.caption else ""
         body = "".join(f"<tr>{cells('td', r)}</tr>" for r in self.rows)

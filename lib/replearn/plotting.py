@@ -158,7 +158,7 @@ class Table:
         side = {"l": "left", "r": "right", "c": "center"}
 
         def cells(tag, row):
-            return "".join(f'<{tag} style="text-align: {side[a]}; {CELL_STYLE}{NUMBER_STYLE if a == "r" else ""}">'
+            return "".join(f'<{tag} style="text-align: {side[a]}; {CELL_STYLE}{NUMBER_STYLE if a == "r" and tag == "td" else ""}">'
                            f'{escape(c)}</{tag}>' for c, a in zip(row, self.align))
 
         caption = f'<caption style="{CAPTION_STYLE}">{escape(self.caption)}</caption>' if self.caption else ""

@@ -59,7 +59,8 @@ def shrink_train(s, **train):
 
 def slice_47():
     s = s47.SimilaritySettings.paper()
-    return replace(s, clients=10, total_steps=50, probe_per_class=5, test_per_client=5, seeds=(0,))
+    # D-SGD and the paper's largest tau (the others run the same code)
+    return replace(s, clients=10, total_steps=50, taus=(1, 50), probe_per_class=5, test_per_client=5, seeds=(0,))
 
 
 def slice_pretrain(cls):
@@ -78,8 +79,8 @@ def slice_49():
 
 def slice_57():
     s = s57.TableSettings.paper()
-    # one CIFAR-10 and one CIFAR-100 column of Table 1 with fewer clients (the paper: 100 each)
-    parts = (("cifar10", 5, 2), ("cifar100", 5, 20))
+    # one column of Table 1 with fewer clients (the paper: 100; CIFAR-100's network runs in 5.9's slice)
+    parts = (("cifar10", 5, 2),)
     return shrink_train(replace(s, partitions=parts, ft_epochs=1, seeds=(0,)), rounds=1, head_epochs=1)
 
 
@@ -108,12 +109,12 @@ def test_slices_keep_the_paper_profiles_structure():
             (paper.variant, paper.dtype, True, None, None)
         assert (s.train.lr, s.train.participation, s.train.local_epochs) == \
             (paper.train.lr, paper.train.participation, paper.train.local_epochs)
-    assert {p[0] for p in slice_57().partitions} == {p[0] for p in s57.TableSettings.paper().partitions}
+    assert set(slice_57().partitions[0][1:]) <= {2, 5}
 
 
 def test_paper_47_slice_runs(c10):
     r = s47.run_similarity(slice_47(), cifar=c10)
-    assert set(r.taus) == {1, 5, 10, 50}
+    assert set(r.taus) == {1, 50} and set(s47.SimilaritySettings.paper().taus) == {1, 5, 10, 50}
     assert all(torch.isfinite(r.matrices[t]).all() and r.matrices[t].shape == (10, 10) for t in r.taus)
 
 
@@ -240,12 +241,12 @@ def test_gpu_profile_slices_run_batched_on_the_cpu(c10):
     one client at a time for the protocol methods (5.7's mix), FedRep's two phases batched (5.8),
     D-SGD and FedAvg batched (4.7); the same drivers the GPU run uses."""
     s = s47.SimilaritySettings.gpu()
-    s = replace(s, clients=20, total_steps=50, probe_per_class=5, test_per_client=5)
+    s = replace(s, clients=20, total_steps=50, taus=(1, 50), probe_per_class=5, test_per_client=5)
     r = s47.run_similarity(s, cifar=fake("cifar10", 10, 100, 30))  # Dirichlet: 10+ images for each of 20 clients
-    assert set(r.taus) == {1, 5, 50} and all(torch.isfinite(r.matrices[t]).all() for t in r.taus)
+    assert set(r.taus) == {1, 50} and all(torch.isfinite(r.matrices[t]).all() for t in r.taus)
     s = s57.TableSettings.gpu()
     s = shrink_train(replace(s, partitions=(("cifar10", 20, 2),), ft_epochs=1,
-                             methods=("FedAvg", "FedProx+FT", "SCAFFOLD", "Ditto", "FedRep")), rounds=1, head_epochs=1)
+                             methods=("FedAvg", "SCAFFOLD+FT", "FedRep")), rounds=1, head_epochs=1)
     r = s57.run_table(s, cifar={"cifar10": c10})
     assert tuple(r.accuracy[s.partitions[0]]) == s.methods
     s = s58.EpochSettings.gpu()

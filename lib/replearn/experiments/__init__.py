@@ -2,7 +2,8 @@
 ``replearn.experiments.chNN_chapter.sMM_section`` (its settings with a CPU default and
 ``paper()``, validated when constructed, and the functions from settings to arrays).
 
-:func:`settings_classes` and :func:`settings_by_section` list every driver's settings."""
+:func:`settings_classes` and :func:`settings_by_section` list every driver's settings;
+:func:`paper_settings` the sections whose driver states the sources' settings."""
 
 from __future__ import annotations
 
@@ -39,3 +40,15 @@ def settings_by_section() -> dict[str, list[type[Settings]]]:
                       if isinstance(obj, type) and issubclass(obj, Settings) and obj.__module__ == module.__name__
                       and not name.startswith("_")]
     return {f"{c}.{s}": classes for (c, s), classes in sorted(found.items()) if classes}
+
+
+def paper_settings() -> dict[str, tuple[type[Settings], dict]]:
+    """The sections whose driver states the sources' settings (a ``PAPER_SETTINGS`` dict, see
+    :func:`replearn.scales.settings_table`), keyed by section number: ``(settings class,
+    PAPER_SETTINGS)``, the class being the driver's first settings class. In book order."""
+    found = {}
+    for section, classes in settings_by_section().items():
+        module = importlib.import_module(classes[0].__module__)
+        if hasattr(module, "PAPER_SETTINGS"):
+            found[section] = (classes[0], module.PAPER_SETTINGS)
+    return found

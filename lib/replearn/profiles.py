@@ -84,6 +84,13 @@ class Settings:
                         check_seed(k, f"every entry of {f.name}")
 
 
+    def __str__(self) -> str:
+        """The settings as ``print`` shows them: the ``repr`` broken into lines of about 100
+        characters at the commas between fields (:func:`replearn.plotting.wrap_repr`), so that a
+        printed settings object fits the page."""
+        from .plotting import wrap_repr
+        return wrap_repr(self)
+
     @classmethod
     def default(cls):
         return cls()

@@ -23,9 +23,10 @@ def load_or_skip(name: str) -> D.CifarData:
                     f"the CIFAR subsets)")
 
 
-def fake_cifar(n_classes=10, train=40, test=20, seed=0) -> D.CifarData:
+def fake_cifar(n_classes=10, train=40, test=20, seed=0, *, name="cifar10", source="subset") -> D.CifarData:
     """``train`` training and ``test`` test images of each of ``n_classes`` classes: a class-dependent
-    mean colour plus uniform noise, 3 x 32 x 32 uint8, named like CIFAR-10."""
+    mean colour plus uniform noise, 3 x 32 x 32 uint8, named ``name`` (CIFAR-10 by default) and
+    labelled as coming from ``source`` ("subset" or "full")."""
     gen = torch.Generator().manual_seed(seed)
     colours = torch.randint(0, 256, (n_classes, 3, 1, 1), generator=gen)
 
@@ -36,5 +37,4 @@ def fake_cifar(n_classes=10, train=40, test=20, seed=0) -> D.CifarData:
 
     xtr, ytr = images(train)
     xte, yte = images(test)
-    return D.CifarData("cifar10", xtr, ytr, xte, yte, tuple(f"c{i}" for i in range(n_classes)), "subset",
-                       Path("/fake"))
+    return D.CifarData(name, xtr, ytr, xte, yte, tuple(f"c{i}" for i in range(n_classes)), source, Path("/fake"))

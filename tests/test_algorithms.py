@@ -11,25 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.func import functional_call
 
 from replearn import algorithms as A
 from replearn import neural, personalisation
 from replearn.backend import derive_seed, make_generator
 
+from tiny_net import Tiny
+
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-class Tiny(nn.Module):
-    def __init__(self, n_classes=3):
-        super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                                  nn.Linear(4 * 16, 8), nn.ReLU())
-        self.head = nn.Linear(8, n_classes)
-
-    def forward(self, x):
-        return self.head(self.body(x))
 
 
 def tiny(dtype=torch.float64, seed=0):

@@ -10,10 +10,10 @@ too; that the same profiles stop on the offline subsets is tested below.
 """
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
+from cifar_fixtures import fake_cifar
 
 from replearn import data as D
 from replearn import scales
@@ -29,18 +29,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def fake(name: str, n_classes: int, train: int, test: int, source: str = "full", seed: int = 0) -> D.CifarData:
-    """``train`` / ``test`` synthetic images per class (class-dependent colour plus noise)."""
-    gen = torch.Generator().manual_seed(seed)
-    colours = torch.randint(0, 256, (n_classes, 3, 1, 1), generator=gen)
-
-    def images(per_class):
-        y = torch.arange(n_classes).repeat_interleave(per_class)
-        noise = torch.randint(-40, 41, (len(y), 3, 32, 32), generator=gen)
-        return (colours[y] + noise).clamp(0, 255).to(torch.uint8), y
-
-    xtr, ytr = images(train)
-    xte, yte = images(test)
-    return D.CifarData(name, xtr, ytr, xte, yte, tuple(f"c{i}" for i in range(n_classes)), source, Path("/fake"))
+    """Synthetic images labelled as ``name`` from ``source`` (:func:`cifar_fixtures.fake_cifar`)."""
+    return fake_cifar(n_classes, train, test, seed, name=name, source=source)
 
 
 @pytest.fixture(scope="module")

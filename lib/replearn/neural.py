@@ -1005,11 +1005,18 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
     Inside :func:`replearn.checkpoints.resumable`, a finished run is stored and an identical
     call (same settings, starting parameters and data; no ``callback``) loads it instead.
     """
-    if checkpoints.active() is not None and callback is None:
-        start = state if state is not None else {n: p.detach() for n, p in model.named_parameters()}
-        key = checkpoints.digest("run_spec", spec, start, clients)
-        return checkpoints.cached(key, lambda: _run_spec(spec, model, clients, state=state, workers=workers))
-    return _run_spec(spec, model, clients, state=state, callback=callback, workers=workers)
+    return _stored_or_run(("run_spec", spec), model, state, clients, callback,
+                          lambda cb: _run_spec(spec, model, clients, state=state, callback=cb, workers=workers))
+
+
+def _stored_or_run(parts: tuple, model: nn.Module, state: Params | None, clients: ClientData, callback,
+                   run: Callable) -> "FedResult":
+    """``run(callback)``, or, inside :func:`replearn.checkpoints.resumable` and without a
+    callback, the stored run keyed by ``parts``, the starting parameters and the data."""
+    if checkpoints.active() is None or callback is not None:
+        return run(callback)
+    start = state if state is not None else {n: p.detach() for n, p in model.named_parameters()}
+    return checkpoints.cached(checkpoints.digest(*parts, start, clients), lambda: run(None))
 
 
 def _run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, state: Params | None = None,
@@ -1297,12 +1304,10 @@ def run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCon
     Inside :func:`replearn.checkpoints.resumable`, a finished run is stored and an identical
     call (same settings, starting parameters and data; no ``callback``) loads it instead.
     """
-    if checkpoints.active() is not None and callback is None:
-        start = state if state is not None else {n: p.detach() for n, p in model.named_parameters()}
-        key = checkpoints.digest("run_protocol", algorithm.name, cfg, algorithm.check_options(options), start, clients)
-        return checkpoints.cached(key, lambda: _run_protocol(algorithm, model, clients, cfg, options, state=state,
-                                                             workers=workers))
-    return _run_protocol(algorithm, model, clients, cfg, options, state=state, callback=callback, workers=workers)
+    parts = ("run_protocol", algorithm.name, cfg, algorithm.check_options(options))
+    return _stored_or_run(parts, model, state, clients, callback,
+                          lambda cb: _run_protocol(algorithm, model, clients, cfg, options, state=state, callback=cb,
+                                                   workers=workers))
 
 
 def _run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, options=None, *,

@@ -64,6 +64,13 @@ class TransferSettings(PretrainSettings):
                    new_clients=5, new_classes_per_client=5, trials=5, test_per_client=200)
 
     @classmethod
+    def long(cls):
+        """:meth:`~replearn.transfer.PretrainSettings.long`'s pre-training (shared with 4.9), then
+        one trial (the paper: 5) of 5 new clients with 5 held-out classes each, and 5 CIFAR-10
+        clients, each fine-tuning for 10 epochs on 50 and on 500 images."""
+        return replace(super().long(), samples=(50, 500), cifar10_samples=(50, 500), trials=1)
+
+    @classmethod
     def gpu(cls):
         """:meth:`~replearn.transfer.PretrainSettings.gpu`'s pre-training (shared with 4.9), one
         trial of 5 new clients."""

@@ -162,3 +162,14 @@ def test_recorded_outcomes_reads_stored_glue(tmp_path):
     path = tmp_path / "n.ipynb"
     nbformat.write(nb, path)
     assert recorded_outcomes(path) == [{"name": "v-x", **record}]
+
+
+def test_compared_says_which_side_is_higher_beyond_the_spread():
+    from replearn.claims import compared
+
+    assert compared([0.5, 0.6, 0.8], [0.1, 0.2, 0.3]) == "higher beyond the spread (0.43 ± 0.06)"
+    assert compared([0.1, 0.2, 0.3], [0.5, 0.6, 0.8]) == "lower beyond the spread (-0.43 ± 0.06)"
+    # means 0.2 and 0.25, sds 0.1 and 0.087: not separated; paired difference -0.05 ± 0.05
+    assert compared([0.1, 0.2, 0.3], [0.2, 0.2, 0.35]) == "not separated (-0.05 ± 0.05)"
+    with pytest.raises(ValueError, match="same number"):
+        compared([0.1, 0.2], [0.1])

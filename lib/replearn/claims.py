@@ -45,8 +45,8 @@ from pathlib import Path
 
 MAX_DIGITS = 17   # a float64 has at most 17 significant decimal digits
 
-__all__ = ["ClaimFailed", "MeanPm", "check_digits", "claim", "fmt", "format_value", "glue_number", "glue_pm",
-           "glue_text", "mean_pm", "recorded_outcomes", "round_significant", "verdict"]
+__all__ = ["ClaimFailed", "MeanPm", "check_digits", "claim", "compared", "fmt", "format_value", "glue_number",
+           "glue_pm", "glue_text", "mean_pm", "recorded_outcomes", "round_significant", "verdict"]
 
 
 class ClaimFailed(AssertionError):
@@ -153,6 +153,23 @@ def mean_pm(values, *, scale: float = 1.0, digits: int | None = None) -> MeanPm:
     if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_DIGITS:
         raise ValueError(f"mean_pm: digits (decimals) must be an int from 0 to {MAX_DIGITS}, got {d!r}")
     return MeanPm(fmt(m, f".{d}f"), fmt(sd, f".{d}f"))
+
+
+def compared(a, b) -> str:
+    """One cell of a "paper | ours" table: how the per-seed values ``a`` compare with ``b`` (the
+    same seeds, in order) by the book's criterion (``seeds.separated``: the difference of the means
+    exceeds the sum of the standard deviations), with the paired difference ``a - b`` over seeds,
+    e.g. ``"higher beyond the spread (0.05 ± 0.01)"`` or ``"not separated (0.00 ± 0.03)"``."""
+    from .seeds import separated
+
+    a, b = list(a), list(b)
+    if len(a) != len(b) or not a:
+        raise ValueError(f"compared needs the same number (>= 1) of per-seed values on both sides, got "
+                         f"{len(a)} and {len(b)}")
+    diff = mean_pm([x - y for x, y in zip(a, b)])
+    word = ("higher beyond the spread" if separated(a, b) else
+            "lower beyond the spread" if separated(b, a) else "not separated")
+    return f"{word} ({diff.text})"
 
 
 def _glue(name: str, value) -> None:

@@ -78,7 +78,17 @@ def _check_parameters(count: int, what: str) -> None:
 
 
 class FedAvgCNN(SplitModel):
-    """FedAvg-FT CNN (Collins et al., 2022, Sec. 5.2) for 3x32x32 inputs."""
+    """FedAvg-FT CNN (Collins et al., 2022, Sec. 5.2) for 3x32x32 inputs: three blocks of two 3x3
+    convolutions and a max-pool, then a two-layer MLP body and a linear head; no normalisation.
+
+    Every convolution and linear layer starts from He (Kaiming) normal weights for ReLU (fan in)
+    and zero biases (He et al., 2015). The paper does not say how it initialises (our copy lacks its
+    appendix); PyTorch's default (uniform with gain 1/sqrt(3)) shrinks the signal by about half a
+    layer at a time through these nine layers, so the initial logits hardly depend on the input
+    (their spread across random images is about 0.3% of their size, against about 18% with He
+    initialisation), and SGD at the paper profile's step 0.01 stayed at chance for the first 750 local
+    updates (measured, CIFAR-10 and CIFAR-100); with He initialisation 600 steps of batch 10 on the
+    CIFAR-10 subset reach 0.37 test accuracy."""
 
     def __init__(self, n_classes: int = 10, *, channels: tuple[int, int, int] = (32, 64, 128),
                  hidden: tuple[int, int] = (256, 128)):
@@ -108,6 +118,10 @@ class FedAvgCNN(SplitModel):
             width = h
         self.body = nn.Sequential(OrderedDict(layers))
         self.head = nn.Linear(width, n_classes)
+        for layer in self.modules():
+            if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+                nn.init.zeros_(layer.bias)
         self._capture = tuple(capture)
         self.n_classes = n_classes
         self.feature_dim = width

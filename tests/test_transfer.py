@@ -109,6 +109,22 @@ def test_n_pretrain_limits_the_pretraining_classes(cifar100):
         T.pretrain(T.PretrainSettings(n_pretrain=81), cifar100)
 
 
+def test_pretraining_is_shared_by_data_content_not_object(cifar100):
+    # 4.8 and 4.9 load their data separately (scripts/run_results.py): a copy of the same images shares
+    # the pre-training, other images or other settings do not
+    from dataclasses import fields
+
+    s = T.PretrainSettings(total_steps=2, tau=2, clients=10, classes_per_client=2, n_pretrain=10,
+                           train=replace(T.PretrainSettings().train, batch_size=5, participation=0.1))
+    first = T.pretrain(s, cifar100)
+    as_48 = s08.TransferSettings(**{f.name: getattr(s, f.name) for f in fields(T.PretrainSettings)})
+    assert T.pretrain(as_48, replace(cifar100, x_train=cifar100.x_train.clone())) is first
+    other = replace(cifar100, x_train=cifar100.x_train.flip(0))
+    assert T.pretrain(s, other) is not first
+    assert T.pretrain(replace(s, seed=1), cifar100) is not first
+    assert T.pretrain(s, cifar100) is first
+
+
 def test_new_clients_pool_any_count(cifar100):
     # 5 clients x 5 classes of 20 new classes: not a multiple of 20, still 5 clients of 5 classes each
     _, new = D.class_split(100, 20, seed=0)

@@ -101,9 +101,11 @@ def launch_line(section: str, profile: str) -> str:
     launch-bound seconds per seed on a GPU, clients batched and one after another."""
     s = SECTIONS[section][0].profile(profile)
     fast, slow = WORK[section](s), WORK[section](s, batched=False)
-    return (f"{profile} profile, per seed: {fast['steps']:,} client SGD steps, {fast['launches']:,} operator launches "
-            f"with {fast['batched_clients']} clients batched (about {fast['seconds']:.0f} s launch-bound on a GPU; "
-            f"{slow['seconds']:.0f} s one client at a time)")
+    line = f"{profile} profile, per seed: {fast['steps']:,} client SGD steps, {fast['launches']:,} operator launches"
+    if fast["batched_clients"] == 1:
+        return f"{line} with one client at a time (about {fast['seconds']:.0f} s launch-bound on a GPU)"
+    return (f"{line} with {fast['batched_clients']} clients batched (about {fast['seconds']:.0f} s launch-bound on "
+            f"a GPU; {slow['seconds']:.0f} s one client at a time)")
 
 
 def network_json(s) -> dict:

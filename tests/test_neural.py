@@ -644,3 +644,33 @@ def test_worker_records_the_first_and_peak_minibatch_loss():
     ref = nn.functional.cross_entropy(model(CLIENTS.x_train[0]), CLIENTS.y_train[0])
     (g,) = torch.autograd.grad(ref, [model.head.bias])
     assert torch.allclose(loss, ref.detach(), atol=1e-6) and torch.allclose(grads["head.bias"], g, atol=1e-6)
+
+
+@pytest.mark.parametrize("part", ["head", "all"])
+def test_finetune_and_fit_heads_batched_match_one_client_at_a_time(part, monkeypatch):
+    """The batched path of fine-tuning and head fitting (``vmap_clients``, meant for a GPU) gives
+    the per-client results to float64 rounding; clients of equal sizes are grouped, the others
+    train alone, so any mix of sizes works."""
+    from replearn.personalisation import fit_heads
+
+    model = tiny_model().double()
+    clients = tiny_clients(sizes=(12, 12, 12, 8))
+    clients = neural.ClientData(tuple(x.double() for x in clients.x_train), clients.y_train,
+                                tuple(x.double() for x in clients.x_test), clients.y_test)
+    state = params_of(model)
+    groups, real = [], neural._groups
+    monkeypatch.setattr(neural, "_groups", lambda *a: groups.append(real(*a)) or groups[-1])
+    one = neural.finetune(model, clients, state=state, epochs=2, part=part, lr=0.1, batch_size=4, seed=3)
+    assert max(len(g) for g in groups[-1]) == 1
+    batched = neural.finetune(model, clients, state=state, epochs=2, part=part, lr=0.1, batch_size=4, seed=3,
+                              vmap_clients=4)
+    assert sorted(len(g) for g in groups[-1]) == [1, 3]  # the three clients of 12 images train together
+    for i in range(clients.n_clients):
+        assert_close(one.client_state(i), batched.client_state(i), atol=1e-12)
+    assert abs(one.final.average - batched.final.average) < 1e-12
+    kw = dict(epochs=3, lr=0.1, momentum=0.5, batch_size=4, seed=5)
+    a, b = fit_heads(model, clients, state, **kw), fit_heads(model, clients, state, **kw, vmap_clients=3)
+    assert sorted(len(g) for g in groups[-1]) == [1, 3]
+    assert torch.allclose(a.test_accuracy, b.test_accuracy, atol=1e-12)
+    for i in range(clients.n_clients):
+        assert_close(a.client_state(i), b.client_state(i), atol=1e-12)

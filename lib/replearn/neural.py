@@ -1194,16 +1194,18 @@ def local_only(model: nn.Module, clients: ClientData, cfg: TrainConfig, *, callb
 
 def finetune(model: nn.Module, clients: ClientData, *, state: Params | None = None, epochs: int = 10,
              part: str = "head", lr: float = 0.01, momentum: float = 0.5, weight_decay: float = 0.0,
-             batch_size: int = 10, augment: bool = False, seed: int = 0) -> FedResult:
+             batch_size: int = 10, augment: bool = False, seed: int = 0, vmap_clients: int = 1) -> FedResult:
     """+FT: every client fine-tunes ``part`` ("head" or "all") of the trained model ``state``
     (default: the model's parameters) for ``epochs`` epochs of SGD on its training data
     (FedRep paper: 10 epochs of the head; FedAvg-FT paper: 10 epochs) and is tested on its
-    test data. Returns a one-round :class:`FedResult` with the fine-tuned parts in ``local``."""
+    test data. Returns a one-round :class:`FedResult` with the fine-tuned parts in ``local``.
+    ``vmap_clients``: clients with equal data sizes fine-tune together as one batched computation
+    (the engine's batched path, :class:`TrainConfig`; for a GPU), 1: one after another."""
     if part not in ("head", "all"):
         raise ValueError(f"part must be 'head' or 'all', got {part!r}")
     check_count(epochs, "epochs", 1)
     cfg = TrainConfig(rounds=1, lr=lr, momentum=momentum, weight_decay=weight_decay, batch_size=batch_size,
-                      local_epochs=epochs, augment=augment, last_rounds=1, seed=seed)
+                      local_epochs=epochs, augment=augment, last_rounds=1, seed=seed, vmap_clients=vmap_clients)
     return run_spec(algorithm_spec(f"finetune_{part}", model, cfg), model, clients, state=state)
 
 

@@ -310,7 +310,8 @@ def finetune_all(s: PretrainSettings, state: dict, clients: neural.ClientData, n
     :class:`~replearn.neural.FedResult` of :func:`replearn.neural.finetune`."""
     model, full = new_model(s, state, n_classes, derive_seed(seed, 5), clients.device)
     return model, neural.finetune(model, clients, state=full, epochs=s.ft_epochs, part="all", lr=s.ft_lr,
-                                  momentum=s.train.momentum, batch_size=s.ft_batch_size, seed=derive_seed(seed, 6))
+                                  momentum=s.train.momentum, batch_size=s.ft_batch_size, seed=derive_seed(seed, 6),
+                                  vmap_clients=s.train.vmap_clients)
 
 
 def layer_activations(model, state: dict, x: torch.Tensor, layers) -> dict[str, torch.Tensor]:

@@ -57,7 +57,7 @@ class FineTuned(Algorithm):
         seed = derive_seed(cfg.seed, 5) if options.seed is None else options.seed
         ft = neural.finetune(model, clients, state=base.state, epochs=options.epochs, part=options.part, lr=cfg.lr,
                              momentum=cfg.momentum, weight_decay=cfg.weight_decay, batch_size=cfg.batch_size,
-                             augment=cfg.augment, seed=seed)
+                             augment=cfg.augment, seed=seed, vmap_clients=cfg.vmap_clients)
         acc = torch.full_like(base.test_accuracy, float("nan"))
         acc[-1] = ft.final.average
         return replace(base, algorithm=self.name, local=ft.local, local_names=ft.local_names,

@@ -79,14 +79,15 @@ class TransferSettings(PretrainSettings):
 
 def work(s: TransferSettings, *, batched: bool = True) -> dict:
     """:func:`replearn.scales.launch_estimate` of :func:`run_transfer` with ``s`` (pre-training,
-    then ``ft_epochs`` epochs of fine-tuning per new client, sample size, trial, target and model)."""
+    then ``ft_epochs`` epochs of fine-tuning per new client, sample size, trial, target and model;
+    a trial's new clients batched like the training clients)."""
     steps, m = pretrain_work(s)
     per_client = sum(-(-n // s.ft_batch_size) for n in s.samples) + sum(-(-n // s.ft_batch_size)
                                                                        for n in s.cifar10_samples)
     ft = 2 * s.trials * s.new_clients * s.ft_epochs * per_client
     evals = 2 * s.trials * s.new_clients * (len(s.samples) + len(s.cifar10_samples))
     return scales.combine(scales.launch_estimate(steps, 0, batched_clients=scales.batching(s.train, m, batched)),
-                          scales.launch_estimate(ft, evals))  # fine-tuning: one client at a time
+                          scales.launch_estimate(ft, evals, batched_clients=scales.batching(s.train, s.new_clients, batched)))
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def work(s: CKASettings, *, batched: bool = True, shared_pretraining: bool = Tru
     evals = 2 * (s.ft_clients + 1) * -(-s.probe_per_class * 10 // 1000)
     pre = scales.launch_estimate(0 if shared_pretraining else steps, 0,
                                  batched_clients=scales.batching(s.train, m, batched))
-    return scales.combine(pre, scales.launch_estimate(ft, evals))  # fine-tuning: one client at a time
+    return scales.combine(pre, scales.launch_estimate(ft, evals, batched_clients=scales.batching(s.train, s.ft_clients, batched)))
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,8 @@ def run_cka(s: CKASettings, *, cifar10: D.CifarData | None = None,
         model, full = new_model(s, state, cifar10.n_classes, derive_seed(s.seed, 32), cl.device)
         layers = tuple(name for name in model.layer_names() if name != "head")
         res = neural.finetune(model, cl, state=full, epochs=s.ft_epochs, part="all", lr=s.ft_lr,
-                              momentum=s.train.momentum, batch_size=s.ft_batch_size, seed=derive_seed(s.seed, 33))
+                              momentum=s.train.momentum, batch_size=s.ft_batch_size, seed=derive_seed(s.seed, 33),
+                              vmap_clients=s.train.vmap_clients)
         before[tau] = layer_activations(model, full, px, layers)
         rows = []
         for i in range(cl.n_clients):

@@ -120,7 +120,7 @@ class TableSettings(FederationSettings):
 def work(s: TableSettings, *, batched: bool = True) -> dict:
     """:func:`replearn.scales.launch_estimate` of :func:`run_table` with ``s``: per partition,
     every method's rounds (FedRep: head and body epochs; the others: the body epochs; a +FT
-    method adds ``ft_epochs`` head epochs per client; methods with two models, such as Ditto
+    method adds ``ft_epochs`` head epochs per client, batched like training; methods with two models, such as Ditto
     and APFL, count twice), and the evaluations every ``eval_every`` rounds."""
     double = {"Ditto", "APFL", "Per-FedAvg"}
     parts = []
@@ -129,7 +129,8 @@ def work(s: TableSettings, *, batched: bool = True) -> dict:
             if method.endswith("+FT"):
                 per_client, _ = scales.federated_steps(name, s.full_data, n, s.train_per_client,
                                                        replace(s.train, rounds=1, participation=1.0), s.ft_epochs)
-                parts.append(scales.launch_estimate(per_client, n))
+                parts.append(scales.launch_estimate(per_client, n,  # every client, batched like training
+                                                    batched_clients=scales.batching(s.train, n, batched)))
                 continue
             cfg = method_config(method, s.train)
             epochs = cfg.local_epochs + (cfg.head_epochs if method == "FedRep" else 0)
@@ -188,7 +189,7 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
                     trained[base] = ALGORITHMS[base](model_fn(), cl, method_config(base, cfg))
                 r = neural.finetune(model_fn(), cl, state=trained[base].state, epochs=s.ft_epochs, part="head",
                                     lr=cfg.lr, momentum=cfg.momentum, batch_size=cfg.batch_size,
-                                    seed=derive_seed(s.seed, 5))
+                                    seed=derive_seed(s.seed, 5), vmap_clients=cfg.vmap_clients)
                 acc[part][method] = r.final.average
                 curves[part][method] = torch.full((cfg.rounds,), float("nan"))
             else:

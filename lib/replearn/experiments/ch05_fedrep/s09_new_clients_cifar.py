@@ -90,7 +90,8 @@ class NewClientSettings(FederationSettings):
 
 def work(s: NewClientSettings, *, batched: bool = True) -> dict:
     """:func:`replearn.scales.launch_estimate` of :func:`run_new_clients` with ``s``: FedRep (head
-    epochs + body epochs) and FedAvg on the training classes, then three heads per new client."""
+    epochs + body epochs) and FedAvg on the training classes, then three heads per new client
+    (the new clients batched like the training clients)."""
     cfg = s.train
     classes = 10 if s.dataset == "cifar10" else 100
     used = (classes - s.n_new) / classes
@@ -102,7 +103,7 @@ def work(s: NewClientSettings, *, batched: bool = True) -> dict:
     evals = 2 * s.clients * -(-cfg.rounds // cfg.eval_every) + 3 * s.new_clients * s.head_epochs_new
     return scales.combine(scales.launch_estimate(fedrep + fedavg, evals,
                                                  batched_clients=scales.batching(cfg, m, batched)),
-                          scales.launch_estimate(heads, 0))  # head fitting: one client at a time
+                          scales.launch_estimate(heads, 0, batched_clients=scales.batching(cfg, s.new_clients, batched)))
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def run_new_clients(s: NewClientSettings, *, cifar: D.CifarData | None = None) -
     for method in NEW_METHODS:
         state = {**{n: p for n, p in bodies[method].items() if not n.startswith("head.")}, **fresh_head}
         r = fit_heads(new_model, new.clients, state, epochs=s.head_epochs_new, lr=cfg.lr, momentum=cfg.momentum,
-                      batch_size=cfg.batch_size, seed=derive_seed(s.seed, 23))
+                      batch_size=cfg.batch_size, seed=derive_seed(s.seed, 23), vmap_clients=cfg.vmap_clients)
         acc[method], cacc[method] = r.test_accuracy, r.final.accuracy
     return NewClientResult(tuple(int(c) for c in train_cls), tuple(int(c) for c in new_cls), acc, cacc,
                            {m: r.accuracy for m, r in runs.items()}, cifar.describe())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import platform
 import shutil
@@ -142,6 +143,14 @@ def commit() -> str:
     return head + ("-dirty" if dirty else "")
 
 
+@functools.cache
+def process_commit() -> str:
+    """:func:`commit` when this process first asks, i.e. when its first section starts: the code it
+    imported then is the code every section of the process runs, even if the checkout moves on
+    during a run of hours."""
+    return commit()
+
+
 def read_json(path: Path, what: str, fix: str) -> dict:
     """The JSON object in ``path`` (a results file or a checkpoint); a file that cannot be read,
     is truncated or corrupt, or holds no JSON object is a ``ValueError`` naming it and ``fix``."""
@@ -185,6 +194,7 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
     cls, run, summary = SECTIONS[section]
     s = settings if settings is not None else cls.profile(profile)
     check_seeds(s.seeds)
+    code = process_commit()  # the code this process runs, not the commit checked out when the run ends
     folder = Path(out) / profile
     ckpt = folder / ".checkpoints"
     ckpt.mkdir(parents=True, exist_ok=True)
@@ -211,7 +221,7 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
     record = {"section": section, "profile": profile, "settings_class": cls.__name__, "settings": settings_json(s),
               "network": network_json(s),
               "seeds": list(s.seeds), "results": per_seed, "provenance": {
-                  "commit": commit(), "device": str(default_device()), "cpu": cpu_name(),
+                  "commit": code, "device": str(default_device()), "cpu": cpu_name(),
                   "threads": torch.get_num_threads(), "torch": torch.__version__,
                   "python": sys.version.split()[0],
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

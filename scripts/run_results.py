@@ -93,6 +93,12 @@ SECTIONS = {
 }
 
 
+#: sections whose seeds share engine runs (4.8 and 4.9: the same pre-training per seed) keep them in
+#: one folder per seed, ``<group>-seed<N>-runs``, until every section of the group has finished that
+#: seed, so that the second section reuses the first one's runs even in another process.
+RUN_GROUPS = {"4.8": ("4.8", "4.9"), "4.9": ("4.8", "4.9")}
+
+
 #: section -> the driver's launch estimate of one seed (:func:`replearn.scales.launch_estimate`)
 WORK = {"4.7": s47.work, "4.8": s48.work, "4.9": s49.work, "5.7": s57.work, "5.8": s58.work, "5.9": s59.work}
 
@@ -207,7 +213,8 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
                 per_seed[str(seed)], wall = saved[0], wall + saved[1]
                 continue
         start = time.perf_counter()
-        runs = ckpt / f"{section}-seed{seed}-runs"  # the seed's finished engine runs: a seed cut short resumes
+        group = RUN_GROUPS.get(section, (section,))
+        runs = ckpt / f"{'+'.join(group)}-seed{seed}-runs"  # the seed's finished engine runs: a seed cut short resumes
         with checkpoints.resumable(runs):
             result = json.loads(json.dumps(summary(run(dataclasses.replace(s, seed=seed)))))
         elapsed = time.perf_counter() - start
@@ -216,7 +223,8 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
             raise ValueError(f"section {section}, seed {seed}: the result holds NaN or infinite values at "
                              f"{bad[:5]}; nothing was written for this seed (fix the run, then re-run)")
         path.write_text(json.dumps({"settings": settings_json(s), "result": result, "wall_s": elapsed}))
-        shutil.rmtree(runs, ignore_errors=True)  # the seed's checkpoint now holds its result
+        if all((ckpt / f"{other}-seed{seed}.json").is_file() for other in group):
+            shutil.rmtree(runs, ignore_errors=True)  # the group's seed checkpoints now hold its results
         per_seed[str(seed)], wall = result, wall + elapsed
     record = {"section": section, "profile": profile, "settings_class": cls.__name__, "settings": settings_json(s),
               "network": network_json(s),

@@ -82,10 +82,11 @@ def test_bad_arguments():
         rr.run_section("4.7", "default")
 
 
-def test_long_profiles_are_larger_than_the_cpu_defaults():
+def test_long_profiles_differ_from_the_cpu_defaults_and_have_a_spread():
+    # the near-paper long runs of 4.7-4.9 trade seeds (2) for the paper's network and clients
     for section, (cls, _, _) in rr.SECTIONS.items():
         d, l = cls.default(), cls.profile("long")
-        assert l != d and len(l.seeds) >= len(d.seeds), section
+        assert l != d and len(l.seeds) >= 2, section
 
 
 def _fake_58(monkeypatch, value):

@@ -1,6 +1,7 @@
 """Tests of replearn.similarity against independent NumPy / loop computations and CKA's invariances."""
 
 import itertools
+import math
 from collections import OrderedDict
 
 import numpy as np
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from replearn import similarity as sim
+from replearn.backend import check_finite
 
 
 def _randn(*shape, seed):
@@ -441,7 +443,7 @@ def test_rescaling_is_exact_and_the_feature_path_is_fast_enough():
     X, Y = _correlated(512, 10, 10, seed=52)
     assert float(sim.linear_cka(X * 2.0**-300, Y)) == float(sim.linear_cka(X, Y))  # bit for bit
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
-    gram = sim._cka_from_grams(Xc @ Xc.T, Yc @ Yc.T, True, ("X", "Y"))
+    gram = sim._cka_from_grams(torch.stack([Xc @ Xc.T, Yc @ Yc.T]), True, ("X", "Y"))
     assert float(sim.linear_cka(X, Y, unbiased=True)) == pytest.approx(float(gram), rel=1e-12)
 
 
@@ -451,3 +453,156 @@ def test_a_constant_column_beside_varying_ones_is_ignored():
     assert float(sim.linear_cka(padded, Y)) == pytest.approx(float(sim.linear_cka(X, Y)), rel=1e-13)
     with pytest.raises(ValueError, match="X is degenerate"):
         sim.linear_cka(torch.full((50, 2), 1e10, dtype=torch.float64), Y)
+
+
+# ----------------------------------------------------------------------------- fast preparation, bit for bit
+
+def _reference_centred(X):
+    """The CKA functions' feature preparation written out plainly (float64): centre the columns,
+    zero the columns whose centred values are within n eps max |x| (constant), scale by 2^-e with
+    2^(e-1) <= max |centred| < 2^e."""
+    X = torch.as_tensor(X)
+    X = X.reshape(X.shape[0], -1).to(torch.float64)
+    Xc = X - X.mean(dim=0, keepdim=True)
+    constant = Xc.abs().amax(dim=0) <= X.shape[0] * torch.finfo(torch.float64).eps * X.abs().amax(dim=0)
+    if constant.any():
+        Xc = Xc.masked_fill(constant, 0.0)
+    top = float(Xc.detach().abs().max())
+    return torch.ldexp(Xc, Xc.new_tensor(-(math.frexp(top)[1] if top > 0 else 0)))
+
+
+def _reference_rbf(F, sigma_frac):
+    sq = F.square().sum(dim=1)
+    D = (sq[:, None] + sq[None, :] - 2.0 * (F @ F.T)).clamp_min(0.0)
+    D.fill_diagonal_(0.0)
+    s = torch.sort(D.reshape(-1)).values
+    median = 0.5 * (s[(s.numel() - 1) // 2] + s[s.numel() // 2])
+    return torch.exp(-D / (2.0 * (sigma_frac ** 2 * median)))
+
+
+def _reference_gram_cka(K, L, unbiased):
+    """CKA by :func:`sim.hsic`'s equations on the stack [K, L], the traces as sum(A * B^T) in one
+    (2, n^2) @ (n^2, 2) product."""
+    G, n = torch.stack([K, L]), K.shape[0]
+    if unbiased:
+        G = G.clone()
+        G.diagonal(dim1=-2, dim2=-1).zero_()
+        M = (G.reshape(2, -1) @ G.transpose(-1, -2).reshape(2, -1).T
+             + torch.outer(G.sum(dim=(-2, -1)), G.sum(dim=(-2, -1))) / ((n - 1) * (n - 2))
+             - 2.0 / (n - 2) * (G.sum(dim=-2) @ G.sum(dim=-1).T)) / (n * (n - 3))
+    else:
+        Gc = (G - G.mean(dim=-1, keepdim=True) - G.mean(dim=-2, keepdim=True)
+              + G.mean(dim=(-2, -1), keepdim=True))
+        M = Gc.reshape(2, -1) @ G.transpose(-1, -2).reshape(2, -1).T / (n - 1) ** 2
+    return M[0, 1] / torch.sqrt(M[0, 0] * M[1, 1])
+
+
+def _reference_linear_cka(X, Y, unbiased):
+    Xc, Yc = _reference_centred(X), _reference_centred(Y)
+    if sim._feature_form_cheaper(Xc.shape[0], Xc.shape[1], Yc.shape[1]):
+        if unbiased:
+            cross, self_x, self_y, _, _ = sim._linear_hsic_terms([Xc], [Yc])
+            return cross[0, 0] / torch.sqrt(self_x[0] * self_y[0])
+        numerator = torch.linalg.norm(Yc.T @ Xc).square()
+        return numerator / (torch.linalg.norm(Xc.T @ Xc) * torch.linalg.norm(Yc.T @ Yc))
+    K, L = Xc @ Xc.T, Yc @ Yc.T
+    if unbiased:
+        return _reference_gram_cka(K, L, True)
+    return (K * L).sum() / (torch.linalg.norm(K) * torch.linalg.norm(L))
+
+
+def _bits(t):
+    return t.to(torch.float64).contiguous().view(torch.int64)
+
+
+def _pair(kind, n, p1, p2, seed):
+    X, Y = _correlated(n, p1, p2, seed, noise=2.0)
+    if kind == "offset":  # 1e10 + z: only ~1e-6 of each entry varies
+        X = X + 1e10
+    elif kind == "constant":  # constant columns (one huge) beside varying ones, and ReLU-like floors
+        X[:, ::3] = 7.25
+        Y = Y.clamp_min(-1.0)
+        Y[:, 1] = -1e12
+    elif kind == "scales":
+        X, Y = X * 1e-150, Y * 1e150
+    elif kind == "float32 transposed":  # converted (a private copy), with transposed strides
+        X, Y = X.float().T.contiguous().T, Y.float()
+    return X, Y
+
+
+KINDS = ["plain", "offset", "constant", "scales", "float32 transposed"]
+
+
+@pytest.mark.parametrize("shape, kind", [*itertools.product([(40, 3, 5), (12, 30, 20), (64, 100, 90)], KINDS),
+                                         ((131, 8100, 40), "offset"), ((131, 8100, 40), "constant")])
+def test_fast_preparation_is_bit_identical_to_the_plain_algorithm(shape, kind):
+    """Centring, constant columns and scale from per-column extremes, in place and in reused buffers:
+    the same bits as the straightforward passes (131 x 8100: the column extremes in blocks of 8
+    rows and a remainder)."""
+    n, p1, p2 = shape
+    X, Y = _pair(kind, n, p1, p2, seed=60)
+    X0, Y0 = X.clone(), Y.clone()
+    cx, cy = sim._column_pair(X, Y, min_n=2, why="")
+    assert cx.constant is None if kind != "constant" else int(cx.constant.sum()) == math.ceil(p1 / 3)
+    for c, F in ((cx, X), (cy, Y)):
+        assert torch.equal(_bits(sim._centred(c)), _bits(_reference_centred(F)))
+    for unbiased in (False, True):
+        assert float(sim.linear_cka(X, Y, unbiased=unbiased)) == float(_reference_linear_cka(X, Y, unbiased))
+        Xc, Yc = _reference_centred(X), _reference_centred(Y)
+        expected = _reference_gram_cka(_reference_rbf(Xc, 0.8), _reference_rbf(Yc, 0.8), unbiased)
+        assert float(sim.rbf_cka(X, Y, unbiased=unbiased)) == float(expected)
+    assert torch.equal(_bits(X), _bits(X0)) and torch.equal(_bits(Y), _bits(Y0))  # inputs untouched
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("p", [4, 40])  # feature-space and Gram form
+def test_non_finite_features_raise_check_finites_message(value, p):
+    X, Y = _correlated(20, p, p, seed=61)
+    bad = X.clone()
+    bad[7, p - 1] = value
+    with pytest.raises(ValueError) as expected:
+        check_finite(bad, "X")
+    for cka in (sim.linear_cka, sim.rbf_cka):
+        for unbiased in (False, True):
+            with pytest.raises(ValueError) as got:
+                cka(bad, Y, unbiased=unbiased)
+            assert str(got.value) == str(expected.value)
+            with pytest.raises(ValueError) as got:
+                cka(Y, bad, unbiased=unbiased)
+            assert str(got.value) == str(expected.value).replace("X", "Y", 1)
+    both = X.clone()
+    both[0, 0], both[1, 0] = float("inf"), -float("inf")  # a NaN mean
+    with pytest.raises(ValueError, match="^X contains NaN or infinite values"):
+        sim.linear_cka(both, Y[:5])  # reported before the row mismatch, as before
+
+
+@pytest.mark.parametrize("kind", ["linear", "rbf"])
+@pytest.mark.parametrize("unbiased", [False, True])
+def test_cka_gradients_survive_the_in_place_paths(kind, unbiased):
+    """With autograd recording nothing is overwritten or reused; gradients match the plain algorithm's."""
+    X, Y = _correlated(24, 40, 30, seed=62)
+    grads = []
+    for lib in (True, False):
+        A = X.clone().requires_grad_()
+        if lib:
+            value = (sim.linear_cka if kind == "linear" else sim.rbf_cka)(A, Y, unbiased=unbiased)
+        elif kind == "linear":
+            value = _reference_linear_cka(A, Y, unbiased)
+        else:
+            value = _reference_gram_cka(_reference_rbf(_reference_centred(A), 0.8),
+                                        _reference_rbf(_reference_centred(Y), 0.8), unbiased)
+        value.backward()
+        grads.append(A.grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-14)
+    with torch.no_grad():
+        A = X.clone().requires_grad_()
+        assert float(sim.linear_cka(A, Y, unbiased=unbiased)) == float(_reference_linear_cka(X, Y, unbiased))
+        assert torch.equal(A, X)
+
+
+def test_hsic_leaves_its_inputs_alone():
+    K, A = _randn(7, 7, seed=63), _randn(7, 7, seed=64)
+    L = A.T.contiguous().T  # transposed strides: L^T is contiguous, a view of L's memory
+    for unbiased in (False, True):
+        assert float(sim.hsic(K, L, unbiased=unbiased)) == float(sim.hsic(K, A, unbiased=unbiased))
+    assert torch.equal(K, _randn(7, 7, seed=63)) and torch.equal(L, A)

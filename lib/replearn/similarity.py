@@ -31,8 +31,6 @@ from torch import nn
 
 from .backend import check_finite
 
-# A representation is "constant" when its centred features are this small relative to the raw ones.
-_FEATURE_RTOL = 1e-10
 # A kernel is degenerate when HSIC(K, K) <= _KERNEL_RTOL * ||K||_F^2 / (n - 1)^2.
 _KERNEL_RTOL = 1e-10
 

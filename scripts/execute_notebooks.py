@@ -11,6 +11,7 @@ notebooks only change when their outputs do.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -65,6 +66,10 @@ def execute(path: Path) -> list[str]:
 
 
 def main(args: list[str]) -> int:
+    # A non-inline backend in the environment (MPLBACKEND=Agg, as the unit tests use) would reach the
+    # kernels: plt.show() then stores no figure, and strict nbval, which runs with the inline backend,
+    # rejects every plot cell. The kernels always get Jupyter's inline backend.
+    os.environ.pop("MPLBACKEND", None)
     failed = False
     for path in notebooks(args):
         try:

@@ -72,7 +72,11 @@ def test_pretrain_settings_cpu_and_paper_profiles():
     assert (p.total_steps, p.dtype, p.ft_lr, p.ft_batch_size) == (125_000, "float32", 0.01, 10)
     assert p.total_steps % p.tau == 0
     long = T.PretrainSettings.long()
-    assert long.total_steps > d.total_steps and len(long.seeds) >= len(d.seeds)
+    # near-paper: the paper's network, clients and optimiser; fewer local updates, subset data, 2 seeds
+    assert long.total_steps > d.total_steps and len(long.seeds) >= 2 and not long.full_data
+    assert long.total_steps < p.total_steps
+    assert (long.model, long.channels, long.hidden, long.clients, long.train, long.dtype) == \
+        (p.model, p.channels, p.hidden, p.clients, p.train, p.dtype)
 
 
 def test_pretrain_settings_validate_at_construction():

@@ -20,7 +20,11 @@ def test_paper_profile_follows_the_paper():
     assert all(p.total_steps % tau == 0 for tau in p.taus)
     assert d.dtype == "float64" and len(d.seeds) >= 3
     long = s07.SimilaritySettings.long()
-    assert long.total_steps > d.total_steps and len(long.seeds) >= len(d.seeds)
+    # near-paper: the paper's network, clients and optimiser; fewer local updates, subset data, 2 seeds
+    assert long.total_steps > d.total_steps and len(long.seeds) >= 2 and not long.full_data
+    assert long.total_steps < p.total_steps
+    assert (long.model, long.channels, long.hidden, long.clients, long.train, long.dtype) == \
+        (p.model, p.channels, p.hidden, p.clients, p.train, p.dtype)
 
 
 def test_bad_settings_raise_at_construction():

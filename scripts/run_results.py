@@ -70,7 +70,10 @@ def _cka(r: s49.CKALayerResult) -> dict:
 
 
 def _table(r: s57.TableResult) -> dict:
-    return {"/".join(map(str, p)): dict(r.accuracy[p]) for p in r.partitions}
+    key = {p: "/".join(map(str, p)) for p in r.partitions}
+    return {"accuracy": {key[p]: dict(r.accuracy[p]) for p in r.partitions},
+            "client_accuracy": {key[p]: {m: _floats(v) for m, v in r.client_accuracy[p].items()}
+                                for p in r.partitions}}
 
 
 def _epochs(r: s58.EpochResult) -> dict:

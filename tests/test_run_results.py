@@ -83,10 +83,27 @@ def test_bad_arguments():
 
 
 def test_long_profiles_differ_from_the_cpu_defaults_and_have_a_spread():
-    # the near-paper long runs of 4.7-4.9 trade seeds (2) for the paper's network and clients
+    # the near-paper long runs trade seeds (2) for the paper's network and clients; 5.7's single
+    # seed takes its spread over the 100 clients of its partition (client_accuracy is recorded)
     for section, (cls, _, _) in rr.SECTIONS.items():
         d, l = cls.default(), cls.profile("long")
-        assert l != d and len(l.seeds) >= 2, section
+        assert l != d and l.dtype == "float32" and not l.full_data, section
+        if section == "5.7":
+            assert l.seeds == (0,) and all(n >= 100 for _, n, _ in l.partitions)
+        else:
+            assert len(l.seeds) >= 2, section
+
+
+def test_the_table_summary_keeps_per_client_accuracies():
+    import torch
+
+    part = ("cifar10", 3, 2)
+    from replearn.experiments.ch05_fedrep.s07_cifar_personalisation import TableResult
+    res = TableResult((part,), {part: {"FedRep": 0.75}}, {part: {"FedRep": torch.tensor([0.5, 0.75, 1.0])}},
+                      {}, {}, {}, {})
+    out = rr._table(res)
+    assert out == {"accuracy": {"cifar10/3/2": {"FedRep": 0.75}},
+                   "client_accuracy": {"cifar10/3/2": {"FedRep": [0.5, 0.75, 1.0]}}}
 
 
 def _fake_58(monkeypatch, value):

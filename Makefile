@@ -23,9 +23,11 @@ endif
 
 .PHONY: book test data data-preflight unit nbval nbval-portable execute results bench lab launch-check constraints clean
 
-# Notebooks that train CNNs on CIFAR (float64 on the CPU, about a minute or two each): strict
-# nbval checks them once; to keep `make test` short the portability pass re-runs only the others
-# (their portability was checked by hand: README, "Results files").
+# Every notebook runs once under strict nbval, two at a time (pytest-xdist, one notebook per worker,
+# one thread each). The notebooks that train CNNs on CIFAR (float64, a minute or two each) run on
+# the default kernel path (`nbval`); all others on a second kernel path (`nbval-portable`), so their
+# stored outputs, made on the default path, are checked against another one (README, "Portable
+# outputs"; the CIFAR notebooks' portability was checked by hand: README, "Results files").
 NEURAL_NOTEBOOKS := $(filter %/07_feature_similarity.ipynb %/08_transfer.ipynb %/09_cka.ipynb \
 	%/07_cifar_personalisation.ipynb %/08_local_epochs.ipynb %/09_new_clients_cifar.ipynb,$(NOTEBOOKS))
 PORTABLE_NOTEBOOKS := $(filter-out $(NEURAL_NOTEBOOKS),$(NOTEBOOKS))
@@ -34,6 +36,8 @@ PORTABLE_NOTEBOOKS := $(filter-out $(NEURAL_NOTEBOOKS),$(NOTEBOOKS))
 # has them, and one thread. An output that depends on the kernel path or the thread count
 # differs here, so it fails on every machine instead of only on CI's (README, "Portable outputs").
 PORTABLE_ENV := MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+# two notebooks at a time, each whole notebook in one worker (its cells depend on each other)
+XDIST := -n 2 --dist loadfile
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,11 +72,11 @@ unit: $(FLOWER_STAMP)
 	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q
 
 nbval: data $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
-		--nbval-sanitize-with nbval_sanitize.cfg $(NOTEBOOKS)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) --nbval \
+		--nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg $(NEURAL_NOTEBOOKS)
 
 nbval-portable: data $(STAMP)
-	$(PORTABLE_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider --nbval --nbval-current-env \
+	$(PORTABLE_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) --nbval --nbval-current-env \
 		--nbval-sanitize-with nbval_sanitize.cfg $(PORTABLE_NOTEBOOKS)
 
 execute: $(STAMP)

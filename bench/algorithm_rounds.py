@@ -33,10 +33,9 @@ upload, ``zero_()`` and ``+= w_i * param.clone()``. The DataLoaders replay the b
 draws (:func:`replearn.neural.plan_round` from a generator seeded with ``cfg.seed``; L2GD's
 coins drawn after it, as ours), so both compute the same iterates and a sanity check compares
 them: the relative difference of the parameters every client is evaluated with (all clients
-stacked), which must stay below 1e-9 (float64: only the summation order of the convolutions
-and of the server's average differs, ours training a ``channels_last`` copy with ReLU and
-max-pooling swapped; measured about 1e-16) or 1e-3 (float32), and the two average test
-accuracies.
+stacked), which must stay below 1e-9 (float64: only the summation order of the server's
+average differs, ours training a copy with ReLU and max-pooling swapped) or 1e-3 (float32,
+where ours' convolutions also run ``channels_last``), and the two average test accuracies.
 
 What the ratios show (a 2-core Xeon, torch 2.13, one thread): in float32 ours' working copy
 runs a forward and backward pass about 1.2-1.5x faster than the plain model (oneDNN's
@@ -44,11 +43,9 @@ runs a forward and backward pass about 1.2-1.5x faster than the plain model (one
 DataLoader's collation, ``zero_grad`` and the per-parameter optimiser loop, so every method
 is faster. In float64 there is no oneDNN: ATen's ``slow_conv2d`` runs both, and on
 ``channels_last`` tensors it is 5-25% slower than on the plain layout, which the saved
-overheads (about 0.5 ms of a 15-20 ms step) do not make up, so the ratios of the methods whose
-time is full-model training steps sit around 0.85-1.1 (measured: about half miss the target,
-by up to 15%; which ones changes from run to run on a loaded machine).
-The layout is chosen by :func:`replearn.neural.fast_copy` for every algorithm (and the float64
-iterates depend on it in their last bits), so it is left as it is here. Methods where the
+overheads (about 0.5 ms of a 15-20 ms step) did not make up (about half the methods missed the
+target, by up to 15%), so ours keeps the plain layout in float64
+(:func:`replearn.neural.work_layout`) and saves the overheads on top. Methods where the
 PFLlib style itself is slow win in both dtypes: Fed-MTL (its regulariser builds and
 differentiates the d x m matrix W every step) and the +FT fine-tuning (ours runs the frozen
 body once per client, the loop once per batch and epoch; measured at 2 and 10 epochs).
@@ -638,11 +635,11 @@ def timed(fn):
 
 def step_kernels(model, dtype, batch, reps=10, repeats=3):
     """Median ms of one forward + backward of a batch on the plain model (what the PFLlib-style
-    loops train) and on ours' working copy (:func:`replearn.neural.fast_copy`: channels_last,
-    ReLU after max-pooling), the images in each one's layout."""
+    loops train) and on ours' working copy (:func:`replearn.neural.fast_copy`: the layout of
+    :func:`replearn.neural.work_layout`, ReLU after max-pooling), the images in each one's layout."""
     x = torch.randn(batch, 3, 32, 32, dtype=dtype)
     y = torch.arange(batch) % 10
-    nets = {"plain": (model, x), "ours": (neural.fast_copy(model), x.contiguous(memory_format=torch.channels_last))}
+    nets = {"plain": (model, x), "ours": (neural.fast_copy(model), x.contiguous(memory_format=neural.work_layout(dtype)))}
     out = {k: [] for k in nets}
     for r in range(repeats + 1):
         for k, (net, xb) in nets.items():

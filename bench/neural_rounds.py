@@ -199,7 +199,7 @@ def kernel_rate(model, x, y, batch: int, reps: int = 30) -> float:
     timed on one thread and multiplied by the thread count (perfect scaling over clients)."""
     threads = torch.get_num_threads()
     work = neural.fast_copy(model)
-    xb, yb = x[:batch].contiguous(memory_format=torch.channels_last), y[:batch]
+    xb, yb = x[:batch].contiguous(memory_format=neural.work_layout(x.dtype)), y[:batch]
 
     def steps(k):
         for _ in range(k):

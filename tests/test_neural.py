@@ -563,6 +563,17 @@ def test_every_config_field_is_validated(kwargs, match):
         neural.TrainConfig(**kwargs)
 
 
+def test_the_working_layout_is_channels_last_except_in_float64():
+    assert neural.work_layout(torch.float32) == torch.channels_last
+    assert neural.work_layout(torch.float64) == torch.contiguous_format
+    for dtype, fmt in ((torch.float32, torch.channels_last), (torch.float64, torch.contiguous_format)):
+        fast = neural.fast_copy(models.FedRepCNN(10, variant="narrow").to(dtype))
+        weights = [p for p in fast.parameters() if p.ndim == 4]
+        assert weights and all(p.is_contiguous(memory_format=fmt) for p in weights)
+        if fmt == torch.channels_last:
+            assert not all(p.is_contiguous() for p in weights)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_fast_copy_computes_the_same_function_and_gradients(dtype):
     for model in (tiny_model().to(dtype), models.make_model("fedrep_cnn", 10, seed=0, device="cpu",
@@ -576,7 +587,7 @@ def test_fast_copy_computes_the_same_function_and_gradients(dtype):
         x = torch.randn(6, 3, side, side, dtype=dtype, generator=torch.Generator().manual_seed(0))
         y = torch.arange(6) % 3
         outs, grads = [], []
-        for m, xx in ((model, x), (fast, x.contiguous(memory_format=torch.channels_last))):
+        for m, xx in ((model, x), (fast, x.contiguous(memory_format=neural.work_layout(dtype)))):
             m.zero_grad(set_to_none=True)
             out = m(xx)
             nn.functional.cross_entropy(out, y).backward()

@@ -21,11 +21,11 @@ successive random permutations of the client's data) or ``E`` epochs over a fres
 permutation in batches of ``batch_size`` with a smaller last batch (like a ``DataLoader``
 with ``shuffle=True``, ``drop_last=False``).
 
-Speed: the clients' images live as tensors on the device (the training images
-``channels_last``); there is no ``DataLoader``, no per-sample augmentation
-(:func:`replearn.data.augment` works on whole batches) and no ``deepcopy`` per client: each
+Speed: the clients' images live as tensors on the device (the training images in the
+layout of :func:`work_layout`: ``channels_last`` except in float64); there is no
+``DataLoader``, no per-sample augmentation (:func:`replearn.data.augment` works on whole batches) and no ``deepcopy`` per client: each
 client's parameters are loaded into one working copy of the model (:func:`fast_copy`: ReLU
-after max-pooling, ``channels_last`` weights; same function and gradients), updated in place
+after max-pooling, weights in the working layout; same function and gradients), updated in place
 with foreach kernels, and averaged as tensors. A phase that trains only the head runs on body
 features computed once per phase (:class:`LocalSGD`). On a CPU the clients of a round train
 concurrently, one per thread (``workers`` of :func:`run_spec`, default torch's thread count),
@@ -551,6 +551,15 @@ def _augment(x: torch.Tensor, cfg: "TrainConfig", generator: torch.Generator | N
     return augment(x.flatten(0, x.ndim - 4), generator).view_as(x)
 
 
+def work_layout(dtype: torch.dtype) -> torch.memory_format:
+    """The memory layout of the engine's working copies and images for ``dtype``:
+    ``channels_last`` (NHWC, oneDNN's native layout, which saves the layout conversions of
+    every convolution and pooling) except in float64, which oneDNN does not run: there ATen's
+    ``slow_conv2d`` runs both layouts and is 5-25% slower on ``channels_last`` (measured with
+    ``bench/algorithm_rounds.py``), so float64 keeps the plain layout."""
+    return torch.contiguous_format if dtype == torch.float64 else torch.channels_last
+
+
 def fast_copy(model: nn.Module) -> nn.Module:
     """A copy of ``model`` that computes the same function and the same gradients faster on
     the CPU (a private working copy for training):
@@ -560,11 +569,11 @@ def fast_copy(model: nn.Module) -> nn.Module:
       the gradients agree too (both pass the gradient to the window's first maximum when it
       is positive, and 0 otherwise), but the ReLU and its backward then touch a quarter of
       the elements;
-    - the parameters of 4-d weights are stored ``channels_last`` (NHWC), oneDNN's native
-      layout, which saves the layout conversions of every convolution and pooling.
+    - the parameters of 4-d weights are stored in :func:`work_layout` of the model's dtype
+      (``channels_last`` except in float64).
 
-    Only the floating-point summation order of the convolutions changes, so the iterates
-    agree with the plain model's to rounding error, not bit for bit."""
+    Only the floating-point summation order of the convolutions changes (in float32), so the
+    iterates agree with the plain model's to rounding error, not bit for bit."""
     work = copy.deepcopy(model)
     for seq in work.modules():
         if isinstance(seq, nn.Sequential):
@@ -574,11 +583,12 @@ def fast_copy(model: nn.Module) -> nn.Module:
                 if (type(first) is nn.ReLU and type(second) is nn.MaxPool2d
                         and not second.return_indices):
                     seq._modules[a], seq._modules[b] = second, first
-    return work.to(memory_format=torch.channels_last)
+    dtype = next((p.dtype for p in work.parameters() if p.is_floating_point()), torch.float32)
+    return work.to(memory_format=work_layout(dtype))
 
 
-def _as_channels_last(x: torch.Tensor) -> torch.Tensor:
-    return x.contiguous(memory_format=torch.channels_last) if x.ndim == 4 else x
+def _in_work_layout(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous(memory_format=work_layout(x.dtype)) if x.ndim == 4 else x
 
 
 class LocalSGD:
@@ -646,7 +656,7 @@ class LocalSGD:
                 p.copy_(params[n])
                 p.requires_grad_(n in trainable)
                 p.grad = None
-        x = _as_channels_last(x)
+        x = _in_work_layout(x)
         xb, yb = (x, y) if idx is None else (x[idx.to(x.device)], y[idx.to(y.device)])
         loss = F.cross_entropy(self.model(_augment(xb, cfg, generator) if idx is not None else xb), yb)
         loss.backward()
@@ -676,7 +686,7 @@ class LocalSGD:
                 p.requires_grad_(n in trainable)
         tp = [self.params[n] for n in trainable]
         buf = None
-        x = _as_channels_last(x)  # no copy when the engine already stores it so
+        x = _in_work_layout(x)  # no copy when the engine already stores it so
         loss_sum = torch.zeros((), device=x.device, dtype=x.dtype)
         net = self.model
         if batches and self._features_suffice(trainable, x, cfg):
@@ -828,7 +838,7 @@ def _test_client(work: nn.Module, clients: ClientData, params: Params, local: Pa
             slot.copy_(local[n][i] if n in local else params[n])
         correct, total = 0.0, 0.0
         for xb, yb in zip(x.split(batch_size), y.split(batch_size)):
-            out = work(_as_channels_last(xb))
+            out = work(_in_work_layout(xb))
             correct += float((out.argmax(1) == yb).sum())
             total += float(F.cross_entropy(out, yb, reduction="sum"))
     return correct / x.shape[0], total / x.shape[0]
@@ -1030,7 +1040,7 @@ def _run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, sta
     device = clients.device
     state = starting_state(model, state, device, clients.dtype)
     M = clients.n_clients
-    x_train: dict[int, torch.Tensor] = {}  # channels_last training images, made by the thread that first needs them
+    x_train: dict[int, torch.Tensor] = {}  # training images in the working layout, made by the thread that first needs them
     local_state = {n: state[n].unsqueeze(0).repeat(M, *([1] * state[n].ndim)) for n in local}
     sizes = clients.train_sizes
     gen = make_generator(cfg.seed)
@@ -1064,7 +1074,7 @@ def _run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, sta
                               state[n].unsqueeze(0).expand(G, *state[n].shape)) for n in names}
                 for i in group:
                     if i not in x_train:
-                        x_train[i] = _as_channels_last(clients.x_train[i])
+                        x_train[i] = _in_work_layout(clients.x_train[i])
                 xs = [x_train[i] for i in group]
                 ys = [clients.y_train[i] for i in group]
                 loss_sum = torch.zeros(G, device=device, dtype=clients.dtype)
@@ -1217,7 +1227,7 @@ def finetune(model: nn.Module, clients: ClientData, *, state: Params | None = No
 class ClientRound:
     """What one sampled client sees in one round of :func:`run_protocol` (built on the
     client's thread): its index ``client``, a :class:`LocalSGD` ``worker`` to train or take
-    gradients with, its training images ``x`` (``channels_last``) and labels ``y``, its size
+    gradients with, its training images ``x`` (in :func:`work_layout`) and labels ``y``, its size
     ``n``, ``batches[k]``: the index batches planned for phase k, the run's ``cfg`` and the
     algorithm's ``options``, ``generator`` (for augmentation only; None when clients train on
     threads, which needs ``cfg.augment = False``), the server's parameters ``global_params``
@@ -1347,7 +1357,7 @@ def _run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCo
 
     def context(w: LocalSGD, i: int, batches, broadcast, draw, own: dict) -> ClientRound:
         if i not in x_train:
-            x_train[i] = _as_channels_last(clients.x_train[i])
+            x_train[i] = _in_work_layout(clients.x_train[i])
         return ClientRound(i, w, x_train[i], clients.y_train[i], int(sizes[i]), batches, cfg, options,
                            gen if pool is None else None, params, server, broadcast, own, draw, initial)
 

@@ -563,6 +563,12 @@ def test_every_config_field_is_validated(kwargs, match):
         neural.TrainConfig(**kwargs)
 
 
+def test_forward_chunks_are_small_in_float64_on_the_cpu():
+    x64, x32 = torch.zeros(2, 3, 4, 4, dtype=torch.float64), torch.zeros(2, 3, 4, 4)
+    assert neural.forward_chunk(x64, 1000) == 16 and neural.forward_chunk(x64, 5) == 5
+    assert neural.forward_chunk(x32, 1000) == 1000
+
+
 def test_the_working_layout_is_channels_last_except_in_float64():
     assert neural.work_layout(torch.float32) == torch.channels_last
     assert neural.work_layout(torch.float64) == torch.contiguous_format

@@ -58,8 +58,11 @@ def test_a_changed_width_makes_committed_results_stale(monkeypatch, tmp_path):
     (tmp_path / "long").mkdir()
     (tmp_path / "long" / "5.9.json").write_text(src.read_text())
     assert run_results.stale_files(tmp_path) == []
-    assert json.loads(src.read_text())["network"]["cifar10"]["widths"]["conv1"] == models.FEDREP_WIDTHS["narrow"][0]
-    monkeypatch.setitem(models.FEDREP_WIDTHS, "narrow", (16, 48, 120, 64))
+    s = run_results.SECTIONS["5.9"][0].profile("long")
+    variant = s.variant or s.dataset  # None: the authors' widths for the dataset
+    widths = models.FEDREP_WIDTHS[variant]
+    assert json.loads(src.read_text())["network"][s.dataset]["widths"]["conv1"] == widths[0]
+    monkeypatch.setitem(models.FEDREP_WIDTHS, variant, (widths[0] + 16, *widths[1:]))
     assert run_results.stale_files(tmp_path) == [str(tmp_path / "long" / "5.9.json")]
 
 

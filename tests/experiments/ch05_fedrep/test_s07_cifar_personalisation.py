@@ -99,6 +99,8 @@ def test_cpu_default_and_paper_profile():
     assert (p.train.batch_size, p.train.lr, p.train.local_steps, p.train.head_steps, p.train.head_epochs) == \
         (10, 0.01, None, None, 10)
     assert (p.train_per_client, p.test_per_client, p.ft_epochs) == (None, None, 10)
-    long = s07.TableSettings.long()
-    assert long.train.rounds > t.train.rounds and long.train.eval_every == long.train.rounds
-    assert len(long.seeds) >= len(t.seeds)
+    long = s07.TableSettings.long()  # near-paper: the paper profile with fewer rounds, one partition and seed
+    assert replace(long, partitions=p.partitions, seeds=p.seeds, full_data=True,
+                   train=replace(long.train, rounds=p.train.rounds, eval_every=p.train.eval_every)) == p
+    assert long.partitions == (("cifar10", 100, 2),) and long.methods == TABLE1 and long.seeds == (0,)
+    assert long.train.rounds > t.train.rounds and long.train.rounds % long.train.eval_every == 0

@@ -51,9 +51,11 @@ def test_cpu_default_long_and_paper_profiles():
     assert e.train_per_client * e.clients % 10 == 0 and len(set(e.epochs)) == len(e.epochs)
     assert e.train.local_steps is None and e.train.head_steps is None       # epochs, not steps
     assert e.train.eval_every == e.train.rounds and len(e.seeds) >= 3
-    long = s08.EpochSettings.long()
-    assert long.train.rounds > e.train.rounds and long.train.eval_every == long.train.rounds
-    assert len(long.seeds) >= len(e.seeds)
+    long = s08.EpochSettings.long()  # near-paper: the paper profile with fewer rounds, values of E and seeds
     p = s08.EpochSettings.paper()
+    assert replace(long, epochs=p.epochs, seeds=p.seeds, full_data=True,
+                   train=replace(long.train, rounds=p.train.rounds, eval_every=p.train.eval_every)) == p
+    assert set(long.epochs) < set(p.epochs) and len(long.seeds) >= 2
+    assert long.train.rounds > e.train.rounds and long.train.rounds % long.train.eval_every == 0
     assert p.clients == 100 and p.classes_per_client == 2 and p.train.participation == 0.1
     assert (p.train.rounds, p.train.lr, p.train.batch_size, p.dtype) == (100, 0.01, 10, "float32")

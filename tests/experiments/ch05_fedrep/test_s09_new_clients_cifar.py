@@ -49,10 +49,12 @@ def test_cpu_default_long_and_paper_profiles():
     n = s09.NewClientSettings()
     assert n.train_per_client * n.clients % (10 - n.n_new) == 0 and n.new_train * n.new_clients % n.n_new == 0
     assert n.new_classes_per_client <= n.n_new and len(n.seeds) >= 3
-    long = s09.NewClientSettings.long()
-    assert long.train.rounds > n.train.rounds and long.train.eval_every == long.train.rounds
-    assert len(long.seeds) >= len(n.seeds)
+    long = s09.NewClientSettings.long()  # near-paper: the paper profile with fewer rounds and seeds, 250 new images
     p = s09.NewClientSettings.paper()
+    assert replace(long, new_train=p.new_train, seeds=p.seeds, full_data=True,
+                   train=replace(long.train, rounds=p.train.rounds, eval_every=p.train.eval_every)) == p
+    assert long.new_train == 250 and len(long.seeds) >= 2  # all the offline subset holds per CIFAR-100 class
+    assert long.train.rounds > n.train.rounds and long.train.rounds % long.train.eval_every == 0
     assert (p.dataset, p.n_new, p.clients, p.classes_per_client) == ("cifar100", 20, 80, 5)  # 80 x 5 shards: 5 per class
     assert (p.new_classes_per_client, p.new_train, p.head_epochs_new) == (5, 500, 20)
     assert (p.train.rounds, p.train.participation, p.train.lr, p.dtype) == (100, 0.1, 0.01, "float32")

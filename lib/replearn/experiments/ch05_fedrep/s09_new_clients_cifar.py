@@ -67,7 +67,7 @@ class NewClientSettings(FederationSettings):
         """Near-paper on a CPU: the paper profile (CIFAR-100, 80/20 classes, 80 training clients
         with S = 5, r = 0.1, the authors' CNN and optimiser, float32; 20 new clients with 5
         held-out classes, 20 head epochs) on the offline subset (250 training images per
-        CIFAR-100 class, so 250 per new client, not 500, and 100 per training client),
+        CIFAR-100 class, so 250 per training client and 250 per new client; the paper: 500),
         T = 50 rounds (the paper: 100), evaluated every 5 rounds, 2 seeds (a seed takes about
         20 minutes of one core here)."""
         p = cls.paper()

@@ -83,7 +83,7 @@ execute: $(STAMP)
 	$(BIN)/python scripts/execute_notebooks.py $(NOTEBOOKS)
 
 # Results files of the neural sections at a larger profile (see README, "Results files"):
-#   make results PROFILE=long  (CPU, 6-50 min per section)   make results PROFILE=paper  (GPU)
+#   make results PROFILE=long  (CPU, 20-90 min per section)   make results PROFILE=paper  (GPU)
 # Resumes from per-seed checkpoints; SECTIONS="4.7 5.7" runs only those.
 results: PROFILE ?= long
 results: $(STAMP)

@@ -1,6 +1,6 @@
 """Run the neural sections' drivers at a larger profile and write results files with provenance.
 
-    python scripts/run_results.py --profile long            # every section, CPU (6-20 min each on one core)
+    python scripts/run_results.py --profile long            # every section, CPU (20-90 min each on one core)
     python scripts/run_results.py --profile paper 4.7 5.7   # chosen sections, the papers' settings (GPU)
     python scripts/run_results.py --profile long --check 5.9  # re-run one seed, compare with the committed file
 

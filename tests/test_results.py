@@ -1,5 +1,6 @@
 """replearn.results: reading committed results files back."""
 
+import dataclasses
 import json
 
 import pytest
@@ -25,6 +26,8 @@ def test_load_values_and_describe(tmp_path):
     text = rf.describe()
     assert text.startswith("long profile, 2 seeds (0, 2); CPU Some CPU, 1 thread;")
     assert "commit 0123456789ab;" in text and "2026-11-24" in text and "10 min in all" in text
+    one = dataclasses.replace(rf, seeds=(3,), results={"3": rf.results["0"]})
+    assert one.describe().startswith("long profile, seed 3; CPU Some CPU, 1 thread;")
     with pytest.raises(KeyError, match="available: \\['FedRep'\\]"):
         rf.values("accuracy", "FedAvg")
     assert rf.values("curve", 1) == [0.2, 0.4] and rf.values("curve", -1) == [0.2, 0.4]

@@ -91,7 +91,8 @@ class ResultsFile:
             threads = p.get("threads")
             where = f"CPU {p.get('cpu', '?')}" + (f", {threads} thread{'s' * (threads != 1)}" if threads else "")
         minutes = float(p.get("wall_s", 0.0)) / 60
-        return (f"{self.profile} profile, {len(self.seeds)} seeds {self.seeds}; {where}; torch {p.get('torch', '?')}; "
+        seeds = f"seed {self.seeds[0]}" if len(self.seeds) == 1 else f"{len(self.seeds)} seeds {self.seeds}"
+        return (f"{self.profile} profile, {seeds}; {where}; torch {p.get('torch', '?')}; "
                 f"commit {str(p.get('commit', '?'))[:12]}; {str(p.get('date', '?'))[:10]}; "
                 f"{minutes:.0f} min in all")
 

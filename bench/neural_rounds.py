@@ -33,7 +33,8 @@ backward convolutions and matrix products, ``torch.utils.flop_counter``) as % of
 the ratios. A last line gives the ceiling no engine can pass: the forward and backward kernels
 alone on one fixed batch and one thread, times the thread count (``kernels``). Then the operator
 launches and host syncs of one round (:class:`replearn.scales.OperatorCount`) on the per-client
-path and on the batched path (clients stacked, ``torch.func.vmap``), what bounds a GPU round.
+path and on the batched path (clients stacked, ``torch.func.vmap``), what bounds a GPU round, for
+FedAvg and for every method of :func:`replearn.neural.run_protocol` (:data:`COUNTED`).
 
 Run: ``python bench/neural_rounds.py`` (``--settings book --dtypes float64`` for one case).
 """
@@ -52,7 +53,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torch.utils.flop_counter import FlopCounterMode
 
-from replearn import models, neural, personalisation, scales
+from replearn import algorithms, models, neural, personalisation, scales
 
 BOOK = personalisation.FederationSettings()
 #: setting -> (FedRep CNN widths, batch size, target x the PFLlib-style loop)
@@ -220,17 +221,23 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def operator_counts(model, clients: neural.ClientData, cfg: neural.TrainConfig) -> dict:
-    """Operators dispatched in one FedAvg round (with its evaluation) by the per-client path
-    (one client after another) and by the batched path (the round's clients stacked and trained
-    with ``torch.func.vmap``, ``vmap_clients = M``): on a GPU each launch costs a few
+#: Methods whose operator counts the bench prints: FedAvg (the engine's spec path, ``run_spec``)
+#: and every method of :func:`replearn.neural.run_protocol` (``FunctionalSGD`` under vmap when batched).
+COUNTED = ("FedAvg", "FedProx", "SCAFFOLD", "Fed-MTL", "Per-FedAvg", "L2GD", "APFL", "Ditto")
+
+
+def operator_counts(model, clients: neural.ClientData, cfg: neural.TrainConfig, methods=COUNTED) -> dict:
+    """Operators dispatched in one round (with its evaluation) of each method by the per-client
+    path (one client after another) and by the batched path (the round's clients stacked and
+    trained with ``torch.func.vmap``, ``vmap_clients = M``): on a GPU each launch costs a few
     microseconds from Python and each sync stalls the host, so these counts bound a GPU round."""
     one = replace(cfg, rounds=1, eval_every=1)
     out = {}
-    for label, c in (("per-client", one), ("batched", replace(one, vmap_clients=clients.n_clients))):
-        with scales.OperatorCount() as count:
-            neural.run_spec(neural.algorithm_spec("fedavg", model, c), model, clients, workers=1)
-        out[f"{label:<10}"] = count
+    for method in methods:
+        for label, c in (("per-client", one), ("batched", replace(one, vmap_clients=clients.n_clients))):
+            with scales.OperatorCount() as count:
+                algorithms.run(method, model, clients, c, workers=1)
+            out[(method, label)] = count
     return out
 
 
@@ -282,9 +289,12 @@ def bench_setting(name, dtype, x, y, args):
     ratio = {k: statistics.median([a / b for a, b in zip(rates["ours"], rates[k])]) for k in ("pfllib", "previous")}
     print(f"  ours / pfllib: {ratio['pfllib']:.2f}x (median of per-repeat ratios; target >= {target}x: "
           f"{'MET' if ratio['pfllib'] >= target else 'MISSED'}); ours / previous: {ratio['previous']:.2f}x")
-    for label, counts in operator_counts(model, clients, cfg).items():
-        print(f"  {label}: {counts.launches:,} operator launches, {counts.syncs:,} host syncs per round "
-              f"(one round with its evaluation)")
+    counts = operator_counts(model, clients, cfg)
+    print(f"  one round with its evaluation ({M} clients): operator launches and host syncs, per-client -> batched")
+    for method in COUNTED:
+        a, b = counts[(method, "per-client")], counts[(method, "batched")]
+        print(f"    {method:<11} {a.launches:>8,} -> {b.launches:>7,} launches ({a.launches / b.launches:4.1f}x fewer), "
+              f"{a.syncs:>5,} -> {b.syncs:>4,} syncs")
     if name == "cifar10":
         share = flops * statistics.median(rates["ours"]) / gemm
         print(f"  ours at {100 * share:.0f}% of GEMM (target >= {100 * GEMM_TARGET:.0f}%: "

@@ -3,6 +3,7 @@
     python scripts/run_results.py --profile long            # every section, CPU (20-90 min each on one core)
     python scripts/run_results.py --profile paper 4.7 5.7   # chosen sections, the papers' settings (GPU)
     python scripts/run_results.py --profile long --check 5.9  # re-run one seed, compare with the committed file
+    python scripts/run_results.py --profile long 5.7-seeds    # 5.7's six main methods over seeds 1 and 2
 
 ``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
 the profile's settings (:meth:`replearn.profiles.Settings.profile`); every finished seed is
@@ -93,7 +94,18 @@ SECTIONS = {
     "5.7": (s57.TableSettings, s57.run_table, _table),
     "5.8": (s58.EpochSettings, s58.run_epochs, _epochs),
     "5.9": (s59.NewClientSettings, s59.run_new_clients, _new_clients),
+    "5.7-seeds": (s57.TableSettings, s57.run_table, _table),
 }
+#: sections whose settings are not their class's profile (``name(profile) -> settings``): 5.7's six
+#: main methods over seeds 1 and 2, beside 5.7's one-seed run of all 15; run only when named.
+VARIANTS = {"5.7-seeds": s57.TableSettings.more_seeds}
+#: what runs when no section is named
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in VARIANTS)
+
+
+def section_settings(section: str, profile: str):
+    """The settings ``section`` runs at ``profile``."""
+    return VARIANTS[section](profile) if section in VARIANTS else SECTIONS[section][0].profile(profile)
 
 
 #: sections whose seeds share engine runs (4.8 and 4.9: the same pre-training per seed) keep them in
@@ -103,13 +115,14 @@ RUN_GROUPS = {"4.8": ("4.8", "4.9"), "4.9": ("4.8", "4.9")}
 
 
 #: section -> the driver's launch estimate of one seed (:func:`replearn.scales.launch_estimate`)
-WORK = {"4.7": s47.work, "4.8": s48.work, "4.9": s49.work, "5.7": s57.work, "5.8": s58.work, "5.9": s59.work}
+WORK = {"4.7": s47.work, "4.8": s48.work, "4.9": s49.work, "5.7": s57.work, "5.8": s58.work, "5.9": s59.work,
+        "5.7-seeds": s57.work}
 
 
 def launch_line(section: str, profile: str) -> str:
     """The estimate printed before a section runs: client SGD steps, operator launches and the
     launch-bound seconds per seed on a GPU, clients batched and one after another."""
-    s = SECTIONS[section][0].profile(profile)
+    s = section_settings(section, profile)
     fast, slow = WORK[section](s), WORK[section](s, batched=False)
     line = f"{profile} profile, per seed: {fast['steps']:,} client SGD steps, {fast['launches']:,} operator launches"
     if fast["batched_clients"] == 1:
@@ -201,7 +214,7 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; use one of {PROFILES}")
     cls, run, summary = SECTIONS[section]
-    s = settings if settings is not None else cls.profile(profile)
+    s = settings if settings is not None else section_settings(section, profile)
     check_seeds(s.seeds)
     code = process_commit()  # the code this process runs, not the commit checked out when the run ends
     folder = Path(out) / profile
@@ -263,7 +276,7 @@ def stale_files(out: Path = RESULTS) -> list[str]:
     stale = []
     for path in sorted(Path(out).glob("*/*.json")):
         rf = _committed(path)
-        now = SECTIONS[rf.section][0].profile(rf.profile)
+        now = section_settings(rf.section, rf.profile)
         recorded = json.loads(path.read_text()).get("network")
         if rf.settings != settings_json(now) or recorded != network_json(now):
             stale.append(str(path))
@@ -293,7 +306,7 @@ def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int 
         raise FileNotFoundError(f"{path} does not exist; run `make results PROFILE={profile}` first")
     record = _committed(path)
     cls, run, summary = SECTIONS[section]
-    s = cls.profile(profile)
+    s = section_settings(section, profile)
     if record.settings != settings_json(s):
         raise ValueError(f"{path} is stale (its settings differ from the {profile} profile's); re-run the section")
     seed = record.seeds[0] if seed is None else seed
@@ -308,7 +321,8 @@ def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", required=True, choices=PROFILES)
-    parser.add_argument("sections", nargs="*", help=f"sections to run (default: all of {', '.join(SECTIONS)})")
+    parser.add_argument("sections", nargs="*", help=f"sections to run (default: {', '.join(DEFAULT_SECTIONS)}; "
+                                                    f"also {', '.join(VARIANTS)})")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--check", action="store_true",
                         help="re-run one seed of each committed file and compare instead of writing files")
@@ -321,7 +335,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown section(s) {unknown}; use some of {', '.join(SECTIONS)}")
     failed = 0
-    for section in args.sections or list(SECTIONS):
+    for section in args.sections or list(DEFAULT_SECTIONS):
         if not args.check:
             print(f"{section}: {launch_line(section, args.profile)}", flush=True)
             print(f"{section}: wrote {run_section(section, args.profile, args.out)}", flush=True)

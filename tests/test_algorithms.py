@@ -6,6 +6,7 @@ the clients' whole data), the registry, and the engine's bit-identity with its s
 import hashlib
 import importlib
 import inspect
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -342,6 +343,69 @@ def test_client_threads_give_the_iterates_of_one_thread(name):
     assert torch.equal(one.final.accuracy, two.final.accuracy)
 
 
+PROTOCOL = ["FedProx", "SCAFFOLD", "Fed-MTL", "Per-FedAvg", "L2GD", "APFL", "Ditto"]
+#: Clients 0, 1, 2 and 4 hold 12 images each, client 3 holds 8: with every client sampled and
+#: ``vmap_clients = 3`` a round trains one group of three, one client alone, and client 3 alone.
+EQUAL = make_clients(sizes=(12, 12, 12, 8, 12))
+MINIBATCH = neural.TrainConfig(rounds=3, lr=0.05, momentum=0.5, weight_decay=1e-3, batch_size=5, local_steps=4,
+                               participation=1.0, last_rounds=1, seed=1)
+
+
+@pytest.mark.parametrize("name", PROTOCOL + ["FedProx+FT"])
+def test_batched_protocol_path_gives_the_per_client_iterates(name, monkeypatch):
+    """``vmap_clients > 1``: the algorithm's own ``client_update`` runs once per group of clients
+    under ``torch.func.vmap`` (``neural.FunctionalSGD``); the iterates, personal models, losses
+    and evaluations equal those of one client at a time to float rounding."""
+    one = A.run(name, tiny(), EQUAL, MINIBATCH, workers=1)
+    groups = []
+    real = neural._protocol_group
+    monkeypatch.setattr(neural, "_protocol_group", lambda *a, **k: groups.append(list(a[3])) or real(*a, **k))
+    batched = A.run(name, tiny(), EQUAL, replace(MINIBATCH, vmap_clients=3), workers=1)
+    assert groups == [[0, 1, 2]] * MINIBATCH.rounds  # clients 3 and 4 alone: the per-client path
+    assert_close(batched.state, one.state, tol=1e-13)
+    assert_close({n: batched.local[n] for n in batched.local}, {n: one.local[n] for n in one.local}, tol=1e-13)
+    assert torch.allclose(batched.train_loss, one.train_loss, rtol=1e-13, atol=0)
+    assert torch.equal(batched.final.accuracy, one.final.accuracy)
+    assert torch.allclose(batched.final.loss, one.final.loss, rtol=1e-12, atol=0)
+
+
+def test_batched_protocol_path_makes_fewer_operator_calls():
+    """Two rounds' training (three rounds less one; one evaluation in both) of five clients:
+    the batched path dispatches under 70% of the per-client path's operators (its parameter
+    updates run tensor by tensor, foreach operators having no vmap rule; at the bench's ten
+    clients on the paper's CNN it makes 2-4x fewer, ``bench/neural_rounds.py``)."""
+    from replearn import scales
+
+    def launches(rounds, group):
+        with scales.OperatorCount() as c:
+            A.run("SCAFFOLD", tiny(), EQUAL.subset([0, 1, 2, 4, 4]),
+                  replace(MINIBATCH, rounds=rounds, eval_every=100, vmap_clients=group), workers=1)
+        return c.launches
+
+    per_client, batched = (launches(3, g) - launches(1, g) for g in (1, 5))
+    assert batched < 0.7 * per_client, (batched, per_client)
+
+
+def test_batched_path_refuses_augmentation_and_non_tensor_states():
+    with pytest.raises(ValueError, match="does not augment"):
+        A.run("Ditto", tiny(), EQUAL, replace(MINIBATCH, vmap_clients=2, augment=True))
+    from replearn.algorithms.fedprox import FedProx
+
+    class Counted(FedProx):
+        name, batched = "counted", True
+
+        def init_client(self, initial, options):
+            return {"rounds": 0}
+
+    with pytest.raises(TypeError, match="client states made of tensors"):
+        Counted().run(tiny(), EQUAL, replace(MINIBATCH, vmap_clients=3))
+
+
+def test_batched_flag_of_every_method():
+    assert all(A.get(name).batched for name in A.TABLE1)  # every Table 1 method has a batched path
+    assert not A.base.ProtocolAlgorithm.batched  # a new algorithm opts in
+
+
 # --------------------------------------------------------------------------------------------
 # The registry
 
@@ -416,6 +480,9 @@ def test_a_new_algorithm_needs_only_a_protocol_subclass():
             return {n: mean_upload[f"{first}:{n}"] * total / CLIENTS.x_train[first].shape[0] for n in params}, server
 
     r = FirstClient().run(tiny(), CLIENTS, CFG)
+    assert not FirstClient.batched  # its upload names depend on ctx.client: it keeps the per-client path
+    unbatched = FirstClient().run(tiny(), CLIENTS, replace(CFG, vmap_clients=2))
+    assert all(torch.equal(unbatched.state[n], r.state[n]) for n in r.state)
     w = init()
     for sel in r.participants:
         w = sgd(w, lambda p, i=sel[0]: ce(p, i), CFG.local_steps)

@@ -227,9 +227,9 @@ def test_gpu_profiles_fit_eight_minutes_of_one_gpu():
 
 
 def test_gpu_profile_slices_run_batched_on_the_cpu(c10):
-    """The gpu profiles as CPU slices: the batched engine (``vmap_clients``) for the spec methods,
-    one client at a time for the protocol methods (5.7's mix), FedRep's two phases batched (5.8),
-    D-SGD and FedAvg batched (4.7); the same drivers the GPU run uses."""
+    """The gpu profiles as CPU slices: the batched engine (``vmap_clients``) for the spec methods
+    and for the protocol methods (5.7's mix), FedRep's two phases batched (5.8), D-SGD and FedAvg
+    batched (4.7); the same drivers the GPU run uses."""
     s = s47.SimilaritySettings.gpu()
     s = replace(s, clients=20, total_steps=50, taus=(1, 50), probe_per_class=5, test_per_client=5)
     r = s47.run_similarity(s, cifar=fake("cifar10", 10, 100, 30))  # Dirichlet: 10+ images for each of 20 clients
@@ -244,7 +244,10 @@ def test_gpu_profile_slices_run_batched_on_the_cpu(c10):
     assert torch.isfinite(r.accuracy["FedRep"]).all() and torch.isfinite(r.accuracy["FedAvg"]).all()
 
 
-def test_method_config_batches_only_the_engines_spec_methods():
-    cfg = s57.TableSettings.gpu().train
-    assert s57.method_config("FedRep", cfg).vmap_clients == 10
-    assert s57.method_config("SCAFFOLD", cfg).vmap_clients == 1
+def test_gpu_table_batches_every_method():
+    """5.7's gpu profile batches every method's clients (the protocol methods on
+    ``run_protocol``'s batched path), so its estimate counts them batched."""
+    s = s57.TableSettings.gpu()
+    assert s.train.vmap_clients == 10 and s.train.rounds == 100
+    one = replace(s, partitions=s.partitions[:1], methods=("SCAFFOLD",))
+    assert s57.work(one)["launches"] < 0.2 * s57.work(one, batched=False)["launches"]

@@ -86,12 +86,22 @@ def test_long_profiles_differ_from_the_cpu_defaults_and_have_a_spread():
     # the near-paper long runs trade seeds (2) for the paper's network and clients; 5.7's single
     # seed takes its spread over the 100 clients of its partition (client_accuracy is recorded)
     for section, (cls, _, _) in rr.SECTIONS.items():
-        d, l = cls.default(), cls.profile("long")
+        d, l = cls.default(), rr.section_settings(section, "long")
         assert l != d and l.dtype == "float32" and not l.full_data, section
         if section == "5.7":
             assert l.seeds == (0,) and all(n >= 100 for _, n, _ in l.partitions)
         else:
             assert len(l.seeds) >= 2, section
+
+
+def test_more_seeds_of_5_7_are_its_long_run_for_the_main_methods_on_other_seeds():
+    """``5.7-seeds``: the long profile of 5.7 but for the CPU default's six methods and on seeds
+    other than 5.7's, so that the two files together give three seeds; it runs only when named."""
+    main, more = rr.section_settings("5.7", "long"), rr.section_settings("5.7-seeds", "long")
+    assert replace(more, methods=main.methods, seeds=main.seeds) == main
+    assert set(more.methods) < set(main.methods) and len(more.methods) == 6
+    assert not set(more.seeds) & set(main.seeds) and len(main.seeds + more.seeds) == 3
+    assert "5.7-seeds" not in rr.DEFAULT_SECTIONS and "5.7" in rr.DEFAULT_SECTIONS
 
 
 def test_the_table_summary_keeps_per_client_accuracies():

@@ -52,10 +52,12 @@ def mix(alpha: torch.Tensor, v: dict, w: dict) -> dict:
 
 class APFL(ProtocolAlgorithm):
     name, row, Options = "APFL", 11, APFLOptions
+    batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def init_client(self, initial, options):
-        dtype = next(iter(initial.values())).dtype
-        return {"v": {n: p.clone() for n, p in initial.items()}, "alpha": torch.tensor(options.alpha, dtype=dtype)}
+        first = next(iter(initial.values()))
+        return {"v": {n: p.clone() for n, p in initial.items()},
+                "alpha": torch.tensor(options.alpha, dtype=first.dtype, device=first.device)}
 
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
         names = tuple(ctx.global_params)
@@ -64,11 +66,11 @@ class APFL(ProtocolAlgorithm):
         w = dict(ctx.global_params)
         v, alpha = dict(ctx.state["v"]), ctx.state["alpha"]
         mw, mv = Momentum(cfg.momentum, cfg.weight_decay), Momentum(cfg.momentum, cfg.weight_decay)
-        loss_sum = torch.zeros((), dtype=alpha.dtype)
+        loss_sum = torch.zeros((), dtype=alpha.dtype, device=alpha.device)
         for idx in ctx.batches[0]:
             loss, gw = ctx.worker.gradient(w, names, ctx.x, ctx.y, idx, cfg, ctx.generator)
             _, gbar = ctx.worker.gradient(mix(alpha, v, w), names, ctx.x, ctx.y, idx, cfg, ctx.generator)
-            loss_sum += loss
+            loss_sum = loss_sum + loss
             g_alpha = sum(torch.sum((v[n] - w[n]) * gbar[n]) for n in names)
             w_new = mw.step([w[n] for n in names], [gw[n] for n in names], cfg.lr)
             v_new = mv.step([v[n] for n in names], [alpha * gbar[n] for n in names], cfg.lr)

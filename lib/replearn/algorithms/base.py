@@ -80,24 +80,26 @@ class Momentum:
     def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], lr: float) -> list[torch.Tensor]:
         grads = list(grads)
         if self.weight_decay:
-            grads = torch._foreach_add(grads, list(params), alpha=self.weight_decay)
+            grads = neural.foreach_add(grads, params, alpha=self.weight_decay)
         if self.momentum:
             if self.buf is None:
                 self.buf = [g.clone() for g in grads]
             else:
-                torch._foreach_mul_(self.buf, self.momentum)
-                torch._foreach_add_(self.buf, grads)
+                self.buf = neural.foreach_add(neural.foreach_mul(self.buf, self.momentum), grads)
             grads = self.buf
-        return torch._foreach_add(list(params), grads, alpha=-lr)
+        return neural.foreach_add(params, grads, alpha=-lr)
 
 
 class Algorithm:
     """A federated algorithm: ``name`` (Table 1's), ``row`` (its row in Table 1, for the
-    registry's order), ``Options`` (its hyper-parameters) and :meth:`run`."""
+    registry's order), ``Options`` (its hyper-parameters), :meth:`run` and ``batched``: whether
+    a round's clients train as one batched computation when ``cfg.vmap_clients > 1`` (else one
+    after another whatever ``cfg.vmap_clients`` says)."""
 
     name: str = ""
     row: int = 100
     Options: type = NoOptions
+    batched: bool = False
 
     def check_options(self, options):
         """``options`` (default ``Options()``), which must be an instance of ``Options``."""
@@ -122,6 +124,7 @@ class SpecAlgorithm(Algorithm):
     :func:`replearn.neural.run_spec`: exactly the engine's code path and iterates."""
 
     key: str = ""
+    batched = True  # run_spec's vmap path
 
     def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
         self.check_options(options)
@@ -136,7 +139,16 @@ class ProtocolAlgorithm(Algorithm):
     ``local_epochs``), no server or client state, no extra draws or broadcast, the server's
     parameters become the weighted mean of the uploads named like parameters, nothing
     personal, clients evaluated with the server's parameters. Subclasses override
-    ``client_update`` and what differs."""
+    ``client_update`` and what differs.
+
+    ``batched = True`` declares that ``client_update`` also runs for a group of clients at once
+    under ``torch.func.vmap`` (:func:`replearn.neural.run_protocol` with ``cfg.vmap_clients >
+    1``): it uses only ``ctx.worker``'s methods and out-of-place tensor arithmetic (the
+    ``foreach_*`` helpers of :mod:`replearn.neural`, not ``torch._foreach_*`` or in-place
+    updates of tensors it did not create), takes no Python decision on a tensor's value
+    (no ``float()``, ``.item()``, ``if tensor``), and does not depend on ``ctx.client`` or
+    ``ctx.n`` (there they are those of the group's first client). Otherwise (the default) the
+    algorithm's clients train one at a time whatever ``cfg.vmap_clients`` says."""
 
     def phases(self, model, cfg, options) -> tuple[neural.Phase, ...]:
         return (joint_phase(model, cfg),)

@@ -34,6 +34,7 @@ class DittoOptions:
 
 class Ditto(ProtocolAlgorithm):
     name, row, Options = "Ditto", 12, DittoOptions
+    batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def phases(self, model, cfg, options):
         return (joint_phase(model, cfg), joint_phase(model, cfg))  # global update, personal update
@@ -48,7 +49,7 @@ class Ditto(ProtocolAlgorithm):
         anchor = [w_global[n] for n in names]
 
         def pull(theta):
-            return torch._foreach_mul(torch._foreach_sub(theta, anchor), lam)
+            return neural.foreach_mul(neural.foreach_sub(theta, anchor), lam)
 
         v, _ = ctx.worker.train(ctx.state["v"], names, ctx.x, ctx.y, ctx.batches[1], ctx.cfg, ctx.generator,
                                 extra_grad=pull)

@@ -51,6 +51,7 @@ def coefficient(options: FedMTLOptions, d: int) -> float:
 
 class FedMTL(ProtocolAlgorithm):
     name, row, Options = "Fed-MTL", 7, FedMTLOptions
+    batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def init_client(self, initial, options):
         return {"w": {n: p.clone() for n, p in initial.items()}}

@@ -32,6 +32,7 @@ class FedProxOptions:
 
 class FedProx(ProtocolAlgorithm):
     name, row, Options = "FedProx", 3, FedProxOptions
+    batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
         names = tuple(ctx.global_params)
@@ -39,7 +40,7 @@ class FedProx(ProtocolAlgorithm):
         mu = ctx.options.mu
 
         def prox(theta):
-            return torch._foreach_mul(torch._foreach_sub(theta, anchor), mu)
+            return neural.foreach_mul(neural.foreach_sub(theta, anchor), mu)
 
         new, loss = ctx.worker.train(ctx.global_params, names, ctx.x, ctx.y, ctx.batches[0], ctx.cfg,
                                      ctx.generator, extra_grad=prox)

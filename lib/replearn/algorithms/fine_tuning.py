@@ -50,6 +50,7 @@ class FineTuned(Algorithm):
 
     def __init__(self, base: Algorithm, row: int):
         self.base, self.name, self.row = base, f"{base.name}+FT", row
+        self.batched = base.batched  # the fine-tuning is batched whenever cfg.vmap_clients > 1
 
     def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
         options = self.check_options(options)

@@ -46,6 +46,7 @@ class L2GDOptions:
 
 class L2GD(ProtocolAlgorithm):
     name, row, Options = "L2GD", 10, L2GDOptions
+    batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def check(self, model, cfg, options):
         theta = cfg.lr * options.lam / options.p
@@ -68,14 +69,15 @@ class L2GD(ProtocolAlgorithm):
         xbar = ctx.global_params
         theta = cfg.lr * opt.lam / opt.p
         local = Momentum(cfg.momentum, cfg.weight_decay)
-        loss_sum, steps = torch.zeros((), dtype=next(iter(x.values())).dtype), 0
+        first = next(iter(x.values()))
+        loss_sum, steps = torch.zeros((), dtype=first.dtype, device=first.device), 0
         for idx, aggregate in zip(ctx.batches[0], ctx.draw):
             if aggregate:
                 x = {n: x[n] - theta * (x[n] - xbar[n]) for n in names}
             else:
                 loss, g = ctx.worker.gradient(x, names, ctx.x, ctx.y, idx, cfg, ctx.generator)
                 x = dict(zip(names, local.step([x[n] for n in names], [g[n] for n in names], cfg.lr / (1 - opt.p))))
-                loss_sum += loss
+                loss_sum = loss_sum + loss
                 steps += 1
         return neural.ClientUpdate(x, {"x": x}, loss_sum, steps)
 

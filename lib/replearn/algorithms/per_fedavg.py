@@ -37,6 +37,7 @@ class PerFedAvgOptions:
 
 class PerFedAvg(ProtocolAlgorithm):
     name, row, Options = "Per-FedAvg", 8, PerFedAvgOptions
+    batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def phases(self, model, cfg, options):
         return (joint_phase(model, cfg, factor=2),)
@@ -50,7 +51,7 @@ class PerFedAvg(ProtocolAlgorithm):
         loss_sum, steps = None, 0
         for k in range(0, len(batches) - 1, 2):
             _, g = ctx.worker.gradient(w, names, ctx.x, ctx.y, batches[k], cfg, ctx.generator)
-            w_tmp = dict(zip(names, torch._foreach_add([w[n] for n in names], [g[n] for n in names], alpha=-alpha)))
+            w_tmp = dict(zip(names, neural.foreach_add([w[n] for n in names], [g[n] for n in names], alpha=-alpha)))
             loss, g2 = ctx.worker.gradient(w_tmp, names, ctx.x, ctx.y, batches[k + 1], cfg, ctx.generator)
             w = dict(zip(names, outer.step([w[n] for n in names], [g2[n] for n in names], cfg.lr)))
             loss_sum = loss if loss_sum is None else loss_sum + loss

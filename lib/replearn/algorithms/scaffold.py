@@ -36,6 +36,7 @@ class ScaffoldOptions:
 
 class Scaffold(ProtocolAlgorithm):
     name, row, Options = "SCAFFOLD", 5, ScaffoldOptions
+    batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def init_server(self, params, options):
         return {"c": {n: torch.zeros_like(p) for n, p in params.items()}}

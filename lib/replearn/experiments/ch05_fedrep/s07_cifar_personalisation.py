@@ -24,7 +24,6 @@ from ...checks import check_int
 from ... import scales
 from ... import algorithms
 from ...algorithms import TABLE1
-from ...algorithms.base import SpecAlgorithm
 from ...scales import require_data
 from ...personalisation import ALGORITHMS, PAPER_OPTIM, FederationSettings, make_federation
 
@@ -109,6 +108,14 @@ class TableSettings(FederationSettings):
                        train=replace(p.train, rounds=50, eval_every=5))
 
     @classmethod
+    def more_seeds(cls, profile: str = "long"):
+        """``profile``'s settings for the CPU default's six methods (:data:`TABLE_METHODS`:
+        Local only, FedAvg, FedAvg+FT, FedPer, LG-FedAvg, FedRep) over seeds 1 and 2: with the
+        profile's own seed 0 (which runs all 15 methods), three seeds for the main comparisons
+        (section ``5.7-seeds`` of ``scripts/run_results.py``)."""
+        return replace(cls.profile(profile), methods=TABLE_METHODS, seeds=(1, 2))
+
+    @classmethod
     def paper(cls):
         """The five CIFAR columns of Table 1 with Sec. 5.2's settings (full datasets)."""
         return cls(partitions=tuple(PAPER_TABLE1), ft_epochs=10, methods=TABLE1, **PAPER_OPTIM)
@@ -116,22 +123,24 @@ class TableSettings(FederationSettings):
     @classmethod
     def gpu(cls):
         """The paper profile sized for a few minutes of one GPU on the offline subsets: two
-        partitions, CIFAR-10 (100, 2) and CIFAR-100 (100, 5), all 15 methods, T = 50 (the paper:
-        100; the methods of :func:`replearn.neural.run_protocol` have no batched path yet, so
-        they are launch-bound one client at a time), evaluated every 5 rounds, one seed; the methods of the engine's specs (FedAvg, FedPer,
-        LG-FedAvg, FedRep, Local only) train a round's 10 clients as one batched computation,
-        the others one client at a time (:func:`method_config`)."""
+        partitions, CIFAR-10 (100, 2) and CIFAR-100 (100, 5), all 15 methods, T = 100 rounds (the
+        paper's), evaluated every 5 rounds, one seed; every method trains a round's 10 clients as
+        one batched computation (``vmap_clients``: the engine's spec path for FedAvg, FedPer,
+        LG-FedAvg, FedRep and Local only, :func:`replearn.neural.run_protocol`'s for the others,
+        batched fine-tuning for the +FT methods)."""
         p = cls.paper()
         return replace(p, partitions=(("cifar10", 100, 2), ("cifar100", 100, 5)), seeds=(0,), full_data=False,
-                       train=replace(p.train, rounds=50, eval_every=5, vmap_clients=10))
+                       train=replace(p.train, eval_every=5, vmap_clients=10))
 
 
 def work(s: TableSettings, *, batched: bool = True) -> dict:
     """:func:`replearn.scales.launch_estimate` of :func:`run_table` with ``s``: per partition,
     every method's rounds (FedRep: head and body epochs; the others: the body epochs; a +FT
     method adds ``ft_epochs`` head epochs per client, batched like training; methods with two models, such as Ditto
-    and APFL, count twice), and the evaluations every ``eval_every`` rounds."""
+    and APFL, count twice), and the evaluations every ``eval_every`` rounds; a method's clients
+    count as batched when ``batched`` and the algorithm has a batched path (all of Table 1's)."""
     double = {"Ditto", "APFL", "Per-FedAvg"}
+    cfg = s.train
     parts = []
     for name, n, _ in s.partitions:
         for method in s.methods:
@@ -139,21 +148,14 @@ def work(s: TableSettings, *, batched: bool = True) -> dict:
                 per_client, _ = scales.federated_steps(name, s.full_data, n, s.train_per_client,
                                                        replace(s.train, rounds=1, participation=1.0), s.ft_epochs)
                 parts.append(scales.launch_estimate(per_client, n,  # every client, batched like training
-                                                    batched_clients=scales.batching(s.train, n, batched)))
+                                                    batched_clients=scales.batching(cfg, n, batched)))
                 continue
-            cfg = method_config(method, s.train)
             epochs = cfg.local_epochs + (cfg.head_epochs if method == "FedRep" else 0)
             k, m = scales.federated_steps(name, s.full_data, n, s.train_per_client, cfg, epochs)
             parts.append(scales.launch_estimate(k * (2 if method in double else 1), n * -(-cfg.rounds // cfg.eval_every),
-                                                batched_clients=scales.batching(cfg, m, batched)))
+                                                batched_clients=scales.batching(cfg, m,
+                                                                                batched and algorithms.get(method).batched)))
     return scales.combine(*parts)
-
-
-def method_config(method: str, cfg: neural.TrainConfig) -> neural.TrainConfig:
-    """``cfg`` for ``method``: the algorithms run by :func:`replearn.neural.run_protocol` train one
-    client at a time per thread, so they get ``vmap_clients = 1``; the engine's spec algorithms
-    keep ``cfg`` (a gpu profile batches their clients)."""
-    return cfg if isinstance(algorithms.get(method), SpecAlgorithm) else replace(cfg, vmap_clients=1)
 
 
 @dataclass(frozen=True)
@@ -195,14 +197,14 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
             if method.endswith("+FT"):  # the trained global model of the method, each client's head tuned
                 base = method[:-len("+FT")]
                 if base not in trained:
-                    trained[base] = ALGORITHMS[base](model_fn(), cl, method_config(base, cfg))
+                    trained[base] = ALGORITHMS[base](model_fn(), cl, cfg)
                 r = neural.finetune(model_fn(), cl, state=trained[base].state, epochs=s.ft_epochs, part="head",
                                     lr=cfg.lr, momentum=cfg.momentum, batch_size=cfg.batch_size,
                                     seed=derive_seed(s.seed, 5), vmap_clients=cfg.vmap_clients)
                 acc[part][method] = r.final.average
                 curves[part][method] = torch.full((cfg.rounds,), float("nan"))
             else:
-                r = trained[method] = ALGORITHMS[method](model_fn(), cl, method_config(method, cfg))
+                r = trained[method] = ALGORITHMS[method](model_fn(), cl, cfg)
                 acc[part][method] = r.accuracy
                 curves[part][method] = r.test_accuracy
             cacc[part][method] = r.final.accuracy

@@ -36,7 +36,8 @@ launches and host syncs of one round (:class:`replearn.scales.OperatorCount`) on
 path and on the batched path (clients stacked, ``torch.func.vmap``), what bounds a GPU round, for
 FedAvg and for every method of :func:`replearn.neural.run_protocol` (:data:`COUNTED`).
 
-Run: ``python bench/neural_rounds.py`` (``--settings book --dtypes float64`` for one case).
+Run: ``python bench/neural_rounds.py`` (``--settings book --dtypes float64`` for one case;
+``--counts-only`` for the operator counts alone, which need no quiet machine).
 """
 
 from __future__ import annotations
@@ -241,15 +242,38 @@ def operator_counts(model, clients: neural.ClientData, cfg: neural.TrainConfig, 
     return out
 
 
-def bench_setting(name, dtype, x, y, args):
-    variant, batch, target = SETTINGS[name]
-    M, n, tau, rounds = args.clients, args.per_client, args.steps, args.rounds
+def setting_inputs(name, dtype, x, y, args):
+    """The model, clients and configuration of a setting."""
+    variant, batch, _ = SETTINGS[name]
+    M, n = args.clients, args.per_client
     model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", variant=variant).to(dtype)
     parts = list(torch.arange(M * n).split(n))
     clients = neural.ClientData.from_partition(x, y, parts, x, y, [p[:10] for p in parts], dataset="cifar10",
                                                device="cpu", dtype=dtype)
-    cfg = neural.TrainConfig(rounds=rounds, lr=0.01, momentum=args.momentum, batch_size=batch, local_steps=tau,
-                             eval_every=rounds, last_rounds=1)
+    cfg = neural.TrainConfig(rounds=args.rounds, lr=0.01, momentum=args.momentum, batch_size=batch,
+                             local_steps=args.steps, eval_every=args.rounds, last_rounds=1)
+    return model, clients, cfg
+
+
+def print_counts(model, clients, cfg) -> None:
+    counts = operator_counts(model, clients, cfg)
+    print(f"  one round with its evaluation ({clients.n_clients} clients): operator launches and host syncs, "
+          f"per-client -> batched")
+    for method in COUNTED:
+        a, b = counts[(method, "per-client")], counts[(method, "batched")]
+        print(f"    {method:<11} {a.launches:>8,} -> {b.launches:>7,} launches ({a.launches / b.launches:4.1f}x fewer), "
+              f"{a.syncs:>5,} -> {b.syncs:>4,} syncs")
+
+
+def bench_setting(name, dtype, x, y, args):
+    variant, batch, target = SETTINGS[name]
+    M, tau, rounds = args.clients, args.steps, args.rounds
+    model, clients, cfg = setting_inputs(name, dtype, x, y, args)
+    if args.counts_only:
+        print(f"\n{name}: FedRep CNN ({variant}), batch {batch}, {str(dtype).removeprefix('torch.')}; "
+              f"{M} clients x {args.per_client} images, tau = {tau}")
+        print_counts(model, clients, cfg)
+        return
     pfl_clients = [PFLClient(model, list(zip(clients.x_train[i], clients.y_train[i])), lr=0.01,
                              momentum=args.momentum, batch_size=batch) for i in range(M)]
     runs = {
@@ -289,12 +313,7 @@ def bench_setting(name, dtype, x, y, args):
     ratio = {k: statistics.median([a / b for a, b in zip(rates["ours"], rates[k])]) for k in ("pfllib", "previous")}
     print(f"  ours / pfllib: {ratio['pfllib']:.2f}x (median of per-repeat ratios; target >= {target}x: "
           f"{'MET' if ratio['pfllib'] >= target else 'MISSED'}); ours / previous: {ratio['previous']:.2f}x")
-    counts = operator_counts(model, clients, cfg)
-    print(f"  one round with its evaluation ({M} clients): operator launches and host syncs, per-client -> batched")
-    for method in COUNTED:
-        a, b = counts[(method, "per-client")], counts[(method, "batched")]
-        print(f"    {method:<11} {a.launches:>8,} -> {b.launches:>7,} launches ({a.launches / b.launches:4.1f}x fewer), "
-              f"{a.syncs:>5,} -> {b.syncs:>4,} syncs")
+    print_counts(model, clients, cfg)
     if name == "cifar10":
         share = flops * statistics.median(rates["ours"]) / gemm
         print(f"  ours at {100 * share:.0f}% of GEMM (target >= {100 * GEMM_TARGET:.0f}%: "
@@ -312,6 +331,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="interleaved timed repeats (median reported)")
     parser.add_argument("--dtypes", default="float32,float64")
     parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--counts-only", action="store_true",
+                        help="only the operator launches and host syncs per round (no timing; any machine state)")
     args = parser.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)

@@ -369,6 +369,23 @@ def test_batched_protocol_path_gives_the_per_client_iterates(name, monkeypatch):
     assert torch.allclose(batched.final.loss, one.final.loss, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("name", ["Ditto", "FedRep"])
+def test_batched_evaluation_gives_the_per_client_accuracies(name, monkeypatch):
+    """With ``vmap_clients > 1`` the evaluation tests clients with equal test sets together (one
+    vmapped forward pass per group): the per-client accuracies and losses of the per-client path."""
+    same = neural.ClientData(EQUAL.x_train, EQUAL.y_train, tuple(x[:6] for x in EQUAL.x_test),
+                             tuple(y[:6] for y in EQUAL.y_test))
+    cfg = replace(MINIBATCH, rounds=2)
+    one = A.run(name, tiny(), same, cfg, workers=1)
+    groups = []
+    real = neural._test_group
+    monkeypatch.setattr(neural, "_test_group", lambda *a: groups.append(list(a[4])) or real(*a))
+    batched = A.run(name, tiny(), same, replace(cfg, vmap_clients=3))
+    assert groups == [[0, 1, 2], [3, 4]] * cfg.rounds  # evaluated every round
+    assert torch.equal(batched.final.accuracy, one.final.accuracy)
+    assert torch.allclose(batched.final.loss, one.final.loss, rtol=1e-12, atol=0)
+
+
 def test_batched_protocol_path_makes_fewer_operator_calls():
     """Two rounds' training (three rounds less one; one evaluation in both) of five clients:
     the batched path dispatches under 70% of the per-client path's operators (its parameter

@@ -260,7 +260,8 @@ class TrainConfig:
     (``max(1, round(r M))`` clients, uniformly without replacement). ``last_rounds``: the
     reported accuracy is the mean over the last evaluated rounds (FedRep: final 10 rounds).
     ``vmap_clients``: how many clients with identical batch schedules are trained together
-    with ``torch.func.vmap`` (1: one after another).
+    with ``torch.func.vmap``, and how many with test sets of equal size are evaluated together
+    (1: one after another).
     """
 
     rounds: int = 10
@@ -968,6 +969,43 @@ def _test_client(work: nn.Module, clients: ClientData, params: Params, local: Pa
     return correct / x.shape[0], total / x.shape[0]
 
 
+def _test_groups(model: nn.Module, clients: ClientData, size: int) -> list[list[int]]:
+    """The clients with test data in groups of at most ``size`` with equal test-set sizes (for
+    :func:`_test_group`), in client order within each group."""
+    sizes = {i: int(clients.x_test[i].shape[0]) for i in range(clients.n_clients)}
+    return _groups([i for i in sizes if sizes[i]], sizes, size)
+
+
+@torch.no_grad()
+def _test_group(model: nn.Module, clients: ClientData, shared: Params, own: Params,
+                group: Sequence[int]) -> dict[int, tuple[float, float]]:
+    """:func:`_test_client` for a group of clients with equal test-set sizes as one batched
+    computation (the batched path's evaluation): ``own[name]`` stacks the group's own values of
+    the names it holds (first axis in ``group``'s order), ``shared`` gives the others; one
+    ``torch.func.vmap`` forward pass over the stacked test images and one host sync for the
+    group. The same numbers as :func:`_test_client` to float rounding."""
+    x = torch.stack([clients.x_test[i] for i in group])
+    y = torch.stack([clients.y_test[i] for i in group])
+    rest = {n: p for n, p in shared.items() if n not in own}
+
+    def one(mine: Params, xb: torch.Tensor, yb: torch.Tensor):
+        out = functional_call(model, {**rest, **mine}, (xb,))
+        return (out.argmax(-1) == yb).sum().to(out.dtype), F.cross_entropy(out, yb, reduction="sum")
+
+    correct, total = vmap(one)(own, x, y)
+    n = x.shape[1]
+    return {i: (c / n, t / n) for i, c, t in zip(group, correct.tolist(), total.tolist())}
+
+
+def _test_all(model: nn.Module, clients: ClientData, shared: Params, own: Params, size: int) -> list[tuple[float, float]]:
+    """Every client tested on the batched path, ``size`` clients at a time (``own[name][i]``:
+    client i's value of a name it holds); NaN for a client without test data."""
+    out = {i: (float("nan"), float("nan")) for i in range(clients.n_clients)}
+    for group in _test_groups(model, clients, size):
+        out.update(_test_group(model, clients, shared, {n: v[group] for n, v in own.items()}, group))
+    return [out[i] for i in range(clients.n_clients)]
+
+
 def _evaluation(clients: ClientData, results: Sequence[tuple[float, float]]) -> Evaluation:
     acc, loss = zip(*results)
     return Evaluation(torch.tensor(acc), torch.tensor(loss), clients.test_sizes)
@@ -1134,7 +1172,11 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
     the clients in their order, so the iterates are the same bit for bit for every
     ``workers >= 2`` and equal those of a run with ``torch.set_num_threads(1)``. Used only
     without augmentation (which draws from the shared generator during training) and with
-    ``vmap_clients = 1``; otherwise, and on a GPU, the clients train one after another.
+    ``vmap_clients = 1``; otherwise, and on a GPU, the clients train one after another. With
+    ``vmap_clients > 1`` (the batched path, for GPUs) the clients with equal batch schedules
+    train in groups of that size as one vmapped computation, and the evaluation tests the
+    clients with test sets of equal size in groups too (one vmapped forward pass and one host
+    sync per group): the per-client numbers to float rounding.
 
     Inside :func:`replearn.checkpoints.resumable`, a finished run is stored and an identical
     call (same settings, starting parameters and data; no ``callback``) loads it instead.
@@ -1250,7 +1292,10 @@ def _run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, sta
                 def test(w: LocalSGD, i: int) -> tuple[float, float]:
                     return _test_client(w.model, clients, state, local_state, i, batch_size=1000)
 
-                tested = pool.map(test, range(M)) if pool is not None else (test(worker, i) for i in range(M))
+                if cfg.vmap_clients > 1:
+                    tested = _test_all(model, clients, state, local_state, cfg.vmap_clients)
+                else:
+                    tested = pool.map(test, range(M)) if pool is not None else (test(worker, i) for i in range(M))
                 evaluation = _evaluation(clients, list(tested))
                 accs[t] = metrics["test_accuracy"] = evaluation.average
             if callback is not None:
@@ -1518,7 +1563,8 @@ def run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCon
     index batches and client states (the server's parameters, state and broadcast shared); a
     client without a partner trains alone as above. The uploads are still summed per client in
     client order, so the iterates are the per-client ones to float rounding (meant for GPUs: on
-    a CPU the per-client threads are faster). Needs ``cfg.augment = False``.
+    a CPU the per-client threads are faster). Needs ``cfg.augment = False``. The evaluation then
+    tests the clients' ``eval_params`` in groups, as :func:`run_spec`'s batched path does.
 
     Inside :func:`replearn.checkpoints.resumable`, a finished run is stored and an identical
     call (same settings, starting parameters and data; no ``callback``) loads it instead.
@@ -1641,9 +1687,14 @@ def _run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCo
                             n = names[finite.index(False)]
                             raise FloatingPointError(f"round {t}: client {i}'s evaluated parameter {n!r} is "
                                                      f"not finite (lr = {cfg.lr:g}); lower the learning rate")
+                    if cfg.vmap_clients > 1:
+                        return p_i, kept  # tested below, in groups
                     return _test_client(w.model, clients, p_i, {}, i, batch_size=1000), kept
 
                 tested = list(pool.map(test, range(M)) if pool is not None else (test(worker, i) for i in range(M)))
+                if cfg.vmap_clients > 1:
+                    own = {n: torch.stack([p_i[n] for p_i, _ in tested]) for n in names}
+                    tested = list(zip(_test_all(model, clients, {}, own, cfg.vmap_clients), [k for _, k in tested]))
                 evaluation = _evaluation(clients, [r for r, _ in tested])
                 final_params = [p for _, p in tested]
                 accs[t] = metrics["test_accuracy"] = evaluation.average

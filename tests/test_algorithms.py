@@ -390,7 +390,7 @@ def test_batched_protocol_path_makes_fewer_operator_calls():
     """Two rounds' training (three rounds less one; one evaluation in both) of five clients:
     the batched path dispatches under 70% of the per-client path's operators (its parameter
     updates run tensor by tensor, foreach operators having no vmap rule; at the bench's ten
-    clients on the paper's CNN it makes 2-4x fewer, ``bench/neural_rounds.py``)."""
+    clients on the paper's CNN it makes 2.5-5x fewer, ``bench/results/neural_rounds_counts.txt``)."""
     from replearn import scales
 
     def launches(rounds, group):

@@ -58,7 +58,8 @@ plans and random stream; :func:`run_spec` and the functions above keep their cod
 per-client ``client_update`` once per group of clients under ``torch.func.vmap``, with a
 :class:`FunctionalSGD` worker on stacked images, batches and states (:func:`foreach_add` and
 its siblings keep foreach arithmetic outside the transform): the per-client iterates to float
-rounding, with 2-4x fewer operator launches per round (``bench/neural_rounds.py``).
+rounding, with 2.5-5x fewer operator launches per round at ten clients
+(``bench/results/neural_rounds_counts.txt``).
 
 Inputs are checked before any training (images larger than :data:`MAX_INPUT`, starting
 states that are not finite or exceed :data:`MAX_PARAMETER`, work beyond

@@ -206,12 +206,13 @@ def show_value(v) -> str:
 
 
 def settings_display(cls, paper_values: dict, caption: str):
-    """:func:`settings_table` as one :class:`replearn.plotting.Table` (the sources' value and
-    where it is stated, ``paper()``, ``long()``, the CPU default; a ``paper()`` value that
-    deviates from a stated one is marked "≠")."""
+    """:func:`settings_table` as one :class:`replearn.plotting.Table` (the sources' value,
+    ``paper()``, ``long()``, the CPU default, and last, where the sources state it, the longest
+    text, so that the values stand side by side; a ``paper()`` value that deviates from a
+    stated one is marked "≠")."""
     from .plotting import Table
-    rows = [[r["setting"], show_value(r["stated"]) if r["source"] != "not stated" else "—", r["source"],
+    rows = [[r["setting"], show_value(r["stated"]) if r["source"] != "not stated" else "—",
              ("≠ " if r["deviation"] else "") + show_value(r["paper()"]), show_value(r["long()"]),
-             show_value(r["default()"])] for r in settings_table(cls, paper_values)]
-    return Table(["setting", "sources", "where stated", "paper()", "long()", "CPU default"], rows,
+             show_value(r["default()"]), r["source"]] for r in settings_table(cls, paper_values)]
+    return Table(["setting", "sources", "paper()", "long()", "CPU default", "where stated"], rows,
                  caption=caption, align="llllll")

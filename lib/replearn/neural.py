@@ -970,11 +970,14 @@ def _test_client(work: nn.Module, clients: ClientData, params: Params, local: Pa
     return correct / x.shape[0], total / x.shape[0]
 
 
-def _test_groups(model: nn.Module, clients: ClientData, size: int) -> list[list[int]]:
+def _test_groups(clients: ClientData, size: int) -> list[list[int]]:
     """The clients with test data in groups of at most ``size`` with equal test-set sizes (for
     :func:`_test_group`), in client order within each group."""
-    sizes = {i: int(clients.x_test[i].shape[0]) for i in range(clients.n_clients)}
-    return _groups([i for i in sizes if sizes[i]], sizes, size)
+    by_size: dict[int, list[int]] = {}
+    for i in range(clients.n_clients):
+        if n := int(clients.x_test[i].shape[0]):
+            by_size.setdefault(n, []).append(i)
+    return [g[k:k + size] for g in by_size.values() for k in range(0, len(g), size)]
 
 
 @torch.no_grad()
@@ -1002,7 +1005,7 @@ def _test_all(model: nn.Module, clients: ClientData, shared: Params, own: Params
     """Every client tested on the batched path, ``size`` clients at a time (``own[name][i]``:
     client i's value of a name it holds); NaN for a client without test data."""
     out = {i: (float("nan"), float("nan")) for i in range(clients.n_clients)}
-    for group in _test_groups(model, clients, size):
+    for group in _test_groups(clients, size):
         out.update(_test_group(model, clients, shared, {n: v[group] for n, v in own.items()}, group))
     return [out[i] for i in range(clients.n_clients)]
 

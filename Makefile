@@ -69,7 +69,7 @@ data: data-preflight $(STAMP)
 	$(BIN)/python scripts/prepare_data.py
 
 unit: $(FLOWER_STAMP)
-	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q
+	MPLBACKEND=Agg $(BIN)/python -m pytest tests -q -n 2
 
 nbval: data $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) --nbval \

@@ -458,6 +458,7 @@ def test_client_app_bounds_its_own_calls(release):
     grid = flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "fedavg", call_timeout=0.5),
                                 CLIENTS.n_clients, call_timeout=30.0)
     bad = list(grid.contexts)[BAD]
+    grid.set_server_identity()  # what Flower's Message reads (run_server sets it; this test makes messages itself)
     start = time.monotonic()
     for expected in ("did not finish within 0.5 s", "still running an earlier call"):
         reply, = grid.send_and_receive([Message(RecordDict(), dst_node_id=bad, message_type=MessageType.QUERY)])

@@ -716,11 +716,17 @@ class InProcessGrid(Grid):
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
         return self.pull_messages(self.push_messages(messages, timeout=timeout))
 
-    def run_server(self, app: ServerApp) -> Context:
-        """Run the ``ServerApp`` on this grid, with the task identity Flower's runtime sets
-        (``flwr.server.compat.app``); returns the server's ``Context``."""
+    def set_server_identity(self) -> None:
+        """Set the process's task identity as Flower's runtime does for a ``ServerApp``
+        (``flwr.server.compat.app``): this grid's run, the SuperLink's node. Flower's
+        ``Message`` reads it, so a message made outside :meth:`run_server` needs it first."""
         TaskIdentity.task_id, TaskIdentity.run_id = 1, self.run.run_id
         TaskIdentity.node_id = SUPERLINK_NODE_ID
+
+    def run_server(self, app: ServerApp) -> Context:
+        """Run the ``ServerApp`` on this grid, with the task identity Flower's runtime sets
+        (:meth:`set_server_identity`); returns the server's ``Context``."""
+        self.set_server_identity()
         context = Context(run_id=self.run.run_id, node_id=SUPERLINK_NODE_ID, node_config={},
                           state=RecordDict(), run_config={})
         app(self, context)

@@ -806,6 +806,28 @@ def foreach_mul(xs: Sequence[torch.Tensor], scalar: float) -> list[torch.Tensor]
     return torch._foreach_mul(xs, scalar)
 
 
+class Momentum:
+    """``torch.optim.SGD``'s step direction (momentum without dampening, weight decay added to
+    the gradient) for a fixed list of tensors, with a fresh buffer: ``g <- grad +
+    weight_decay * theta``; ``buf <- g`` at the first step, else ``momentum * buf + g``;
+    :meth:`step` returns ``theta - lr * buf`` (new tensors)."""
+
+    def __init__(self, momentum: float, weight_decay: float):
+        self.momentum, self.weight_decay, self.buf = momentum, weight_decay, None
+
+    def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], lr: float) -> list[torch.Tensor]:
+        grads = list(grads)
+        if self.weight_decay:
+            grads = foreach_add(grads, params, alpha=self.weight_decay)
+        if self.momentum:
+            if self.buf is None:
+                self.buf = [g.clone() for g in grads]
+            else:
+                self.buf = foreach_add(foreach_mul(self.buf, self.momentum), grads)
+            grads = self.buf
+        return foreach_add(params, grads, alpha=-lr)
+
+
 class FunctionalSGD:
     """The worker of :func:`run_protocol`'s batched path: :class:`LocalSGD`'s :meth:`train`,
     :meth:`gradient` and :meth:`watch` (same arguments, steps and ``torch.optim.SGD``
@@ -860,7 +882,7 @@ class FunctionalSGD:
         names = list(trainable)
         theta = [params[n] for n in names]
         frozen = {n: p for n, p in params.items() if n not in set(names)}
-        buf = None
+        sgd = Momentum(cfg.momentum, cfg.weight_decay)
         loss_sum = torch.zeros((), device=x.device, dtype=x.dtype)
         for idx in batches:
             idx = idx.to(x.device)
@@ -870,12 +892,7 @@ class FunctionalSGD:
             grads = [g[n] for n in names]
             if extra_grad is not None:
                 grads = foreach_add(grads, list(extra_grad(theta)))
-            if cfg.weight_decay:
-                grads = foreach_add(grads, theta, alpha=cfg.weight_decay)
-            if cfg.momentum:
-                buf = [v.clone() for v in grads] if buf is None else foreach_add(foreach_mul(buf, cfg.momentum), grads)
-                grads = buf
-            theta = foreach_add(theta, grads, alpha=-cfg.lr)
+            theta = sgd.step(theta, grads, cfg.lr)
         return dict(zip(names, theta)), loss_sum
 
 

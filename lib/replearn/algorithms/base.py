@@ -17,7 +17,7 @@ construction) and ``run(model, clients, cfg, options) -> neural.FedResult``. Thr
 - wrappers such as :class:`replearn.algorithms.fine_tuning.FineTuned` (+FT).
 
 Helpers for the client steps: :class:`Momentum` (``torch.optim.SGD``'s update on any list of
-tensors) and :func:`joint_phase`.
+tensors; :class:`replearn.neural.Momentum`, re-exported here) and :func:`joint_phase`.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .. import neural
+from ..neural import Momentum
 
 Params = dict[str, torch.Tensor]
 
@@ -66,28 +67,6 @@ def joint_phase(model: nn.Module, cfg: neural.TrainConfig, *, factor: int = 1) -
     """One phase training everything for ``local_steps`` (times ``factor``) or ``local_epochs``."""
     steps = None if cfg.local_steps is None else cfg.local_steps * factor
     return neural.Phase(joint_names(model), steps, cfg.local_epochs)
-
-
-class Momentum:
-    """``torch.optim.SGD``'s step direction (momentum without dampening, weight decay added to
-    the gradient) for a fixed list of tensors, with a fresh buffer: ``g <- grad +
-    weight_decay * theta``; ``buf <- g`` at the first step, else ``momentum * buf + g``;
-    :meth:`step` returns ``theta - lr * buf`` (new tensors)."""
-
-    def __init__(self, momentum: float, weight_decay: float):
-        self.momentum, self.weight_decay, self.buf = momentum, weight_decay, None
-
-    def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], lr: float) -> list[torch.Tensor]:
-        grads = list(grads)
-        if self.weight_decay:
-            grads = neural.foreach_add(grads, params, alpha=self.weight_decay)
-        if self.momentum:
-            if self.buf is None:
-                self.buf = [g.clone() for g in grads]
-            else:
-                self.buf = neural.foreach_add(neural.foreach_mul(self.buf, self.momentum), grads)
-            grads = self.buf
-        return neural.foreach_add(params, grads, alpha=-lr)
 
 
 class Algorithm:

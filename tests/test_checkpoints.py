@@ -92,3 +92,117 @@ def test_digest_sees_data_and_dtype():
     assert checkpoints.digest(x) != checkpoints.digest(torch.zeros(3, dtype=torch.float64))
     assert checkpoints.digest(x) != checkpoints.digest(torch.tensor([0.0, 0.0, 1e-30]))
     assert checkpoints.digest({"a": 1}, (2,)) != checkpoints.digest({"a": 1}, (3,))
+
+
+def one_round():
+    return neural.TrainConfig(rounds=1, lr=0.05, batch_size=4, local_steps=1, eval_every=1, last_rounds=1)
+
+
+def stored_file(folder, run):
+    """The one file ``run()`` stores in the empty ``folder``."""
+    with checkpoints.resumable(folder):
+        run()
+    (path,) = folder.glob("*.pt")
+    return path
+
+
+class _Crafted:
+    """Pickles to a call of ``open(marker, "w")``: loading it without weights_only makes the marker."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_crafted_stored_run_runs_no_code(tmp_path):
+    model, clients, cfg = tiny_model(), tiny_clients(), one_round()
+    path = stored_file(tmp_path / "runs", lambda: neural.fedavg(model, clients, cfg))
+    marker = tmp_path / "marker"
+    torch.save({"format": checkpoints.FORMAT, "record": {}, "result": _Crafted(marker)}, path)
+    with checkpoints.resumable(path.parent), pytest.raises(ValueError, match="delete it to re-run") as err:
+        neural.fedavg(model, clients, cfg)
+    assert str(path) in str(err.value) and not marker.exists()
+
+
+def test_a_foreign_torch_file_is_refused(tmp_path):
+    model, clients, cfg = tiny_model(), tiny_clients(), one_round()
+    path = stored_file(tmp_path, lambda: neural.fedavg(model, clients, cfg))
+    torch.save({"state": dict(model.state_dict())}, path)
+    with checkpoints.resumable(tmp_path), pytest.raises(ValueError, match="not a stored run") as err:
+        neural.fedavg(model, clients, cfg)
+    assert str(path) in str(err.value) and "delete it to re-run" in str(err.value)
+
+
+def test_another_runs_result_under_this_key_is_refused(tmp_path):
+    model, clients, cfg = tiny_model(), tiny_clients(), one_round()
+    ditto = lambda: algorithms.run("Ditto", model, clients, cfg)  # noqa: E731
+    target = stored_file(tmp_path / "ditto", ditto)
+    other = stored_file(tmp_path / "fedavg", lambda: algorithms.run("FedAvg", model, clients,
+                                                                     neural.TrainConfig(**{**cfg.__dict__, "lr": 0.04})))
+    target.write_bytes(other.read_bytes())
+    with checkpoints.resumable(target.parent), pytest.raises(ValueError, match="another call") as err:
+        ditto()
+    assert str(target) in str(err.value) and "delete it to re-run" in str(err.value)
+
+
+def _relu_net():
+    class Net(Tiny):
+        def forward(self, x):
+            return self.head(torch.relu(self.body(x)))
+    return Net
+
+
+def _tanh_net():
+    class Net(Tiny):
+        def forward(self, x):
+            return self.head(torch.tanh(self.body(x)))
+    return Net
+
+
+def _exec_net(activation):
+    """A class ``Net`` made by ``exec`` (no source to read, as in some notebooks)."""
+    scope = {"Tiny": Tiny, "torch": torch}
+    exec(f"class Net(Tiny):\n    def forward(self, x):\n        return self.head(torch.{activation}(self.body(x)))",
+         scope)
+    return scope["Net"]
+
+
+def built(cls):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return cls().to(torch.float64)
+
+
+def test_a_network_with_other_code_misses_the_store(tmp_path, monkeypatch):
+    clients, cfg = tiny_clients(), one_round()
+    relu, tanh = built(_relu_net()), built(_tanh_net())
+    assert repr(relu) == repr(tanh) and all(torch.equal(a, b) for a, b in zip(relu.parameters(), tanh.parameters()))
+    assert checkpoints.code_digest(relu) != checkpoints.code_digest(tanh)
+    plain = neural.fedavg(tanh, clients, cfg)
+    calls = counting(monkeypatch, "_run_spec")
+    with checkpoints.resumable(tmp_path):
+        a = neural.fedavg(relu, clients, cfg)
+        b = neural.fedavg(tanh, clients, cfg)
+    assert len(calls) == 2 and len(list(tmp_path.glob("*.pt"))) == 2
+    assert equal_results(b, plain) and not equal_results(a, b)
+
+
+def test_a_stored_run_round_trips_every_field(tmp_path, monkeypatch):
+    model, clients, cfg = tiny_model(), tiny_clients(), one_round()
+    calls = counting(monkeypatch, "_run_protocol")
+    with checkpoints.resumable(tmp_path):
+        first = algorithms.run("SCAFFOLD", model, clients, cfg)
+        again = algorithms.run("SCAFFOLD", model, clients, cfg)
+    assert len(calls) == 1 and type(again) is neural.FedResult and again.config == first.config
+    assert checkpoints.digest(checkpoints._encode(first)) == checkpoints.digest(checkpoints._encode(again))
+    assert again.participants == first.participants and again.extras.keys() == first.extras.keys()
+    assert torch.equal(first.final.loss, again.final.loss) and equal_results(first, again)
+
+
+def test_network_code_without_source_is_seen():
+    relu, tanh = built(_exec_net("relu")), built(_exec_net("tanh"))
+    assert repr(relu) == repr(tanh) and type(relu).__qualname__ == type(tanh).__qualname__
+    assert checkpoints.code_digest(relu) != checkpoints.code_digest(tanh)
+    assert checkpoints.code_digest(relu) == checkpoints.code_digest(built(_exec_net("relu")))

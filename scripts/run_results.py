@@ -11,7 +11,11 @@ checkpointed under ``<out>/<profile>/.checkpoints/``, so an interrupted run resu
 stopped; within a seed, every finished engine run is stored there too
 (:func:`replearn.checkpoints.resumable`), so a seed cut short resumes from the runs it finished
 (its recorded wall time then counts only the runs computed after the restart). When all seeds are done, ``<out>/<profile>/<section>.json`` holds the per-seed results
-and their provenance: commit, settings, seeds, device, torch version, date and wall time.
+and their provenance: commit, settings, seeds, device, torch version, date, wall time and the
+arithmetic fingerprint (:func:`arithmetic_fingerprint`: what decides the bits of a float run).
+``--check`` re-runs one seed and compares it bit for bit when the fingerprint now equals the
+file's, and within a tolerance derived from the file's own seed spread otherwise
+(:func:`check_section`).
 :func:`stale_files` lists committed files whose settings no longer equal their profile's
 settings (``tests/test_run_results.py`` fails on them).
 """
@@ -22,8 +26,12 @@ import argparse
 import dataclasses
 import datetime
 import functools
+import hashlib
 import json
+import math
 import platform
+import re
+import statistics
 import shutil
 import subprocess
 import sys
@@ -153,6 +161,63 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+#: /proc/cpuinfo flags that choose the kernels of torch, MKL and oneDNN (FMA contracts a*b+c into
+#: one rounding; the vector width changes the order of a reduction's additions)
+KERNEL_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
+
+
+def cpu_flags() -> list[str]:
+    """The :data:`KERNEL_FLAGS` this CPU has (the ``flags`` or, on ARM, ``Features`` line of
+    /proc/cpuinfo; an empty list where there is none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in KERNEL_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
+def _build_setting(name: str) -> str | None:
+    match = re.search(rf"\b{name}=([^,\s]+)", torch.__config__.show())
+    return match.group(1) if match else None
+
+
+def arithmetic_fingerprint(dtype: str | None) -> dict:
+    """What decides the bits of a run beyond the code and the settings: the CPU model and its kernel
+    flags (:func:`cpu_flags`), torch's CPU capability (the vector kernels it dispatches to), torch's
+    version and BLAS/LAPACK build, MKL, oneDNN and OpenMP, the thread count, the device (with the GPU,
+    CUDA, cuDNN and TF32 switches on a GPU) and the settings' dtype. Two runs with the same code,
+    settings and fingerprint are expected to agree bit for bit; with another fingerprint a float32
+    run of thousands of SGD steps is not (another vector width sums in another order)."""
+    device = default_device()
+    fp = {"cpu": cpu_name(), "cpu_flags": cpu_flags(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+          "torch": torch.__version__, "blas": _build_setting("BLAS_INFO"), "lapack": _build_setting("LAPACK_INFO"),
+          "mkl": torch.backends.mkl.is_available(), "mkldnn": torch.backends.mkldnn.is_available(),
+          "openmp": torch.backends.openmp.is_available(), "threads": torch.get_num_threads(),
+          "device": str(device), "dtype": None if dtype is None else str(dtype)}
+    if device.type == "cuda":
+        fp.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+                  tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32)
+    return fp
+
+
+def fingerprint_digest(fp: dict | None) -> str | None:
+    """A short digest (12 hex digits of SHA-256 over the sorted JSON) of a fingerprint, or None."""
+    if not isinstance(fp, dict):
+        return None
+    return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def fingerprint_changes(recorded, now: dict) -> list[str]:
+    """``"key recorded vs now"`` for every entry of two fingerprints that differs (a key only one of
+    them has counts, shown as ``None``)."""
+    return [f"{k} {recorded.get(k)!r} vs {now.get(k)!r}".replace("'", "")
+            for k in sorted(set(recorded) | set(now)) if recorded.get(k) != now.get(k)]
+
+
 def commit() -> str:
     """The current git commit (with ``-dirty`` when tracked files differ from it), or ``unknown``."""
     try:
@@ -185,9 +250,10 @@ def read_json(path: Path, what: str, fix: str) -> dict:
     return record
 
 
-def _checkpoint(path: Path, section: str, seed: int, settings: dict) -> tuple[dict, float] | None:
-    """The result and wall time checkpointed in ``path`` for these settings (None when it was
-    written for other settings); a corrupt checkpoint or one holding NaN/inf is a ValueError."""
+def _checkpoint(path: Path, section: str, seed: int, settings: dict) -> tuple[dict, float, dict | None] | None:
+    """The result, wall time and arithmetic fingerprint (None in a checkpoint written before
+    fingerprints) checkpointed in ``path`` for these settings (None when it was written for other
+    settings); a corrupt checkpoint or one holding NaN/inf is a ValueError."""
     fix = f"delete it to re-run seed {seed} of section {section}"
     saved = read_json(path, "checkpoint of scripts/run_results.py", fix)
     if not {"settings", "result", "wall_s"} <= set(saved):
@@ -201,14 +267,18 @@ def _checkpoint(path: Path, section: str, seed: int, settings: dict) -> tuple[di
     bad = results_lib.nonfinite(saved["result"])
     if bad:
         raise ValueError(f"{path}: the checkpointed result holds NaN or infinite values at {bad[:5]}; {fix}")
-    return saved["result"], float(wall)
+    arithmetic = saved.get("arithmetic")
+    return saved["result"], float(wall), arithmetic if isinstance(arithmetic, dict) else None
 
 
 def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=None) -> Path:
     """Run ``section`` at ``profile`` (``settings`` overrides the profile's, for tests), one
     checkpoint per seed, and write ``out/profile/section.json``; returns its path. A seed whose
     result holds NaN or infinite values stops the run (nothing of it is written), and so does
-    a corrupt checkpoint (delete it to re-run its seed)."""
+    a corrupt checkpoint (delete it to re-run its seed). The provenance records the
+    :func:`arithmetic_fingerprint` (``arithmetic``) and its digest (``arithmetic_digest``); when
+    the seeds ran under different fingerprints (a run resumed on another machine), both are None
+    and ``arithmetic_by_seed`` holds each seed's (None: a checkpoint without one)."""
     if section not in SECTIONS:
         raise ValueError(f"unknown section {section!r}; use one of {tuple(SECTIONS)}")
     if profile not in PROFILES:
@@ -220,13 +290,14 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
     folder = Path(out) / profile
     ckpt = folder / ".checkpoints"
     ckpt.mkdir(parents=True, exist_ok=True)
-    per_seed, wall = {}, 0.0
+    per_seed, wall, arithmetic = {}, 0.0, {}
+    here = arithmetic_fingerprint(getattr(s, "dtype", None))
     for seed in s.seeds:
         path = ckpt / f"{section}-seed{seed}.json"
         if path.is_file():
             saved = _checkpoint(path, section, seed, settings_json(s))
             if saved is not None:
-                per_seed[str(seed)], wall = saved[0], wall + saved[1]
+                per_seed[str(seed)], wall, arithmetic[str(seed)] = saved[0], wall + saved[1], saved[2]
                 continue
         start = time.perf_counter()
         group = RUN_GROUPS.get(section, (section,))
@@ -238,10 +309,13 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
         if bad:
             raise ValueError(f"section {section}, seed {seed}: the result holds NaN or infinite values at "
                              f"{bad[:5]}; nothing was written for this seed (fix the run, then re-run)")
-        path.write_text(json.dumps({"settings": settings_json(s), "result": result, "wall_s": elapsed}))
+        path.write_text(json.dumps({"settings": settings_json(s), "result": result, "wall_s": elapsed,
+                                    "arithmetic": here}))
         if all((ckpt / f"{other}-seed{seed}.json").is_file() for other in group):
             shutil.rmtree(runs, ignore_errors=True)  # the group's seed checkpoints now hold its results
-        per_seed[str(seed)], wall = result, wall + elapsed
+        per_seed[str(seed)], wall, arithmetic[str(seed)] = result, wall + elapsed, here
+    prints = list(arithmetic.values())
+    common = prints[0] if all(fp is not None and fp == prints[0] for fp in prints) else None
     record = {"section": section, "profile": profile, "settings_class": cls.__name__, "settings": settings_json(s),
               "network": network_json(s),
               "seeds": list(s.seeds), "results": per_seed, "provenance": {
@@ -249,7 +323,10 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
                   "threads": torch.get_num_threads(), "torch": torch.__version__,
                   "python": sys.version.split()[0],
                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  "wall_s": round(wall, 1)}}
+                  "wall_s": round(wall, 1),
+                  "arithmetic": common, "arithmetic_digest": fingerprint_digest(common)}}
+    if common is None:
+        record["provenance"]["arithmetic_by_seed"] = arithmetic
     target = folder / f"{section}.json"
     target.write_text(json.dumps(record, indent=1) + "\n")
     return target
@@ -293,10 +370,82 @@ def differences(now, committed, path: str = "") -> list[tuple[str, object, objec
     return [] if now == committed else [(path or "/", committed, now)]
 
 
+#: the tolerance check (:func:`check_section`, another or an unknown arithmetic fingerprint): each
+#: float of the re-run seed within ``SPREAD_K`` times the larger of its own sd over the file's seeds
+#: and the file's pooled sd (the root mean square of those sds), and never under ``SPREAD_FLOOR``
+SPREAD_K = 3.0
+SPREAD_FLOOR = 0.01
+#: a file with one seed has no spread over seeds: each float within this absolute tolerance
+ONE_SEED_TOLERANCE = 0.03
+#: keys whose lists hold one value per client (one client's accuracy moves by whole test samples):
+#: the tolerance check compares such a list by its mean
+PER_CLIENT_KEYS = ("client_accuracy",)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def leaves(node, path: str = "", per_client: bool = False) -> dict:
+    """``{key path: value}`` of every leaf of a JSON result, a list of numbers under one of
+    :data:`PER_CLIENT_KEYS` collapsed to one ``<path> (mean of N clients)`` leaf."""
+    if isinstance(node, dict):
+        return {p: v for k, sub in node.items()
+                for p, v in leaves(sub, f"{path}/{k}", per_client or k in PER_CLIENT_KEYS).items()}
+    if isinstance(node, list):
+        if per_client and node and all(_number(v) for v in node):
+            return {f"{path} (mean of {len(node)} clients)": statistics.fmean(node)}
+        return {p: v for i, sub in enumerate(node) for p, v in leaves(sub, f"{path}[{i}]", per_client).items()}
+    return {path or "/": node}
+
+
+def seed_tolerance(record: results_lib.ResultsFile):
+    """``(tolerance(path), statement)``: the tolerance of each float leaf (:func:`leaves`) in the
+    tolerance check, from the file's own spread over seeds (:data:`SPREAD_K`, :data:`SPREAD_FLOOR`;
+    :data:`ONE_SEED_TOLERANCE` for a file with one seed), and the sentence that states it."""
+    flats = [leaves(record.results[str(k)]) for k in record.seeds]
+    if len(flats) < 2:
+        return (lambda path: ONE_SEED_TOLERANCE), (
+            f"each float within {ONE_SEED_TOLERANCE:g} (the file has one seed, so no spread over seeds); "
+            f"per-client lists by their mean; every other value exactly")
+    sd = {}
+    for path in flats[0]:
+        vals = [f.get(path) for f in flats]
+        if all(_number(v) for v in vals) and any(isinstance(v, float) for v in vals):
+            sd[path] = statistics.stdev(vals)
+    pooled = math.sqrt(statistics.fmean(v * v for v in sd.values())) if sd else 0.0
+
+    def tolerance(path: str) -> float:
+        return max(SPREAD_K * max(sd.get(path, 0.0), pooled), SPREAD_FLOOR)
+
+    return tolerance, (f"each float within max({SPREAD_K:g} x its sd over the file's {len(flats)} seeds, "
+                       f"{SPREAD_K:g} x their pooled sd {pooled:.3g}, {SPREAD_FLOOR:g}); per-client lists by "
+                       f"their mean; every other value exactly")
+
+
+def _recorded_fingerprint(provenance: dict, seed: int):
+    by_seed = provenance.get("arithmetic_by_seed")
+    if isinstance(by_seed, dict) and str(seed) in by_seed:
+        return by_seed[str(seed)]
+    return provenance.get("arithmetic")
+
+
 def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int | None = None) -> dict:
     """Re-run one seed (default: the first) of the committed ``out/profile/section.json`` with the
-    current code and compare it with the committed result; returns the seed, the wall time and
-    the list of :func:`differences` (empty: the committed result re-derives bit for bit)."""
+    current code and compare it with the committed result.
+
+    Where this machine's :func:`arithmetic_fingerprint` equals the one the file records for that
+    seed, the comparison is bit for bit: any difference fails. Elsewhere (another fingerprint, or
+    none recorded: ``fingerprint unknown``) float32 runs are not bit-portable, and the comparison
+    is a tolerance check (:func:`seed_tolerance`): each float within 3 x the larger of its own sd
+    over the file's seeds and the file's pooled sd, at least 0.01 (a file with one seed: within
+    0.03); a per-client list by its mean; every integer, string and the result's shape exactly.
+
+    Returns ``seed``, ``wall_s``, ``differences`` (every leaf that differs, :func:`differences`;
+    empty: re-derived bit for bit), ``mode`` (``"exact"`` or ``"tolerance"``), ``reason`` (which
+    comparison and why), ``tolerance`` (its statement, None when exact), ``failures`` (``(where,
+    committed, now, tolerance)`` that fail the comparison; empty: the check passes) and
+    ``largest`` (the float difference nearest its tolerance, or None)."""
     if section not in SECTIONS:
         raise ValueError(f"unknown section {section!r}; use one of {tuple(SECTIONS)}")
     if profile not in PROFILES:
@@ -312,10 +461,38 @@ def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int 
     seed = record.seeds[0] if seed is None else seed
     if isinstance(seed, bool) or not isinstance(seed, int) or str(seed) not in record.results:
         raise ValueError(f"seed {seed!r} is not in {path} (its seeds: {list(record.seeds)}); pass one of them")
+    now_fp = arithmetic_fingerprint(getattr(s, "dtype", None))
+    then_fp = _recorded_fingerprint(record.provenance, seed)
+    if not isinstance(then_fp, dict):
+        mode, reason = "tolerance", "fingerprint unknown (the file records none for this seed) -> tolerance check"
+    elif then_fp == now_fp:
+        mode, reason = "exact", f"fingerprint matches ({fingerprint_digest(now_fp)}) -> bit-for-bit check"
+    else:
+        changes = "; ".join(fingerprint_changes(then_fp, now_fp))
+        mode, reason = "tolerance", f"fingerprint differs: {changes} -> tolerance check"
     start = time.perf_counter()
-    result = summary(run(dataclasses.replace(s, seed=seed)))
-    return {"seed": seed, "wall_s": time.perf_counter() - start,
-            "differences": differences(json.loads(json.dumps(result)), record.results[str(seed)])}
+    result = json.loads(json.dumps(summary(run(dataclasses.replace(s, seed=seed)))))
+    wall = time.perf_counter() - start
+    committed = record.results[str(seed)]
+    report = {"seed": seed, "wall_s": wall, "differences": differences(result, committed), "mode": mode,
+              "reason": reason, "tolerance": None, "failures": [], "largest": None}
+    if mode == "exact":
+        report["failures"] = [(where, old, new, None) for where, old, new in report["differences"]]
+        return report
+    tolerance, report["tolerance"] = seed_tolerance(record)
+    now, then = leaves(result), leaves(committed)
+    worst = -1.0
+    for where in sorted(set(now) | set(then)):
+        old, new = then.get(where), now.get(where)
+        if _number(old) and _number(new) and (isinstance(old, float) or isinstance(new, float)):
+            tol = tolerance(where)
+            if abs(new - old) > tol:
+                report["failures"].append((where, old, new, tol))
+            if new != old and abs(new - old) / tol > worst:
+                worst, report["largest"] = abs(new - old) / tol, (where, old, new, tol)
+        elif where not in now or where not in then or old != new:
+            report["failures"].append((where, old, new, None))
+    return report
 
 
 def main(argv=None) -> int:
@@ -341,12 +518,28 @@ def main(argv=None) -> int:
             print(f"{section}: wrote {run_section(section, args.profile, args.out)}", flush=True)
             continue
         c = check_section(section, args.profile, args.out, seed=args.seed)
-        verdict = "re-derived bit for bit" if not c["differences"] else f"{len(c['differences'])} values differ"
+        n = len(c["differences"])
+        if not n:
+            verdict = "re-derived bit for bit"
+        elif c["mode"] == "exact":
+            verdict = f"{n} values differ (the fingerprint matches, so none should)"
+        elif c["failures"]:
+            verdict = f"{n} values differ, {len(c['failures'])} beyond the tolerance"
+        else:
+            verdict = f"{n} values differ, all within the tolerance"
+        print(f"{section}, seed {c['seed']}: {c['reason']}", flush=True)
         print(f"{section}, seed {c['seed']}: {verdict} ({c['wall_s']:.0f} s, {torch.get_num_threads()} threads)",
               flush=True)
-        for where, old, new in c["differences"][:10]:
-            print(f"    {where}: committed {old!r}, now {new!r}")
-        failed += bool(c["differences"])
+        if c["mode"] == "tolerance" and n:
+            print(f"    tolerance: {c['tolerance']}")
+            if c["largest"] is not None:
+                where, old, new, tol = c["largest"]
+                print(f"    nearest its tolerance: {where}: committed {old!r}, now {new!r} (|difference| "
+                      f"{abs(new - old):.3g}, tolerance {tol:.3g})")
+        for where, old, new, tol in c["failures"][:10]:
+            bound = f" (tolerance {tol:.3g})" if tol is not None else ""
+            print(f"    {where}: committed {old!r}, now {new!r}{bound}")
+        failed += bool(c["failures"])
     return 1 if failed else 0
 
 

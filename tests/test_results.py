@@ -85,3 +85,43 @@ def test_values_that_are_not_numbers_are_named(tmp_path):
     write(tmp_path)
     with pytest.raises(ValueError, match=r"seed 0 holds dict at \['accuracy'\].*keys there: \['FedRep'\]"):
         results.load("5.8", "long", tmp_path).values("accuracy")
+
+
+@pytest.mark.parametrize("wall", ["missing", None, float("nan"), float("inf"), -5.0, "610", True, [610]])
+def test_an_unknown_wall_time_is_said_so_not_zero_or_nan_minutes(tmp_path, wall):
+    record = {"commit": "0123456789abcdef", "device": "cpu", "cpu": "Some CPU", "threads": 1, "torch": "2.13.0",
+              "date": "2026-11-24T15:00:00+00:00"}
+    if wall != "missing":
+        record["wall_s"] = wall
+    write(tmp_path, provenance=record)
+    text = results.load("5.8", "long", tmp_path).describe()
+    assert text.endswith("; wall time unknown") and " min" not in text
+    assert results.wall_time(0) == "0 min in all" and results.wall_time(610.0) == "10 min in all"
+
+
+def test_a_null_wall_time_in_the_file_is_unknown_not_a_type_error(tmp_path):
+    (tmp_path / "long").mkdir()
+    write(tmp_path)
+    path = tmp_path / "long" / "5.8.json"
+    path.write_text(path.read_text().replace('"wall_s": 610.0', '"wall_s": null'))
+    assert results.load("5.8", "long", tmp_path).describe().endswith("wall time unknown")
+
+
+@pytest.mark.parametrize("section, profile, error, match", [
+    (5.8, "long", TypeError, "section must be a string such as '4.7', got float 5.8"),
+    (None, "long", TypeError, "section must be a string"),
+    ("5.8", b"long", TypeError, "profile must be a string such as 'long', got bytes"),
+    ("", "long", ValueError, "section must be a plain name"),
+    ("5.8", " ", ValueError, "profile must be a plain name"),
+    ("5.8", "long/../long", ValueError, r"profile must be a plain name .* got 'long/../long'"),
+    ("5.8", "long/../x", ValueError, "profile must be a plain name"),
+    ("../long/5.8", "long", ValueError, "section must be a plain name"),
+    ("5.8", "..", ValueError, "profile must be a plain name"),
+    ("5.8", "long\\x", ValueError, "profile must be a plain name"),
+])
+def test_load_blames_a_malformed_argument_not_the_file(tmp_path, section, profile, error, match):
+    write(tmp_path)  # a good file at long/5.8.json, which "long/../long" would reach
+    with pytest.raises(error, match=match) as info:
+        results.load(section, profile, tmp_path)
+    assert "results.load:" in str(info.value) and "copied or renamed" not in str(info.value)
+    assert "5.8.json" not in str(info.value)

@@ -216,3 +216,118 @@ def test_a_seed_cut_short_resumes_from_its_finished_engine_runs(tmp_path, monkey
     assert not (tmp_path / "long" / ".checkpoints" / "5.8-seed3-runs").exists()
     expected = sum(neural.fedavg(model, clients, c).final.average for c in cfgs)
     assert json.loads(path.read_text())["results"]["3"]["acc"] == pytest.approx(float(expected), abs=0)
+
+
+FP = {"cpu": "AMD EPYC", "cpu_flags": ["avx", "avx2", "fma", "avx512f"], "cpu_capability": "AVX512",
+      "torch": "2.13.0+cpu", "blas": "mkl", "lapack": "mkl", "mkl": True, "mkldnn": True, "openmp": True,
+      "threads": 1, "device": "cpu", "dtype": "float32"}
+
+
+def test_the_arithmetic_fingerprint_names_what_decides_the_bits():
+    fp = rr.arithmetic_fingerprint("float32")
+    assert set(fp) >= {"cpu", "cpu_flags", "cpu_capability", "torch", "blas", "mkl", "mkldnn", "threads", "dtype"}
+    assert fp["dtype"] == "float32" and set(fp["cpu_flags"]) <= set(rr.KERNEL_FLAGS)
+    assert json.loads(json.dumps(fp)) == fp  # JSON as it is, so that a file's equals a fresh one
+    digest = rr.fingerprint_digest(fp)
+    assert len(digest) == 12 and digest == rr.fingerprint_digest(dict(reversed(list(fp.items()))))
+    assert rr.fingerprint_digest({**fp, "threads": 99}) != digest and rr.fingerprint_digest(None) is None
+    assert rr.fingerprint_changes(FP, {**FP, "cpu_capability": "AVX2"}) == ["cpu_capability AVX512 vs AVX2"]
+
+
+def _committed_58(tmp_path, monkeypatch, values, fp=FP):
+    """A committed long-profile 5.8 file whose seed s holds ``values[s]``, written under ``fp``;
+    the driver then returns ``current[seed]`` (a dict the test changes)."""
+    cls = rr.SECTIONS["5.8"][0]
+    long = cls.profile("long")
+    current = {seed: dict(values[seed]) for seed in long.seeds}
+    monkeypatch.setattr(rr, "arithmetic_fingerprint", lambda dtype: {**fp, "dtype": dtype})
+    monkeypatch.setitem(rr.SECTIONS, "5.8", (cls, lambda s: s.seed, lambda seed: current[seed]))
+    path = rr.run_section("5.8", "long", tmp_path, settings=long)
+    current.update({seed: dict(values[seed]) for seed in long.seeds})
+    return path, current, long
+
+
+def test_run_section_records_the_fingerprint_and_its_digest(tmp_path, monkeypatch):
+    path, _, long = _committed_58(tmp_path, monkeypatch, {0: {"acc": 0.5}, 1: {"acc": 0.6}})
+    prov = json.loads(path.read_text())["provenance"]
+    assert prov["arithmetic"] == FP and prov["arithmetic_digest"] == rr.fingerprint_digest(FP)
+    assert "arithmetic_by_seed" not in prov
+    saved = json.loads((tmp_path / "long" / ".checkpoints" / "5.8-seed1.json").read_text())
+    assert saved["arithmetic"] == FP
+    # seed 1 re-runs on another machine (a resumed run): the seeds' fingerprints differ, and say so
+    (tmp_path / "long" / ".checkpoints" / "5.8-seed1.json").unlink()
+    monkeypatch.setattr(rr, "arithmetic_fingerprint", lambda dtype: {**FP, "cpu_capability": "AVX2"})
+    prov = json.loads(rr.run_section("5.8", "long", tmp_path, settings=long).read_text())["provenance"]
+    assert prov["arithmetic"] is None and prov["arithmetic_digest"] is None
+    assert prov["arithmetic_by_seed"] == {"0": FP, "1": {**FP, "cpu_capability": "AVX2"}}
+
+
+def test_check_is_bit_for_bit_where_the_fingerprint_matches(tmp_path, monkeypatch, capsys):
+    _, current, _ = _committed_58(tmp_path, monkeypatch, {0: {"acc": [0.5, 0.6]}, 1: {"acc": [0.6, 0.7]}})
+    ok = rr.check_section("5.8", "long", tmp_path)
+    assert ok["mode"] == "exact" and ok["differences"] == ok["failures"] == []
+    assert ok["reason"] == f"fingerprint matches ({rr.fingerprint_digest(FP)}) -> bit-for-bit check"
+    current[0]["acc"] = [0.5, 0.6 + 1e-7]  # within any tolerance, but the same arithmetic should give the same bits
+    bad = rr.check_section("5.8", "long", tmp_path)
+    assert bad["mode"] == "exact" and bad["failures"] == [("/acc[1]", 0.6, 0.6 + 1e-7, None)]
+    assert rr.main(["--profile", "long", "--check", "--out", str(tmp_path), "5.8"]) == 1
+    out = capsys.readouterr().out
+    assert "-> bit-for-bit check" in out and "1 values differ (the fingerprint matches, so none should)" in out
+
+
+def test_check_on_another_machine_is_a_stated_tolerance_from_the_seed_spread(tmp_path, monkeypatch, capsys):
+    values = {0: {"acc": [0.50, 0.60], "n": 50, "client_accuracy": {"a": [0.25, 0.75, 1.0]}},
+              1: {"acc": [0.56, 0.62], "n": 50, "client_accuracy": {"a": [0.5, 0.5, 1.0]}}}
+    _, current, _ = _committed_58(tmp_path, monkeypatch, values)
+    monkeypatch.setattr(rr, "arithmetic_fingerprint", lambda dtype: {**FP, "cpu_capability": "AVX2", "dtype": dtype})
+    # sds over the seeds: acc[0] 0.0424, acc[1] 0.0141, the client mean 0; pooled sqrt(0.002 / 3) = 0.0258;
+    # tolerances: acc[0] 3 x 0.0424 = 0.127, acc[1] 3 x 0.0258 = 0.0775
+    current[0].update(acc=[0.60, 0.67], client_accuracy={"a": [0.0, 1.0, 1.0]})  # per-client: mean unchanged
+    c = rr.check_section("5.8", "long", tmp_path)
+    assert c["mode"] == "tolerance" and c["failures"] == []
+    assert c["reason"] == "fingerprint differs: cpu_capability AVX512 vs AVX2 -> tolerance check"
+    assert "3 x its sd over the file's 2 seeds, 3 x their pooled sd 0.0258, 0.01" in c["tolerance"]
+    assert len(c["differences"]) == 4 and c["largest"][0] == "/acc[1]"
+    assert rr.main(["--profile", "long", "--check", "--out", str(tmp_path), "5.8"]) == 0
+    out = capsys.readouterr().out
+    assert "fingerprint differs: cpu_capability AVX512 vs AVX2 -> tolerance check" in out
+    assert "4 values differ, all within the tolerance" in out and "tolerance: each float within" in out
+    current[0].update(acc=[0.50, 0.70], n=49)  # beyond 0.0775; an integer differs
+    c = rr.check_section("5.8", "long", tmp_path)
+    assert [f[0] for f in c["failures"]] == ["/acc[1]", "/n"] and c["failures"][1][3] is None
+    assert c["failures"][0][3] == pytest.approx(3 * (0.002 / 3) ** 0.5)
+    assert rr.main(["--profile", "long", "--check", "--out", str(tmp_path), "5.8"]) == 1
+    assert "2 beyond the tolerance" in capsys.readouterr().out
+
+
+def test_a_file_without_a_fingerprint_is_checked_within_the_tolerance_said_unknown(tmp_path, monkeypatch, capsys):
+    path, current, long = _committed_58(tmp_path, monkeypatch, {0: {"acc": 0.5}, 1: {"acc": 0.6}})
+    record = json.loads(path.read_text())
+    for key in ("arithmetic", "arithmetic_digest"):
+        del record["provenance"][key]  # as every file committed before fingerprints
+    path.write_text(json.dumps(record))
+    current[0]["acc"] = 0.51
+    c = rr.check_section("5.8", "long", tmp_path)
+    assert c["mode"] == "tolerance" and c["failures"] == [] and c["reason"].startswith("fingerprint unknown")
+    assert rr.main(["--profile", "long", "--check", "--out", str(tmp_path), "5.8"]) == 0
+    assert "fingerprint unknown (the file records none for this seed) -> tolerance check" in capsys.readouterr().out
+    # one seed: no spread over seeds, a fixed absolute tolerance
+    record.update(seeds=[0], results={"0": record["results"]["0"]})
+    record["settings"]["seeds"] = [0]
+    path.write_text(json.dumps(record))
+    monkeypatch.setattr(rr, "section_settings", lambda section, profile: replace(long, seeds=(0,)))
+    c = rr.check_section("5.8", "long", tmp_path)
+    assert c["failures"] == [] and f"each float within {rr.ONE_SEED_TOLERANCE:g} (the file has one seed" in c["tolerance"]
+    current[0]["acc"] = 0.5 + rr.ONE_SEED_TOLERANCE + 0.001
+    assert rr.check_section("5.8", "long", tmp_path)["failures"][0][0] == "/acc"
+
+
+def test_a_seed_rerun_on_another_machine_is_checked_against_its_own_fingerprint(tmp_path, monkeypatch):
+    path, current, _ = _committed_58(tmp_path, monkeypatch, {0: {"acc": 0.5}, 1: {"acc": 0.6}})
+    record = json.loads(path.read_text())
+    other = {**FP, "cpu_capability": "AVX2"}
+    record["provenance"].update(arithmetic=None, arithmetic_digest=None, arithmetic_by_seed={"0": FP, "1": other})
+    path.write_text(json.dumps(record))
+    assert rr.check_section("5.8", "long", tmp_path, seed=0)["mode"] == "exact"
+    c = rr.check_section("5.8", "long", tmp_path, seed=1)
+    assert c["mode"] == "tolerance" and "cpu_capability AVX2 vs AVX512" in c["reason"]

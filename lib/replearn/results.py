@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ResultsFile", "default_root", "load", "nonfinite"]
+__all__ = ["ResultsFile", "default_root", "load", "nonfinite", "wall_time"]
 
 
 def nonfinite(node, where: str = "") -> list[str]:
@@ -90,16 +90,40 @@ class ResultsFile:
         if where == "cpu":
             threads = p.get("threads")
             where = f"CPU {p.get('cpu', '?')}" + (f", {threads} thread{'s' * (threads != 1)}" if threads else "")
-        minutes = float(p.get("wall_s", 0.0)) / 60
         seeds = f"seed {self.seeds[0]}" if len(self.seeds) == 1 else f"{len(self.seeds)} seeds {self.seeds}"
         return (f"{self.profile} profile, {seeds}; {where}; torch {p.get('torch', '?')}; "
                 f"commit {str(p.get('commit', '?'))[:12]}; {str(p.get('date', '?'))[:10]}; "
-                f"{minutes:.0f} min in all")
+                f"{wall_time(p.get('wall_s'))}")
+
+
+def wall_time(wall_s) -> str:
+    """``"N min in all"`` for a recorded wall time in seconds; ``"wall time unknown"`` when there is
+    none to show: missing (None), not a number (a string, a bool), NaN, infinite or negative."""
+    if isinstance(wall_s, bool) or not isinstance(wall_s, (int, float)) or not 0 <= wall_s < math.inf:
+        return "wall time unknown"
+    return f"{wall_s / 60:.0f} min in all"
+
+
+def _name_argument(what: str, value) -> str:
+    """``value`` as a section or profile name: a non-empty string that names one file or folder
+    (no path separator, not ``.`` or ``..``); anything else is an error about the argument."""
+    if not isinstance(value, str):
+        raise TypeError(f"results.load: {what} must be a string such as "
+                        f"{'4.7' if what == 'section' else 'long'!r}, got {type(value).__name__} {value!r}")
+    seps = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    if not value.strip() or value in (".", "..") or any(sep in value for sep in seps) or "\0" in value:
+        raise ValueError(f"results.load: {what} must be a plain name such as "
+                         f"{'4.7' if what == 'section' else 'long'!r} (non-empty, no path separator), "
+                         f"got {value!r}")
+    return value
 
 
 def load(section: str, profile: str = "long", root: str | Path | None = None) -> ResultsFile:
     """The committed results of ``section`` (e.g. ``"4.7"``) at ``profile`` under ``root``
-    (default :func:`default_root`). Raises ``FileNotFoundError`` saying how to produce them."""
+    (default :func:`default_root`). Raises ``FileNotFoundError`` saying how to produce them; a
+    ``section`` or ``profile`` that is not a plain name (not a string, empty, a path) is a
+    ``TypeError``/``ValueError`` about that argument, before any file is read."""
+    section, profile = _name_argument("section", section), _name_argument("profile", profile)
     root = Path(root) if root is not None else default_root()
     path = root / profile / f"{section}.json"
     if not path.is_file():

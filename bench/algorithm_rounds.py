@@ -180,8 +180,12 @@ def aggregate(modules, weights):
 
 
 def sgd(params, cfg, lr=None):
-    return torch.optim.SGD(list(params), lr=cfg.lr if lr is None else lr, momentum=cfg.momentum,
-                           weight_decay=cfg.weight_decay)
+    """torch.optim.SGD as the FedRep authors configure it: weight decay on weights, not biases."""
+    params = list(params)
+    groups = [{"params": [p for p in params if p.ndim > 1], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
+    return torch.optim.SGD([g for g in groups if g["params"]], lr=cfg.lr if lr is None else lr,
+                           momentum=cfg.momentum)
 
 
 class _MomentumSGD(torch.optim.Optimizer):
@@ -196,7 +200,7 @@ class _MomentumSGD(torch.optim.Optimizer):
         for group in self.param_groups:
             for p, extra in zip(group["params"], extras):
                 d_p = p.grad + extra
-                if group["weight_decay"]:
+                if group["weight_decay"] and p.ndim > 1:  # weights only, as the authors' optimiser
                     d_p = d_p.add(p, alpha=group["weight_decay"])
                 if group["momentum"]:
                     buf = self.state[p].get("momentum_buffer")

@@ -6,6 +6,7 @@ import http.server
 import io
 import os
 import pickle
+import re
 import tarfile
 import threading
 from math import gcd
@@ -377,6 +378,58 @@ def test_missing_data_error_names_directory_files_and_fixes(tmp_path, monkeypatc
     assert type(again) is data.DataMissingError and str(again) == msg
 
 
+def test_a_data_directory_that_is_a_file_is_called_a_file(tmp_path, monkeypatch, server, archives):
+    """REPLEARN_DATA (or root) naming a regular file: the error says it is a file and points at a
+    folder, with no "not in <file>" nor "download into <file>", and nothing is downloaded."""
+    monkeypatch.delenv("REPLEARN_DOWNLOAD", raising=False)
+    path = tmp_path / "notes.txt"
+    path.write_text("not a folder")
+    monkeypatch.setenv("REPLEARN_DATA", str(path))
+    with pytest.raises(data.DataMissingError) as info:
+        data.load_cifar("cifar10")
+    msg = str(info.value)
+    assert msg.startswith(f"REPLEARN_DATA={path} is a file, not a directory: point it at the folder that "
+                          f"holds cifar10_subset.npz")
+    assert f"in {path}" not in msg and "into that folder" not in msg and "one of the data files" not in msg
+    assert str(pickle.loads(pickle.dumps(info.value))) == msg
+    monkeypatch.setenv("REPLEARN_DOWNLOAD", "1")  # downloading into a file cannot work: not tried
+    with pytest.raises(data.DataMissingError, match=rf"^root={re.escape(str(path))} is a file, not a dir"):
+        data.load_cifar("cifar10", root=path, url=server.url, md5=archives["cifar10"]["md5"], retry_delay=0)
+    assert server.requests == 0 and path.read_text() == "not a folder"
+    # the subset file itself as the data directory: its folder is suggested
+    subset = tmp_path / "cifar10_subset.npz"
+    _write_subset(subset)
+    monkeypatch.setenv("REPLEARN_DATA", str(subset))
+    own = (r"cifar10_subset.npz is one of the data files itself: "
+           rf"set REPLEARN_DATA={re.escape(str(tmp_path))} ")
+    with pytest.raises(data.DataMissingError, match=rf"is a file, not a directory.*{own}"):
+        data.load_cifar("cifar10")
+    assert data.load_cifar("cifar10", root=tmp_path).source == "subset"
+
+
+def test_data_entries_of_the_wrong_kind_are_named(tmp_path, monkeypatch, archives):
+    """A subset name that is a directory and an official-folder name that is a file: each is
+    called what it is, not "not there"; a batch file that is a directory likewise."""
+    monkeypatch.delenv("REPLEARN_DOWNLOAD", raising=False)
+    (tmp_path / "cifar10_subset.npz").mkdir()
+    (tmp_path / "cifar-10-batches-py").write_text("")
+    with pytest.raises(data.DataMissingError) as info:
+        data.load_cifar("cifar10", root=tmp_path)
+    msg = str(info.value)
+    assert (f"{tmp_path / 'cifar10_subset.npz'} is a directory, expected the file cifar10_subset.npz" in msg)
+    assert f"{tmp_path / 'cifar-10-batches-py'} is a file, expected the folder cifar-10-batches-py/" in msg
+    assert "neither" not in msg and "REPLEARN_DATA" in msg
+    root = tmp_path / "full"
+    for rel, blob in _official_files("cifar10", archives["cifar10"]["arrays"]).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(blob)
+    batch = root / "cifar-10-batches-py" / "data_batch_2"
+    batch.unlink()
+    batch.mkdir()
+    with pytest.raises(IsADirectoryError, match=r"data_batch_2 is a directory, expected the file "):
+        data.load_cifar("cifar10", root=root)
+
+
 def test_download_switch_from_environment(tmp_path, monkeypatch, server, archives):
     a = archives["cifar10"]
     monkeypatch.setenv("REPLEARN_DOWNLOAD", "0")
@@ -539,16 +592,22 @@ def test_shard_partition_properties(case):
     k, c, n_clients, m, seed = case
     order = torch.randperm(k * m, generator=torch.Generator().manual_seed(seed))
     y = torch.arange(k).repeat_interleave(m)[order]
-    parts = data.shard_partition(y, n_clients, c, seed=seed)
-    assert len(parts) == n_clients
-    assert len(_check_disjoint(parts, len(y))) == len(y)  # every sample used exactly once
     per_class = n_clients * c // k
-    for p in parts:
-        counts = torch.bincount(y[p], minlength=k)
-        assert int((counts > 0).sum()) == c  # exactly C distinct classes
-        assert set(counts[counts > 0].tolist()) <= {m // per_class, -(-m // per_class)}  # shard sizes
-    again = data.shard_partition(y, n_clients, c, seed=seed)
-    assert all(torch.equal(a, b) for a, b in zip(parts, again))
+    sizes = {m // per_class, -(-m // per_class)}  # a shard's possible sizes
+    for split in (data.shard_partition, data.disjoint_shard_partition):
+        parts = split(y, n_clients, c, seed=seed)
+        assert len(parts) == n_clients
+        assert len(_check_disjoint(parts, len(y))) == len(y)  # every sample used exactly once
+        for p in parts:
+            counts = torch.bincount(y[p], minlength=k)
+            if split is data.disjoint_shard_partition:
+                assert int((counts > 0).sum()) == c  # exactly C distinct classes
+                assert set(counts[counts > 0].tolist()) <= sizes
+            else:  # C shards, possibly two of one class (the authors' split)
+                assert 1 <= int((counts > 0).sum()) <= c and len(p) in {c * s for s in sizes} | set(range(
+                    c * min(sizes), c * max(sizes) + 1))
+        again = split(y, n_clients, c, seed=seed)
+        assert all(torch.equal(a, b) for a, b in zip(parts, again))
 
 
 def test_shard_partition_seeds_differ_and_errors():
@@ -711,8 +770,36 @@ def test_make_subsets_errors(tmp_path, archives):
         with pytest.raises(ValueError, match="must be increasing positions"):
             data.make_subsets(tmp_path, tmp_path / "out", names=("cifar10",),
                               index={"cifar10": dict(train=bad, test=np.arange(3))})
-    # the recorded selection of the shipped subsets does not fit a tiny archive
-    with pytest.raises(ValueError, match="must be increasing positions"):
+    # the recorded selection of the shipped subsets does not fit a tiny archive: the archive is
+    # blamed, not the index argument the caller never passed
+    with pytest.raises(ValueError, match=r"cifar-10-batches-py does not hold the official CIFAR-10 "
+                                         r"archive's contents: 300 train images where the official one "
+                                         r"has 50,000") as err:
+        data.make_subsets(tmp_path, tmp_path / "out", names=("cifar10",))
+    assert "index[" not in str(err.value) and not (tmp_path / "out").exists()
+
+
+def test_a_wrong_archive_vouched_for_by_archive_md5_is_named(tmp_path, archives):
+    """archive_md5 accepts a (tiny) archive that is not the official one; with the recorded
+    selection the error names that archive and says its contents do not match (before: "index
+    must be increasing positions", an argument the caller never passed)."""
+    a, spec = archives["cifar100"], data._SPECS["cifar100"]
+    archive = tmp_path / spec["archive"]
+    archive.write_bytes(a["blob"])
+    with pytest.raises(ValueError) as err:
+        data.make_subsets(tmp_path, tmp_path / "out", names=("cifar100",),
+                          archive_md5={"cifar100": a["md5"]})
+    msg = str(err.value)
+    assert msg.startswith(f"{archive} does not hold the official CIFAR-100 archive's contents: 300 train "
+                          f"images where the official one has 50,000 (its md5 was accepted because "
+                          f"archive_md5 names it)")
+    assert "index[" not in msg and "cifar100_subset.npz was not written" in msg
+    assert not (tmp_path / "out").exists()
+    # wrong kinds: the source a file, the archive a directory
+    with pytest.raises(NotADirectoryError, match=r"is a file, not a directory: pass the folder that holds"):
+        data.make_subsets(archive, tmp_path / "out", names=("cifar10",))
+    (tmp_path / "cifar-10-python.tar.gz").mkdir()
+    with pytest.raises(IsADirectoryError, match=r"cifar-10-python.tar.gz is a directory, expected the file"):
         data.make_subsets(tmp_path, tmp_path / "out", names=("cifar10",))
 
 

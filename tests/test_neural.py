@@ -9,7 +9,7 @@ from torch import nn
 
 from replearn import models, neural
 from replearn.backend import make_generator
-from tiny_net import Tiny
+from tiny_net import Tiny, authors_sgd
 
 
 def tiny_model(seed=0):
@@ -61,7 +61,7 @@ def reference(model, clients, cfg, participants, *, shared, local, phases):
                         p.copy_(locals_[i][n])
             for names, steps in phases:
                 ps = [p for n, p in m.named_parameters() if n in names]
-                opt = torch.optim.SGD(ps, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+                opt = authors_sgd(ps, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
                 for _ in range(steps):
                     opt.zero_grad()
                     nn.functional.cross_entropy(m(clients.x_train[i]), clients.y_train[i]).backward()
@@ -88,7 +88,7 @@ def reference_sgd(model, trainable, x, y, batches, cfg):
     """torch.optim.SGD on a deep copy of ``model`` over the parameters named in ``trainable``, one
     step per batch of ``batches``: the trained copy and the summed loss (what LocalSGD must match)."""
     ref = copy.deepcopy(model)
-    opt = torch.optim.SGD([p for n, p in ref.named_parameters() if n in trainable], lr=cfg.lr,
+    opt = authors_sgd([p for n, p in ref.named_parameters() if n in trainable], lr=cfg.lr,
                           momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     total = 0.0
     for idx in batches:

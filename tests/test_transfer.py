@@ -133,7 +133,9 @@ def test_new_clients_pool_any_count(cifar100):
     # 5 clients x 5 classes of 20 new classes: not a multiple of 20, still 5 clients of 5 classes each
     _, new = D.class_split(100, 20, seed=0)
     cl = T.new_clients(cifar100, new, 5, 5, 10, seed=1)
-    assert cl.n_clients == 5
+    assert cl.n_clients == 5  # the authors' split: 5 shards each, a class possibly twice
+    assert all(1 <= len(torch.unique(y)) <= 5 and int(y.max()) < 20 for y in cl.y_train)
+    cl = T.new_clients(cifar100, new, 5, 5, 10, seed=1, split="disjoint")
     assert all(len(torch.unique(y)) == 5 and int(y.max()) < 20 for y in cl.y_train)
 
 

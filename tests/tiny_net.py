@@ -14,3 +14,14 @@ class Tiny(nn.Module):
 
     def forward(self, x):
         return self.head(self.body(x))
+
+
+def authors_sgd(params, *, lr, momentum, weight_decay=0.0):
+    """``torch.optim.SGD`` as the FedRep authors configure it (``models/Update.py``): weight
+    decay on the weights (tensors of two or more dimensions), none on the biases."""
+    import torch
+
+    params = list(params)
+    groups = [{"params": [p for p in params if p.ndim > 1], "weight_decay": weight_decay},
+              {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
+    return torch.optim.SGD([g for g in groups if g["params"]], lr=lr, momentum=momentum)

@@ -176,9 +176,22 @@ class DataMissingError(FileNotFoundError):
     def __init__(self, name: str, root: str | os.PathLike | None):
         self.name, self.root = name, root
         spec, base = _spec(name), data_root(root)
+        if _is_not_a_folder(base):
+            setting = _root_setting(root) or "REPLEARN_DATA"
+            own = (f" {base.name} is one of the data files itself: set {setting}={base.parent} if that "
+                   f"folder holds the data." if base.name in _DATA_NAMES else "")
+            super().__init__(
+                f"{_root_label(root)} is a file, not a directory: point it at the folder that holds "
+                f"{spec['subset']} or the extracted official folder {spec['folder']}/ (or at an empty or new "
+                f"folder, to download the official archive into).{own} The README, section \"Data\", "
+                f"explains where the data go.")
+            return
+        wrong = _wrong_kinds(name, base)
+        what = ("; ".join(wrong) if wrong else
+                f"neither the folder {spec['folder']}/ (extracted official archive) nor the offline subset "
+                f"{spec['subset']} is there")
         super().__init__(
-            f"no {spec['title']} data in {base}: neither the folder {spec['folder']}/ (extracted "
-            f"official archive) nor the offline subset {spec['subset']} is there. Do one of:\n"
+            f"no {spec['title']} data in {base}: {what}. Do one of:\n"
             f"  1. download the official archive ({spec['size_mb']} MB, md5-checked) into that folder: "
             f"set the environment variable REPLEARN_DOWNLOAD=1 (in a notebook: run "
             f"%env REPLEARN_DOWNLOAD=1 in a cell, then re-run this one);\n"
@@ -257,6 +270,44 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "replearn"
 
 
+#: The names :func:`load_cifar` looks for in the data directory (a data directory named like one
+#: of them is most likely that file or folder itself).
+_DATA_NAMES = frozenset(spec[k] for spec in _SPECS.values() for k in ("subset", "folder", "archive"))
+
+
+def _root_setting(root: str | os.PathLike | None) -> str | None:
+    """Which setting chose the data directory: ``"root"``, ``"REPLEARN_DATA"`` or None (the default)."""
+    if root is not None:
+        return "root"
+    return "REPLEARN_DATA" if os.environ.get("REPLEARN_DATA", "").strip() else None
+
+
+def _root_label(root: str | os.PathLike | None) -> str:
+    """The data directory as the reader set it, for messages: ``REPLEARN_DATA=<path>``,
+    ``root=<path>`` or ``the default data directory <path>``."""
+    setting, base = _root_setting(root), data_root(root)
+    return f"{setting}={base}" if setting else f"the default data directory {base}"
+
+
+def _is_not_a_folder(path: Path) -> bool:
+    """``path`` exists but is no directory (a file, or a link to one)."""
+    return path.exists() and not path.is_dir()
+
+
+def _wrong_kinds(name: str, base: Path) -> list[str]:
+    """The data paths of ``name`` under ``base`` that exist as the wrong kind: the subset as a
+    directory, the extracted official folder as a file."""
+    spec, wrong = _spec(name), []
+    subset, folder = base / spec["subset"], base / spec["folder"]
+    if subset.is_dir():
+        wrong.append(f"{subset} is a directory, expected the file {spec['subset']} (the offline subset): "
+                     f"move the file out of that folder into {base}, or remove the folder")
+    if _is_not_a_folder(folder):
+        wrong.append(f"{folder} is a file, expected the folder {spec['folder']}/ (the extracted official "
+                     f"archive): remove or rename that file")
+    return wrong
+
+
 def load_cifar(name: str, *, root: str | os.PathLike | None = None, download: bool | None = None,
                url: str | None = None, md5: str | None = None, retries: int = 3,
                retry_delay: float = 1.0, timeout: float = 60.0) -> CifarData:
@@ -272,6 +323,8 @@ def load_cifar(name: str, *, root: str | os.PathLike | None = None, download: bo
     spec = _spec(name)
     _check_download_args(retries, retry_delay, timeout)
     base = data_root(root)
+    if _is_not_a_folder(base):  # nothing can be found in, nor downloaded into, a file
+        raise DataMissingError(name, root)
     if (base / spec["folder"]).is_dir():
         return _load_official(name, base)
     if (base / spec["subset"]).is_file():
@@ -309,6 +362,9 @@ def read_pickle(path: Path) -> dict:
     Only numpy arrays, lists, numbers and strings may appear; anything else, or an unreadable
     file, raises ``ValueError``.
     """
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, expected the file {path.name} of the extracted "
+                                f"CIFAR folder; delete {path.parent} and extract or download the archive again")
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: the extracted CIFAR folder is incomplete; "
                                 f"delete {path.parent} and extract or download the archive again")
@@ -664,18 +720,29 @@ def make_subsets(source: str | os.PathLike, out: str | os.PathLike, *, names=("c
     with) are written in the shipped layout (HWC uint8 images, int64 labels, class names,
     ``train_index`` / ``test_index``, for CIFAR-100 the coarse labels and names), after their
     :func:`content_digest` was compared with ``digests[name]`` (default :data:`SUBSET_DIGESTS`
-    when ``index`` is the default; ``ValueError`` on a mismatch, and no file is written).
-    Returns the paths written; ``out / "SHA256SUMS"`` records their SHA-256 checksums.
+    when ``index`` is the default; ``ValueError`` on a mismatch, and no file is written). With
+    the default ``index``, an archive (or extracted folder) whose train or test set is not the
+    official size is refused first (``ValueError`` naming it): its contents are not the official
+    archive's, whatever ``archive_md5`` vouched for. Returns the paths written;
+    ``out / "SHA256SUMS"`` records their SHA-256 checksums.
     """
     source, out = Path(source), Path(out)
+    recorded = index is None  # the recorded selection, made from the official archives
     if index is None:
         index, digests = {n: subset_index(n) for n in names}, (SUBSET_DIGESTS if digests is None else digests)
     digests = digests or {}
     written = {}
     for name in names:
         spec = _spec(name)
+        origin = source / spec["folder"]  # what the images come from, for messages
         if not (source / spec["folder"]).is_dir():
             archive, want = source / spec["archive"], (archive_md5 or {}).get(name, spec["md5"])
+            if _is_not_a_folder(source):
+                raise NotADirectoryError(f"{source} is a file, not a directory: pass the folder that holds "
+                                         f"{spec['archive']} or {spec['folder']}/")
+            if archive.is_dir():
+                raise IsADirectoryError(f"{archive} is a directory, expected the file {spec['archive']} "
+                                        f"(the official archive): remove that folder or put the archive there")
             if archive.is_file():
                 if (got := file_digest(archive, "md5")) != want:
                     raise ValueError(f"{archive} has md5 {got}, expected {want}: not the official archive "
@@ -687,7 +754,19 @@ def make_subsets(source: str | os.PathLike, out: str | os.PathLike, *, names=("c
                     f"neither {spec['archive']} nor {spec['folder']}/ is in {source}; download the archive "
                     f"from {spec['url']} into that folder, or pass download=True (--download)")
             extract_archive(archive, source, spec["folder"])
+            origin = archive
         full = _load_official(name, source)
+        if recorded:  # positions of the official sets: a set of another size is not the official archive
+            for split, n in _OFFICIAL_SIZES.items():
+                if (got := len(getattr(full, f"y_{split}"))) != n:
+                    vouched = (" (its md5 was accepted because archive_md5 names it)"
+                               if (archive_md5 or {}).get(name) not in (None, spec["md5"]) else "")
+                    raise ValueError(
+                        f"{origin} does not hold the official {spec['title']} archive's contents: {got:,} "
+                        f"{split} images where the official one has {n:,}{vouched}, so the recorded subset "
+                        f"selection cannot be taken from it. Use the official {spec['archive']} "
+                        f"({spec['url']}), or pass index= with positions into this archive; {spec['subset']} "
+                        f"was not written")
         arrays = {"class_names": np.array(full.class_names)}
         for split in ("train", "test"):
             ix = np.asarray(index[name][split], dtype=np.int64)
@@ -705,7 +784,7 @@ def make_subsets(source: str | os.PathLike, out: str | os.PathLike, *, names=("c
             arrays["coarse_class_names"] = np.array(full.coarse_class_names)
         got = content_digest(arrays)
         if name in digests and got != digests[name]:
-            raise ValueError(f"the {spec['title']} subset built from {source} has content digest {got}, "
+            raise ValueError(f"the {spec['title']} subset built from {origin} has content digest {got}, "
                              f"expected {digests[name]}: the archive is not the official one (or was "
                              f"extracted from a damaged copy); no file was written")
         out.mkdir(parents=True, exist_ok=True)
@@ -770,16 +849,10 @@ def _index_tensors(parts) -> list[torch.Tensor]:
     return [torch.from_numpy(np.sort(np.asarray(p, dtype=np.int64))) for p in parts]
 
 
-def shard_partition(labels, n_clients: int, classes_per_client: int, *, seed: int) -> list[torch.Tensor]:
-    """``classes_per_client`` shards of single classes per client (pathological non-IID split).
-
-    As in the LG-FedAvg/FedRep code (``noniid`` in ``utils/sampling.py``): the samples of each of
-    the ``K`` classes are shuffled and cut into ``n_clients * classes_per_client / K`` shards of
-    (nearly) equal size, and each client receives ``classes_per_client`` shards. Unlike that
-    code, a client's shards always come from distinct classes, so every client sees exactly
-    ``classes_per_client`` classes. With balanced classes all clients get the same number of
-    samples. Every sample is used exactly once.
-    """
+def _shard_setup(labels, n_clients: int, classes_per_client: int):
+    """The labels, the number of clients, the classes and the shards per class of a shard
+    partition (checked: ``n_clients * classes_per_client`` a multiple of the number of classes,
+    every class with at least that many samples)."""
     y = _labels(labels)
     n_clients = _n_clients(n_clients, y)
     check_count(classes_per_client, "classes_per_client", 1)
@@ -797,11 +870,54 @@ def shard_partition(labels, n_clients: int, classes_per_client: int, *, seed: in
     if smallest < per_class:
         raise ValueError(f"a class has only {smallest} samples but must be cut into {per_class} shards; "
                          f"use fewer clients or fewer classes per client")
+    return y, n_clients, classes, per_class
+
+
+def _cut_shards(y: np.ndarray, classes: np.ndarray, per_class: int, rng) -> dict:
+    """Each class's samples, shuffled and cut into ``per_class`` shards of (nearly) equal size."""
+    return {c: list(np.array_split(rng.permutation(np.flatnonzero(y == c)), per_class)) for c in classes}
+
+
+def shard_partition(labels, n_clients: int, classes_per_client: int, *, seed: int) -> list[torch.Tensor]:
+    """The pathological non-IID split of the LG-FedAvg and FedRep code (``noniid`` in the
+    authors' ``utils/sampling.py``, lgcollins/FedRep): ``classes_per_client`` shards per client.
+
+    The samples of each of the ``K`` classes are shuffled and cut into ``per_class = n_clients *
+    classes_per_client / K`` shards of (nearly) equal size. The list of classes, each repeated
+    ``per_class`` times, is shuffled and reshaped to ``(n_clients, classes_per_client)``: row
+    ``i`` is client ``i``'s label list. Client by client, each label of its list takes a shard of
+    that class chosen at random among those left. So clients hold random label sets that overlap
+    (about 47 distinct sets for 100 clients with 2 of 10 classes), and a client can draw the same
+    class twice (then it holds one class). Every sample is used exactly once. As in the authors'
+    code the samples of a class are cut in order; here they are shuffled first (the order of the
+    official files is already random, that of a class-balanced subset is not). For the split
+    that hands every class's shards to disjoint client groups see :func:`disjoint_shard_partition`.
+    """
+    y, n_clients, classes, per_class = _shard_setup(labels, n_clients, classes_per_client)
+    rng = _rng(seed)
+    shards = _cut_shards(y, classes, per_class, rng)
+    label_lists = rng.permutation(np.tile(classes, per_class)).reshape(n_clients, classes_per_client)
+    parts = []
+    for row in label_lists:
+        parts.append(np.concatenate([shards[c].pop(int(rng.integers(len(shards[c])))) for c in row]))
+    return _index_tensors(parts)
+
+
+def disjoint_shard_partition(labels, n_clients: int, classes_per_client: int, *,
+                             seed: int) -> list[torch.Tensor]:
+    """``classes_per_client`` shards of distinct classes per client, dealt so that the clients
+    fall into ``K / classes_per_client`` groups with disjoint label sets (when that divides).
+
+    Shards are cut as in :func:`shard_partition`, listed class by class (classes in random
+    order) and the ``p``-th shard goes to client ``p mod n_clients``; the clients are then
+    shuffled. For 100 clients with 2 of the 10 CIFAR-10 classes this gives exactly 5 disjoint
+    class pairs, each held by 20 clients, on every seed: not the authors' split (a global model
+    then fails group by group). Kept because the book's first near-paper runs used it (the
+    ``split = "disjoint"`` of their settings). Every sample is used exactly once.
+    """
+    y, n_clients, classes, per_class = _shard_setup(labels, n_clients, classes_per_client)
     rng = _rng(seed)
     shards = {c: np.array_split(rng.permutation(np.flatnonzero(y == c)), per_class) for c in classes}
-    # Deal the shards round-robin: list them class by class (classes in random order) and give
-    # the p-th shard to client p mod n_clients. A class has per_class <= n_clients shards, which
-    # sit consecutively in the list, so they reach distinct clients; the clients are then shuffled.
     dealt = np.repeat(rng.permutation(classes), per_class).reshape(classes_per_client, n_clients).T
     assign = dealt[rng.permutation(n_clients)]
     used = dict.fromkeys(classes, 0)
@@ -815,6 +931,15 @@ def shard_partition(labels, n_clients: int, classes_per_client: int, *, seed: in
     return _index_tensors(parts)
 
 
+#: The shard splits by name (``split`` of :class:`replearn.specs.FederationSpec`).
+SHARD_SPLITS = {"authors": shard_partition, "disjoint": disjoint_shard_partition}
+
+
+#: The most draws :func:`dirichlet_partition` may be allowed (``max_attempts``): each is a full
+#: draw over the data (milliseconds for CIFAR), so this bounds a failing call to seconds.
+MAX_DIRICHLET_ATTEMPTS = 10_000
+
+
 def dirichlet_partition(labels, n_clients: int, alpha: float, *, seed: int, min_size: int = 10,
                         equal_sizes: bool = False, max_attempts: int = 100) -> list[torch.Tensor]:
     """Dirichlet(``alpha``) label skew; smaller ``alpha`` means more heterogeneous clients.
@@ -822,7 +947,10 @@ def dirichlet_partition(labels, n_clients: int, alpha: float, *, seed: int, min_
     ``equal_sizes=False`` (Yurochkin et al. 2019; the FedAvg fine-tuning paper uses alpha = 0.6):
     for each class, the proportions of its samples given to the clients are drawn from
     Dir(alpha * 1) over clients; the whole draw is repeated until every client holds at least
-    ``min_size`` samples, at most ``max_attempts`` times (then ``ValueError``). Every sample is used.
+    ``min_size`` samples, at most ``max_attempts`` times (at most
+    :data:`MAX_DIRICHLET_ATTEMPTS`; then ``ValueError`` saying how unlikely a success was). An
+    impossible ``min_size`` (``n_clients * min_size`` more than the samples) is refused before
+    any draw. Every sample is used.
 
     ``equal_sizes=True`` (Hsu et al. 2019): each client gets ``len(labels) // n_clients`` samples
     with class proportions drawn from Dir(alpha * 1) over classes; clients are filled in turn and
@@ -835,6 +963,11 @@ def dirichlet_partition(labels, n_clients: int, alpha: float, *, seed: int, min_
         raise ValueError(f"need n_clients >= 1 and alpha > 0, got {n_clients} and {alpha}")
     alpha = check_positive(alpha, "alpha")
     check_count(min_size, "min_size", 0)
+    if (isinstance(max_attempts, (int, np.integer)) and not isinstance(max_attempts, (bool, np.bool_))
+            and max_attempts > MAX_DIRICHLET_ATTEMPTS):
+        raise ValueError(f"max_attempts = {max_attempts} exceeds MAX_DIRICHLET_ATTEMPTS = "
+                         f"{MAX_DIRICHLET_ATTEMPTS} (each attempt is a full draw; a min_size that fails that "
+                         f"often is too strict): lower min_size, raise alpha or use fewer clients")
     check_count(max_attempts, "max_attempts", 1)
     check_bool(equal_sizes, "equal_sizes")
     rng = _rng(seed)
@@ -856,6 +989,12 @@ def dirichlet_partition(labels, n_clients: int, alpha: float, *, seed: int, min_
             remaining -= counts[i]
         perms = [rng.permutation(ix) for ix in by_class]
         return _index_tensors(_take_consecutive(perms, counts))
+    if n_clients * min_size > len(y):  # no draw can succeed: do not draw max_attempts times to find out
+        raise ValueError(f"min_size={min_size} samples for each of the {n_clients} clients needs "
+                         f"{n_clients * min_size} samples, but labels has {len(y)}: no Dirichlet draw can "
+                         f"give every client that many; use min_size <= {len(y) // n_clients} or at most "
+                         f"{len(y) // min_size} clients")
+    best = 0  # the largest smallest-client size over the draws (for the message)
     for _ in range(max_attempts):
         parts = [[] for _ in range(n_clients)]
         for ix in by_class:
@@ -864,11 +1003,16 @@ def dirichlet_partition(labels, n_clients: int, alpha: float, *, seed: int, min_
             for client, piece in zip(parts, np.split(rng.permutation(ix), cuts)):
                 client.append(piece)
         parts = [np.concatenate(p) for p in parts]
-        if min(len(p) for p in parts) >= min_size:
+        smallest = min(len(p) for p in parts)
+        if smallest >= min_size:
             return _index_tensors(parts)
+        best = max(best, smallest)
     raise ValueError(f"no Dirichlet({alpha}) draw in {max_attempts} attempts gave every one of the "
-                     f"{n_clients} clients at least min_size={min_size} samples; lower min_size, raise "
-                     f"alpha, use fewer clients or raise max_attempts")
+                     f"{n_clients} clients at least min_size={min_size} samples (the best draw's smallest "
+                     f"client had {best}), so a draw succeeds with probability below about "
+                     f"{min(1.0, 3 / max_attempts):.2g} (95% bound from {max_attempts} failures); lower "
+                     f"min_size, raise alpha, use fewer clients or raise max_attempts (at most "
+                     f"MAX_DIRICHLET_ATTEMPTS = {MAX_DIRICHLET_ATTEMPTS})")
 
 
 def _take_consecutive(perms: list[np.ndarray], counts: np.ndarray) -> list[np.ndarray]:

@@ -73,6 +73,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, NamedTuple, Sequence
@@ -111,7 +112,8 @@ DIVERGENCE_FACTOR = 1e3
 ``max(L0, 1)``, where ``L0`` is the run's starting loss (the first minibatch loss of the first
 client trained in round 0): cross-entropy starts near ``log C`` and a finite loss a thousand
 times that is a blow-up, not noise. The engine then raises ``FloatingPointError`` naming the
-learning rate, like it does for a non-finite loss or parameter."""
+learning rate (and the algorithm's options that scale its steps, :func:`divergence_advice`),
+like it does for a non-finite loss or parameter."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -396,6 +398,25 @@ def split_body_head(model: nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]]
     return body, head
 
 
+def layers(model: nn.Module) -> list[tuple[str, ...]]:
+    """The model's layers in ``named_parameters`` order, each as the names of its parameters
+    (a layer is the module that owns them, e.g. ``body.fc2`` with its weight and bias)."""
+    found: dict[str, list[str]] = {}
+    for n, _ in model.named_parameters():
+        found.setdefault(n.rpartition(".")[0], []).append(n)
+    return [tuple(v) for v in found.values()]
+
+
+def top_layers(model: nn.Module, k: int) -> tuple[str, ...]:
+    """The parameter names of the model's last ``k`` layers (:func:`layers`); ``k = 1`` is the
+    head of :func:`split_body_head`."""
+    check_int(k, "k (layers)", 1)
+    all_layers = layers(model)
+    if k >= len(all_layers):
+        raise ValueError(f"k = {k} layers would leave no layer below them: the model has {len(all_layers)}")
+    return tuple(n for layer in all_layers[-k:] for n in layer)
+
+
 class Phase(NamedTuple):
     """One local phase: the ``trainable`` parameter names (the others are frozen), and either
     ``steps`` SGD steps (when not None) or ``epochs`` epochs."""
@@ -448,7 +469,7 @@ class AlgorithmSpec:
 ALGORITHMS = ("fedavg", "dsgd", "fedrep", "fedper", "lg_fedavg", "local_only", "finetune_head", "finetune_all")
 
 
-def algorithm_spec(algorithm: str, model: nn.Module, cfg: "TrainConfig") -> AlgorithmSpec:
+def algorithm_spec(algorithm: str, model: nn.Module, cfg: "TrainConfig", *, lg_shared_layers: int = 2) -> AlgorithmSpec:
     """The :class:`AlgorithmSpec` of ``algorithm`` (one of :data:`ALGORITHMS`) for ``model``
     split by :func:`split_body_head`:
 
@@ -457,7 +478,9 @@ def algorithm_spec(algorithm: str, model: nn.Module, cfg: "TrainConfig") -> Algo
     - ``fedrep``: body shared, head local; a head phase (``head_steps``/``head_epochs``, body
       frozen), then a body phase (``local_steps``/``local_epochs``, head frozen) (Alg. 1);
     - ``fedper``: body shared, head local, one joint phase;
-    - ``lg_fedavg``: head shared, body local, one joint phase;
+    - ``lg_fedavg``: the top ``lg_shared_layers`` layers shared (:func:`top_layers`; default 2,
+      the FedRep authors' split for their CIFAR CNN: ``fc2`` and ``fc3``, ``w_glob_keys`` of
+      ``main_fedrep.py`` in lgcollins/FedRep), the layers below local, one joint phase;
     - ``local_only``: everything local, one joint phase, nothing communicated;
     - ``finetune_head`` / ``finetune_all``: the head / everything local, ``local_epochs``
       epochs (used with one round by :func:`finetune`).
@@ -477,7 +500,8 @@ def algorithm_spec(algorithm: str, model: nn.Module, cfg: "TrainConfig") -> Algo
     if algorithm == "fedper":
         return AlgorithmSpec(algorithm, body, head, one, cfg)
     if algorithm == "lg_fedavg":
-        return AlgorithmSpec(algorithm, head, body, one, cfg)
+        top = top_layers(model, lg_shared_layers)
+        return AlgorithmSpec(algorithm, top, tuple(n for n in joint if n not in top), one, cfg)
     if algorithm == "local_only":
         return AlgorithmSpec(algorithm, (), joint, one, cfg)
     if algorithm in ("finetune_head", "finetune_all"):
@@ -688,7 +712,7 @@ class LocalSGD:
         """One local phase on one client: SGD on the mean cross-entropy of each index batch
         of ``batches`` (rows of ``x``, ``y``), updating only the names in ``trainable``
         (``params`` gives every parameter's starting value), with ``torch.optim.SGD``
-        semantics and a fresh momentum buffer: ``g <- grad + weight_decay * theta``;
+        semantics and a fresh momentum buffer: ``g <- grad + weight_decay * theta`` for the weights, not the biases (:func:`decays`);
         ``buf <- g`` at the first step, else ``momentum * buf + g``; ``theta <- theta - lr * buf``.
         ``generator`` is needed only when ``cfg.augment`` is on (augmentation draws per batch).
         ``extra_grad(theta)``: terms added to the minibatch gradient at every step, given the
@@ -726,7 +750,7 @@ class LocalSGD:
                 if extra_grad is not None:
                     grads = torch._foreach_add(grads, list(extra_grad(tp)))
                 if cfg.weight_decay:
-                    grads = torch._foreach_add(grads, tp, alpha=cfg.weight_decay)
+                    grads = add_weight_decay(grads, tp, cfg.weight_decay)
                 if cfg.momentum:
                     if buf is None:
                         buf = [g.clone() for g in grads]
@@ -763,7 +787,7 @@ def _sgd_vmap(model: nn.Module, params: Params, trainable: Sequence[str], xs: Se
         first = loss.detach() if first is None else first
         peak = loss.detach() if peak is None else torch.maximum(peak, loss.detach())
         for n, g in grads.items():
-            if cfg.weight_decay:
+            if cfg.weight_decay and decays(train[n][0]):  # train[n] is stacked along the client axis
                 g = g + cfg.weight_decay * train[n]
             if cfg.momentum:
                 g = buf[n] = g if s == 0 else cfg.momentum * buf[n] + g
@@ -806,11 +830,24 @@ def foreach_mul(xs: Sequence[torch.Tensor], scalar: float) -> list[torch.Tensor]
     return torch._foreach_mul(xs, scalar)
 
 
+def decays(p: torch.Tensor) -> bool:
+    """Whether weight decay applies to parameter ``p``: to weights (matrices, convolution
+    kernels), not to biases (vectors), as the FedRep authors' optimiser does (``models/Update.py``
+    of lgcollins/FedRep: ``weight_decay`` 1e-4 for the ``weight_p`` group, 0 for ``bias_p``)."""
+    return p.ndim > 1
+
+
+def add_weight_decay(grads: Sequence[torch.Tensor], params: Sequence[torch.Tensor],
+                     weight_decay: float) -> list[torch.Tensor]:
+    """``g + weight_decay * theta`` for the weights (:func:`decays`), ``g`` for the biases."""
+    return [g + weight_decay * p if decays(p) else g for g, p in zip(grads, params)]
+
+
 class Momentum:
     """``torch.optim.SGD``'s step direction (momentum without dampening, weight decay added to
-    the gradient) for a fixed list of tensors, with a fresh buffer: ``g <- grad +
-    weight_decay * theta``; ``buf <- g`` at the first step, else ``momentum * buf + g``;
-    :meth:`step` returns ``theta - lr * buf`` (new tensors)."""
+    the gradient of the weights, :func:`decays`) for a fixed list of tensors, with a fresh
+    buffer: ``g <- grad + weight_decay * theta``; ``buf <- g`` at the first step, else
+    ``momentum * buf + g``; :meth:`step` returns ``theta - lr * buf`` (new tensors)."""
 
     def __init__(self, momentum: float, weight_decay: float):
         self.momentum, self.weight_decay, self.buf = momentum, weight_decay, None
@@ -818,7 +855,7 @@ class Momentum:
     def step(self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], lr: float) -> list[torch.Tensor]:
         grads = list(grads)
         if self.weight_decay:
-            grads = foreach_add(grads, params, alpha=self.weight_decay)
+            grads = add_weight_decay(grads, params, self.weight_decay)
         if self.momentum:
             if self.buf is None:
                 self.buf = [g.clone() for g in grads]
@@ -1122,15 +1159,36 @@ def starting_state(model: nn.Module, state: Params | None, device: torch.device,
     """The parameters a run starts from (``state``, default the model's), as copies on
     ``device`` in ``dtype``; ``ValueError`` naming the parameter if one is missing, not finite
     or larger than :data:`MAX_PARAMETER` in absolute value (checked before any training, so a
-    bad start is never blamed on the learning rate)."""
+    bad start is never blamed on the learning rate). A given ``state`` must be a dict naming
+    exactly the model's parameters, each a tensor of the model's shape: else ``ValueError``
+    naming the parameter with the expected and the given shape (a state made for another
+    architecture), not a torch shape error from inside training."""
     names = [n for n, _ in model.named_parameters()]
     origin = "starting state" if state is not None else "model"
     if state is None:
         state = {n: p.detach() for n, p in model.named_parameters()}
     else:
+        if not isinstance(state, Mapping):
+            raise ValueError(f"state must be a dict of parameter name -> tensor (e.g. a FedResult's state), "
+                             f"got {type(state).__name__}")
         missing = [n for n in names if n not in state]
         if missing:
             raise ValueError(f"state lacks the model's parameters {missing}")
+        extra = [n for n in state if n not in names]
+        if extra:
+            raise ValueError(f"state has entries {extra} that are not parameters of the model (whose "
+                             f"parameters are {names}); it was made for another model: pass the state of "
+                             f"this architecture")
+        for n, p in model.named_parameters():
+            t = state[n]
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"the starting state's parameter {n!r} must be a torch.Tensor, got "
+                                 f"{type(t).__name__}")
+            if tuple(t.shape) != tuple(p.shape):
+                raise ValueError(f"the starting state's parameter {n!r} has shape {tuple(t.shape)}, but the "
+                                 f"model's has shape {tuple(p.shape)}; the state was made for another "
+                                 f"architecture (other widths or number of classes): pass a state of this "
+                                 f"model")
     out = {}
     for n in names:
         t = state[n].detach()
@@ -1145,8 +1203,26 @@ def starting_state(model: nn.Module, state: Params | None, device: torch.device,
     return out
 
 
-def check_divergence(t: int, client: int, first: float, peak: float, reference: float | None, lr: float) -> float:
-    """Raise ``FloatingPointError`` naming ``lr`` if client ``client``'s largest minibatch loss
+def divergence_advice(lr: float, algorithm: str | None = None, options=None) -> str:
+    """The end of a divergence message: ``"with lr = 0.1; lower the learning rate"``, or, when
+    ``options`` (an algorithm's options dataclass) declares ``step_scales`` (the names of its
+    fields that scale a step besides the learning rate: FedProx's ``mu``, Ditto's ``lam``,
+    SCAFFOLD's ``global_lr``, ...), these with their values too, e.g. ``"with lr = 0.01 and
+    FedProx's mu = 1e+06; lower mu or the learning rate"`` (fields set to None are left out)."""
+    scales = [(n, getattr(options, n)) for n in getattr(options, "step_scales", ())]
+    scales = [(n, v) for n, v in scales if v is not None]
+    if not scales:
+        return f"with lr = {lr:g}; lower the learning rate"
+    values = ", ".join(f"{n} = {v:g}" if isinstance(v, (int, float)) else f"{n} = {v!r}" for n, v in scales)
+    who = f"{algorithm}'s " if algorithm else ""
+    names = ", ".join(n for n, _ in scales)
+    return f"with lr = {lr:g} and {who}{values}; lower {names} or the learning rate (each scales the steps)"
+
+
+def check_divergence(t: int, client: int, first: float, peak: float, reference: float | None, lr: float, *,
+                     algorithm: str | None = None, options=None) -> float:
+    """Raise ``FloatingPointError`` naming ``lr`` (and the step-scaling ``options`` of
+    ``algorithm``, :func:`divergence_advice`) if client ``client``'s largest minibatch loss
     ``peak`` in round ``t`` exceeds :data:`DIVERGENCE_FACTOR` times ``max(reference, 1)``;
     ``reference`` is the run's starting loss (None in the first check: ``first`` becomes it).
     Returns the reference."""
@@ -1154,8 +1230,8 @@ def check_divergence(t: int, client: int, first: float, peak: float, reference: 
     if not math.isfinite(peak) or peak > DIVERGENCE_FACTOR * max(ref, 1.0):
         raise FloatingPointError(
             f"round {t}: client {client}'s local training diverged: its minibatch loss reached {peak:.3g}, more "
-            f"than DIVERGENCE_FACTOR = {DIVERGENCE_FACTOR:g} times the starting loss {ref:.3g} (or 1), with "
-            f"lr = {lr:g}; lower the learning rate")
+            f"than DIVERGENCE_FACTOR = {DIVERGENCE_FACTOR:g} times the starting loss {ref:.3g} (or 1), "
+            f"{divergence_advice(lr, algorithm, options)}")
     return ref
 
 
@@ -1200,26 +1276,32 @@ def run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, stat
     sync per group): the per-client numbers to float rounding.
 
     Inside :func:`replearn.checkpoints.resumable`, a finished run is stored and an identical
-    call (same settings, starting parameters and data; no ``callback``) loads it instead.
+    call (same settings, network, starting parameters and data; no ``callback``) loads it instead.
     """
-    return _stored_or_run(("run_spec", spec), model, state, clients, callback,
+    return _stored_or_run({"kind": "run_spec", "algorithm": spec.algorithm, "spec": repr(spec)}, model, state,
+                          clients, callback,
                           lambda cb: _run_spec(spec, model, clients, state=state, callback=cb, workers=workers))
 
 
-def _stored_or_run(parts: tuple, model: nn.Module, state: Params | None, clients: ClientData, callback,
-                   run: Callable) -> "FedResult":
+def _stored_or_run(run_info: dict[str, str], model: nn.Module, state: Params | None, clients: ClientData,
+                   callback, run: Callable) -> "FedResult":
     """``run(callback)``, or, inside :func:`replearn.checkpoints.resumable` and without a
-    callback, the stored run keyed by ``parts``, the starting parameters and the data."""
+    callback, the stored run recorded by ``run_info`` (kind, algorithm, settings), the network,
+    the starting parameters and the data (:func:`replearn.checkpoints.record`)."""
     if checkpoints.active() is None or callback is not None:
         return run(callback)
     start = state if state is not None else {n: p.detach() for n, p in model.named_parameters()}
-    return checkpoints.cached(checkpoints.digest(*parts, start, clients), lambda: run(None))
+    return checkpoints.cached(checkpoints.record(run_info, model, start, clients), lambda: run(None))
 
 
 def _run_spec(spec: AlgorithmSpec, model: nn.Module, clients: ClientData, *, state: Params | None = None,
              callback: Callable[[int, dict], None] | None = None, workers: int | None = None) -> FedResult:
     """The run of :func:`run_spec` (without the store)."""
     spec.check(model)
+    if spec.cfg.vmap_clients > 1 and spec.cfg.augment:
+        raise ValueError(f"{spec.algorithm}: the batched path (cfg.vmap_clients > 1) does not augment (its crops and "
+                         f"flips would be drawn in another order than one client after another); use "
+                         f"cfg.vmap_clients = 1 with cfg.augment = True")
     clients = check_inputs(model, clients)
     cfg, shared, local, phases = spec.cfg, spec.shared, spec.local, spec.phases
     check_work(phases, clients.train_sizes.tolist(), cfg)
@@ -1575,7 +1657,8 @@ def run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCon
     ``eval_params`` (what it would use: its personal model, a mixed or an adapted one); the
     result's ``local`` holds these parameters for the names of ``personal_names``. A
     non-finite loss, upload or client state, or a loss above :data:`DIVERGENCE_FACTOR` times
-    the starting loss, raises ``FloatingPointError`` naming ``lr``.
+    the starting loss, raises ``FloatingPointError`` naming ``lr`` and the options that scale
+    the algorithm's steps (its options' ``step_scales``, :func:`divergence_advice`).
 
     With ``cfg.vmap_clients > 1`` and an algorithm whose ``batched`` is true, the sampled
     clients with the same batch sizes, data size and draw train in groups of up to
@@ -1588,10 +1671,11 @@ def run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCon
     tests the clients' ``eval_params`` in groups, as :func:`run_spec`'s batched path does.
 
     Inside :func:`replearn.checkpoints.resumable`, a finished run is stored and an identical
-    call (same settings, starting parameters and data; no ``callback``) loads it instead.
+    call (same settings, network, starting parameters and data; no ``callback``) loads it instead.
     """
-    parts = ("run_protocol", algorithm.name, cfg, algorithm.check_options(options))
-    return _stored_or_run(parts, model, state, clients, callback,
+    run_info = {"kind": "run_protocol", "algorithm": algorithm.name, "config": repr(cfg),
+                "options": repr(algorithm.check_options(options))}
+    return _stored_or_run(run_info, model, state, clients, callback,
                           lambda cb: _run_protocol(algorithm, model, clients, cfg, options, state=state, callback=cb,
                                                    workers=workers))
 
@@ -1684,8 +1768,9 @@ def _run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCo
                 if not finite:
                     raise FloatingPointError(
                         f"round {t}: client {i}'s local training diverged (non-finite loss, parameters or state) "
-                        f"with lr = {cfg.lr:g}; lower the learning rate")
-                reference = check_divergence(t, i, first, peak, reference, cfg.lr)
+                        f"{divergence_advice(cfg.lr, algorithm.name, options)}")
+                reference = check_divergence(t, i, first, peak, reference, cfg.lr, algorithm=algorithm.name,
+                                             options=options)
                 states[i] = update.state
                 for k, v in weighted.items():
                     if k not in acc:
@@ -1707,7 +1792,8 @@ def _run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCo
                         if not all(finite):
                             n = names[finite.index(False)]
                             raise FloatingPointError(f"round {t}: client {i}'s evaluated parameter {n!r} is "
-                                                     f"not finite (lr = {cfg.lr:g}); lower the learning rate")
+                                                     f"not finite, "
+                                                     f"{divergence_advice(cfg.lr, algorithm.name, options)}")
                     if cfg.vmap_clients > 1:
                         return p_i, kept  # tested below, in groups
                     return _test_client(w.model, clients, p_i, {}, i, batch_size=1000), kept

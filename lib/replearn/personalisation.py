@@ -2,8 +2,8 @@
 Sec. 5.2; the set-up shared by book 5.7-5.9).
 
 :func:`make_federation` partitions (a subset of) CIFAR over ``n`` clients holding ``S`` classes
-each (:func:`replearn.data.shard_partition`, the pathological non-IID split of the LG-FedAvg
-and FedRep code) with per-client test sets of the same classes and proportions
+each (``split``: :func:`replearn.data.shard_partition`, the pathological non-IID split of the
+LG-FedAvg and FedRep code, by default) with per-client test sets of the same classes and proportions
 (:func:`replearn.data.client_test_split`); :class:`FederationSettings` hold the partition, the
 network (the authors' CNN, :class:`replearn.models.FedRepCNN`, whose head is the last linear
 layer) and a :class:`~replearn.neural.TrainConfig` (composed, not copied);
@@ -53,7 +53,9 @@ class FederationSettings(Settings):
     ``seed`` per run (:meth:`config`); ``variant``: the network widths (``None``: the authors'
     widths for the dataset); ``dtype``: ``"float64"`` on the CPU (printed results independent
     of the CPU's kernels and thread count), ``"float32"`` on a GPU; ``seeds``: the seeds
-    :func:`replearn.seeds.over_seeds` runs; ``full_data``: the run needs the full official
+    :func:`replearn.seeds.over_seeds` runs; ``split``: the shard split (``"authors"``:
+    :func:`replearn.data.shard_partition`; ``"disjoint"``: the disjoint class groups of the
+    book's first near-paper runs); ``full_data``: the run needs the full official
     dataset and stops before training on the offline subsets (:func:`replearn.scales.require_data`;
     set by the paper profiles, whose ``None`` counts mean the paper's whole training and test sets).
 
@@ -74,10 +76,13 @@ class FederationSettings(Settings):
     seeds: tuple[int, ...] = (0, 1, 2)
     seed: int = 0
     full_data: bool = False
+    split: str = "authors"
 
     def validate(self) -> None:
         super().validate()
         check_int(self.clients, "clients", 1)
+        if self.split not in D.SHARD_SPLITS:
+            raise ValueError(f"split must be one of {tuple(D.SHARD_SPLITS)}, got {self.split!r}")
         check_int(self.classes_per_client, "classes_per_client", 1)
         for name in ("train_per_client", "test_per_client"):
             if getattr(self, name) is not None:
@@ -106,26 +111,38 @@ class FederationSettings(Settings):
         return self.network_spec(dataset).build(n_classes, seed, device)
 
 
-#: Sec. 5.2 of the FedRep paper and the authors' code: full datasets, r = 0.1, T = 100 rounds,
-#: 10 head epochs and 1 representation epoch, SGD with lr 0.01, momentum 0.5, batch 10,
-#: evaluated every round (final 10 averaged), the authors' widths, float32 on a GPU.
+#: Sec. 5.2 of the FedRep paper and the authors' code (lgcollins/FedRep): full datasets, the
+#: authors' shard split, r = 0.1, T = 100 rounds, 10 head epochs and 1 representation epoch, SGD
+#: with lr 0.01, momentum 0.5, weight decay 1e-4 on the weights (``models/Update.py``), batch 10,
+#: RandomCrop(32, padding 4) and horizontal flips (``utils/train_utils.py``), evaluated every
+#: round (final 10 averaged), the authors' widths, float32 on a GPU.
 PAPER_OPTIM = dict(train_per_client=None, test_per_client=None, variant=None, dtype="float32", full_data=True,
-                   train=neural.TrainConfig(rounds=100, participation=0.1, lr=0.01, momentum=0.5, batch_size=10,
-                                            local_epochs=1, head_epochs=10, eval_every=1, last_rounds=10))
+                   split="authors",
+                   train=neural.TrainConfig(rounds=100, participation=0.1, lr=0.01, momentum=0.5, weight_decay=1e-4,
+                                            batch_size=10, local_epochs=1, head_epochs=10, augment=True,
+                                            eval_every=1, last_rounds=10))
+
+
+def first_protocol(s):
+    """``s`` with the protocol of the book's first near-paper runs, which the committed ``long``
+    results files used and keep until they are re-run: the disjoint shard split
+    (:func:`replearn.data.disjoint_shard_partition`), no weight decay and no augmentation."""
+    return replace(s, split="disjoint", train=replace(s.train, weight_decay=0.0, augment=False))
 
 
 def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int, *,
                     train_per_client: int | None, test_per_client: int | None, seed: int,
-                    classes=None) -> Federation:
+                    classes=None, split: str = "authors") -> Federation:
     """``n_clients`` clients with ``classes_per_client`` classes each, from the classes
     ``classes`` of ``cifar`` (default: all, relabelled ``0..K-1``). With ``train_per_client``,
     a random balanced subset of ``train_per_client * n_clients`` training images is partitioned
     (every client gets that many); otherwise all training images of those classes. The
-    :class:`~replearn.specs.FederationSpec` of these arguments, built with seeds derived from ``seed``."""
+    :class:`~replearn.specs.FederationSpec` of these arguments (``split``: the shard split),
+    built with seeds derived from ``seed``."""
     check_int(n_clients, "clients", 1)
     check_int(classes_per_client, "classes_per_client", 1)
     spec = FederationSpec(n_clients, classes_per_client=classes_per_client, train_per_client=train_per_client,
-                          test_per_client=test_per_client,
+                          test_per_client=test_per_client, split=split,
                           classes=None if classes is None else tuple(int(c) for c in torch.as_tensor(classes)))
     return spec.build(cifar, subset_seed=derive_seed(seed, 10), partition_seed=derive_seed(seed, 11),
                       test_seed=derive_seed(seed, 12))

@@ -46,8 +46,10 @@ class Federation:
 class FederationSpec:
     """A federated CIFAR set-up: ``clients`` clients of the classes ``classes`` of the dataset
     (``None``: all, relabelled ``0..K-1`` in that order) holding either
-    ``classes_per_client`` S classes each (:func:`replearn.data.shard_partition`, the
-    pathological non-IID split of the LG-FedAvg and FedRep code) or Dirichlet(``alpha``)
+    ``classes_per_client`` S classes each, cut by ``split`` (``"authors"``:
+    :func:`replearn.data.shard_partition`, the pathological non-IID split of the LG-FedAvg and
+    FedRep code; ``"disjoint"``: :func:`replearn.data.disjoint_shard_partition`, disjoint class
+    groups, what the book's first near-paper runs used) or Dirichlet(``alpha``)
     label proportions (:func:`replearn.data.dirichlet_partition`); ``train_per_client``: a
     random class-balanced subset of that many images per client is partitioned (``None``: all
     training images of the classes); ``test_per_client``: test images per client in the
@@ -63,9 +65,12 @@ class FederationSpec:
     test_per_client: int | None = None
     classes: tuple[int, ...] | None = None
     shard_pool: bool = False
+    split: str = "authors"
 
     def __post_init__(self):
         check_int(self.clients, "clients", 1)
+        if self.split not in D.SHARD_SPLITS:
+            raise ValueError(f"split must be one of {tuple(D.SHARD_SPLITS)}, got {self.split!r}")
         if (self.classes_per_client is None) == (self.alpha is None):
             raise ValueError("give exactly one of classes_per_client (S classes per client) and alpha (Dirichlet)")
         if self.classes_per_client is not None:
@@ -81,13 +86,41 @@ class FederationSpec:
         if self.train_per_client is not None and self.alpha is not None:
             raise ValueError("train_per_client (a class-balanced subset) goes with classes_per_client, not alpha")
 
+    def _checked_classes(self, cifar: D.CifarData) -> list[int]:
+        """``classes`` (None: all of ``cifar``'s) as distinct ints, each a class of ``cifar`` with
+        training and test images, else ``ValueError`` naming the missing classes and the
+        dataset's range (a label space with an empty class is never built)."""
+        if self.classes is None:
+            given = list(range(cifar.n_classes))
+        else:
+            given = list(self.classes) if isinstance(self.classes, (list, tuple)) else None
+        if not given or any(isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer))
+                            for c in given):
+            raise ValueError(f"classes must be a non-empty tuple of integer class labels of {cifar.name} "
+                             f"(0..{cifar.n_classes - 1}) or None (all), got {self.classes!r}")
+        given = [int(c) for c in given]
+        if len(set(given)) != len(given):
+            raise ValueError(f"classes must be distinct, got {tuple(given)}")
+        unknown = [c for c in given if not 0 <= c < cifar.n_classes]
+        if unknown:
+            raise ValueError(f"classes {unknown} are not classes of {cifar.name}: its labels are "
+                             f"0..{cifar.n_classes - 1} ({cifar.n_classes} classes); name classes in that "
+                             f"range")
+        for split, y in (("training", cifar.y_train), ("test", cifar.y_test)):
+            have = set(torch.unique(y).tolist())
+            empty = [c for c in given if c not in have]
+            if empty:
+                raise ValueError(f"classes {empty} have no {split} images in this {cifar.name} data "
+                                 f"(labels 0..{cifar.n_classes - 1}, of which {len(have)} occur); the label "
+                                 f"space would have an empty class: leave them out of classes")
+        return given
+
     def build(self, cifar: D.CifarData, *, partition_seed: int, test_seed: int,
               subset_seed: int | None = None) -> Federation:
         """The clients of this set-up on ``cifar``: the subset of ``train_per_client`` images
         drawn with ``subset_seed``, the partition with ``partition_seed``, the test split with
         ``test_seed`` (a section derives the three from its own seed)."""
-        classes = (torch.arange(cifar.n_classes) if self.classes is None
-                   else torch.as_tensor(self.classes, dtype=torch.int64))
+        classes = torch.as_tensor(self._checked_classes(cifar), dtype=torch.int64)
         itr, ytr = D.restrict_classes(cifar.y_train, classes)
         ite, yte = D.restrict_classes(cifar.y_test, classes)
         k = len(classes)
@@ -113,12 +146,12 @@ class FederationSpec:
         if S is None:
             parts = D.dirichlet_partition(ytr, n, self.alpha, seed=partition_seed)
         elif self.shard_pool:
-            pool = n  # shard_partition needs pool * S to be a multiple of the number of classes
+            pool = n  # a shard split needs pool * S to be a multiple of the number of classes
             while (pool * S) % k:
                 pool += 1
-            parts = D.shard_partition(ytr, pool, S, seed=partition_seed)[:n]
+            parts = D.SHARD_SPLITS[self.split](ytr, pool, S, seed=partition_seed)[:n]
         else:
-            parts = D.shard_partition(ytr, n, S, seed=partition_seed)
+            parts = D.SHARD_SPLITS[self.split](ytr, n, S, seed=partition_seed)
         tests = D.client_test_split(parts, ytr, yte, seed=test_seed, n_per_client=self.test_per_client)
         clients = neural.ClientData.from_partition(cifar.x_train[itr], ytr, parts, cifar.x_test[ite], yte, tests,
                                                    dataset=cifar.name)

@@ -151,7 +151,9 @@ class PretrainSettings(MatchedTraining):
     """Training on CIFAR-100 for Figs. 2 and 5: ``n_new`` classes are held out
     (:func:`replearn.data.class_split`); of the others, the first ``n_pretrain`` (all when
     ``None``) are cut into shards of single classes and each of ``clients`` clients gets
-    ``classes_per_client`` of them (:func:`replearn.data.shard_partition`); FedAvg with ``tau``
+    ``classes_per_client`` of them (``split``: :func:`replearn.data.shard_partition`, the
+    LG-FedAvg/FedRep code's split, or ``"disjoint"``, :func:`replearn.data.disjoint_shard_partition`);
+    FedAvg with ``tau``
     local steps vs D-SGD with the same ``total_steps``. Fine-tuning: ``ft_epochs`` epochs of SGD
     on the whole model (a fresh head for the new label set) with ``ft_lr`` in batches of
     ``ft_batch_size`` (momentum: ``train.momentum``). CPU default: 20 pre-training classes
@@ -164,10 +166,13 @@ class PretrainSettings(MatchedTraining):
     ft_epochs: int = 10
     ft_lr: float = 0.01
     ft_batch_size: int = 10
+    split: str = "authors"
 
     def validate(self) -> None:
         super().validate()
         self.check_taus((self.tau,))
+        if self.split not in D.SHARD_SPLITS:
+            raise ValueError(f"split must be one of {tuple(D.SHARD_SPLITS)}, got {self.split!r}")
         check_int(self.n_new, "n_new", 1)
         if self.n_pretrain is not None:
             check_int(self.n_pretrain, "n_pretrain", 2)
@@ -186,8 +191,9 @@ class PretrainSettings(MatchedTraining):
         offline subset (250 images of each CIFAR-100 class, so 250 per client, not 500), with
         750 local updates (T = 15 rounds of tau = 50; the paper: 125,000, which would take about
         two weeks of one core), 2 seeds (a seed of 4.8 takes about 40 minutes of one core here). One
-        pre-training per seed serves 4.8 and 4.9."""
-        return replace(cls.paper(), total_steps=750, seeds=(0, 1), full_data=False)
+        pre-training per seed serves 4.8 and 4.9. Until its results are re-run it keeps the disjoint
+        shard split (:func:`replearn.data.disjoint_shard_partition`) its committed results used."""
+        return replace(cls.paper(), total_steps=750, seeds=(0, 1), full_data=False, split="disjoint")
 
     @classmethod
     def paper(cls):
@@ -264,7 +270,7 @@ def _pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
                              f"holding out n_new = {s.n_new}")
         train_cls = train_cls[:s.n_pretrain]
     spec = FederationSpec(s.clients, classes_per_client=s.classes_per_client, test_per_client=50,
-                          classes=tuple(int(c) for c in train_cls))
+                          classes=tuple(int(c) for c in train_cls), split=s.split)
     clients = spec.build(cifar100, partition_seed=derive_seed(s.seed, 11), test_seed=derive_seed(s.seed, 12)).clients
     n_out = len(train_cls)
 
@@ -293,16 +299,16 @@ def new_model(s: MatchedTraining, state: dict, n_classes: int, seed: int, device
 
 
 def new_clients(cifar: D.CifarData, classes: torch.Tensor | None, n_clients: int, classes_per_client: int,
-                test_per_client: int, seed: int) -> neural.ClientData:
+                test_per_client: int, seed: int, split: str = "authors") -> neural.ClientData:
     """New clients holding ``classes_per_client`` of ``classes`` (all classes when ``None``) each,
     labels renumbered 0..len(classes)-1, ``test_per_client`` test images each: the first
     ``n_clients`` of a shard partition into the smallest number of clients >= ``n_clients`` that
-    cuts every class into equally many shards."""
+    cuts every class into equally many shards (``split``: the shard split)."""
     check_int(n_clients, "n_clients", 1)
     check_int(classes_per_client, "classes_per_client", 1)
     spec = FederationSpec(n_clients, classes_per_client=classes_per_client, test_per_client=test_per_client,
                           classes=None if classes is None else tuple(int(c) for c in torch.as_tensor(classes)),
-                          shard_pool=True)
+                          shard_pool=True, split=split)
     return spec.build(cifar, partition_seed=derive_seed(seed, 1), test_seed=derive_seed(seed, 2)).clients
 
 

@@ -2,7 +2,11 @@
 
 An algorithm is an :class:`Algorithm` with a ``name`` (its name in Table 1 of Collins et al.,
 2021), an ``Options`` dataclass of its hyper-parameters (documented defaults, validated at
-construction) and ``run(model, clients, cfg, options) -> neural.FedResult``. Three kinds:
+construction, real ones stored as Python floats by :func:`set_real`; its class attribute
+``step_scales`` names the fields that scale a training step besides the learning rate, e.g.
+FedProx's ``mu``, which a divergence error lists with their values,
+:func:`replearn.neural.check_divergence`) and ``run(model, clients, cfg, options) ->
+neural.FedResult``. Three kinds:
 
 - :class:`SpecAlgorithm`: an algorithm that :func:`replearn.neural.algorithm_spec` describes
   (what is shared, kept local and trained in which phases: FedAvg, FedPer, LG-FedAvg, FedRep,
@@ -23,9 +27,12 @@ tensors; :class:`replearn.neural.Momentum`, re-exported here) and :func:`joint_p
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -35,26 +42,41 @@ from ..neural import Momentum
 Params = dict[str, torch.Tensor]
 
 __all__ = ["Algorithm", "Momentum", "NoOptions", "ProtocolAlgorithm", "SpecAlgorithm", "check_real",
-           "joint_names", "joint_phase"]
+           "joint_names", "joint_phase", "set_real"]
 
 
 @dataclass(frozen=True)
 class NoOptions:
     """An algorithm without hyper-parameters of its own (those of ``TrainConfig`` only)."""
 
+    step_scales: ClassVar[tuple[str, ...]] = ()
+
 
 def check_real(value, name: str, *, low: float | None = None, high: float | None = None,
                low_open: bool = False) -> float:
-    """``value`` as a finite real in [low, high] (``(low, ...`` when ``low_open``); else
-    ``ValueError`` naming the option."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
-            float("inf"), float("-inf")):
+    """``value`` as a Python float: a finite real number (an int, a float or a NumPy real scalar
+    such as ``np.float32(0.1)``; not a bool, a string, NaN or an infinity) in [low, high]
+    (``(low, ...`` when ``low_open``); else ``ValueError`` naming the option."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a finite real number, got {value!r}")
-    if low is not None and (value <= low if low_open else value < low):
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond float's range
+        x = math.inf
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be a finite real number, got {value!r}")
+    if low is not None and (x <= low if low_open else x < low):
         raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
-    if high is not None and value > high:
+    if high is not None and x > high:
         raise ValueError(f"{name} must be <= {high}, got {value!r}")
-    return float(value)
+    return x
+
+
+def set_real(options, name: str, **bounds) -> None:
+    """Check the field ``name`` of a frozen options dataclass with :func:`check_real` (``bounds``:
+    its ``low``, ``high``, ``low_open``) and store it back as a Python float (so that a NumPy
+    scalar option is kept, printed and hashed as the float it stands for)."""
+    object.__setattr__(options, name, check_real(getattr(options, name), name, **bounds))
 
 
 def joint_names(model: nn.Module) -> tuple[str, ...]:
@@ -105,9 +127,13 @@ class SpecAlgorithm(Algorithm):
     key: str = ""
     batched = True  # run_spec's vmap path
 
+    def spec(self, model: nn.Module, cfg: neural.TrainConfig, options) -> neural.AlgorithmSpec:
+        """What the algorithm shares, keeps local and trains (default: ``algorithm_spec(key)``)."""
+        return neural.algorithm_spec(self.key, model, cfg)
+
     def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
-        self.check_options(options)
-        result = neural.run_spec(neural.algorithm_spec(self.key, model, cfg), model, clients, state=state,
+        options = self.check_options(options)
+        result = neural.run_spec(self.spec(model, cfg, options), model, clients, state=state,
                                  callback=callback, workers=workers)
         return dataclasses.replace(result, algorithm=self.name)
 

@@ -1,13 +1,34 @@
-"""LG-FedAvg (Liang et al., 2020), as compared in the FedRep paper: local bodies
-(representations) kept by each client, a global head averaged by the server; joint local
-updates. Runs on :func:`replearn.neural.run_spec` (``algorithm_spec("lg_fedavg")``).
+"""LG-FedAvg (Liang et al., 2020), as compared in the FedRep paper: each client keeps its own
+lower layers (a local representation) and the server averages the top layers; joint local
+updates. Which layers are shared follows the FedRep authors' code (``main_fedrep.py`` of
+lgcollins/FedRep, ``--alg lg``: ``w_glob_keys`` are ``fc2`` and ``fc3`` of their CIFAR CNN, the
+top two layers). Runs on :func:`replearn.neural.run_spec` (``algorithm_spec("lg_fedavg")``).
 """
 
+from dataclasses import dataclass
+
+from .. import neural
+from ..checks import check_int
 from .base import SpecAlgorithm
+
+
+@dataclass(frozen=True)
+class LGOptions:
+    """``shared_layers``: how many of the top layers the server averages (default 2, the
+    authors' split; 1 shares only the head, as the book's first near-paper runs did)."""
+
+    shared_layers: int = 2
+
+    def __post_init__(self):
+        check_int(self.shared_layers, "shared_layers", 1)
 
 
 class LGFedAvg(SpecAlgorithm):
     name, row, key = "LG-FedAvg", 9, "lg_fedavg"
+    Options = LGOptions
+
+    def spec(self, model, cfg, options):
+        return neural.algorithm_spec(self.key, model, cfg, lg_shared_layers=options.shared_layers)
 
 
 ALGORITHM = LGFedAvg()

@@ -90,7 +90,9 @@ def run_cka(s: CKASettings, *, cifar10: D.CifarData | None = None,
     cifar100 = cifar100 if cifar100 is not None else D.load_cifar("cifar100")
     require_data(cifar10, s.full_data, "CKASettings")
     pre = pretrain(s, cifar100)
-    cl = new_clients(cifar10, None, s.ft_clients, cifar10.n_classes, 20, derive_seed(s.seed, 30))
+    # every client holds one shard of each of the ten classes (the authors' split could deal a
+    # client a class twice and another not at all)
+    cl = new_clients(cifar10, None, s.ft_clients, cifar10.n_classes, 20, derive_seed(s.seed, 30), "disjoint")
     cl = cl.take_train(s.ft_samples, seed=derive_seed(s.seed, 31))
     pidx, _ = probe_set(cifar10.x_test, cifar10.y_test, s.probe_per_class, cifar10.n_classes)
     px = D.normalise(cifar10.x_test[pidx], cifar10.name).to(cl.device)

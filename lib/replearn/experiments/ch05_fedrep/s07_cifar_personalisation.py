@@ -25,7 +25,7 @@ from ... import scales
 from ... import algorithms
 from ...algorithms import TABLE1
 from ...scales import require_data
-from ...personalisation import ALGORITHMS, PAPER_OPTIM, FederationSettings, make_federation
+from ...personalisation import ALGORITHMS, PAPER_OPTIM, FederationSettings, first_protocol, make_federation
 
 #: Methods of Table 1 that the CPU default runs, in the paper's order (the paper and gpu
 #: profiles run all 15 of :data:`replearn.algorithms.TABLE1`).
@@ -74,15 +74,31 @@ class TableSettings(FederationSettings):
     """Table 1: ``partitions`` are (dataset, n clients, S classes per client); every method of
     ``methods`` run on each; a +FT method fine-tunes the head of its base method's global model
     for ``ft_epochs`` epochs.
+    ``local_only_epochs``: every client's epochs under Local only (the authors' ``main_local.py``
+    trains each client on its own for ``--epochs`` epochs, default 10; ``None``: only in the rounds
+    where it is sampled, as the book's first near-paper runs did); ``lg_shared_layers``: the top
+    layers LG-FedAvg shares (2: the authors' ``fc2`` and ``fc3``; 1: the head only).
     The ``clients`` and ``classes_per_client`` fields are not used here: each partition names its own."""
+
+    def options(self, method: str):
+        """The options ``method`` runs with (None: its defaults)."""
+        if method == "Local only":
+            return algorithms.get(method).Options(epochs=self.local_only_epochs)
+        if method == "LG-FedAvg":
+            return algorithms.get(method).Options(shared_layers=self.lg_shared_layers)
+        return None
 
     partitions: tuple[tuple[str, int, int], ...] = (("cifar10", 5, 2),)
     ft_epochs: int = 10
     methods: tuple[str, ...] = TABLE_METHODS
+    local_only_epochs: int | None = 10
+    lg_shared_layers: int = 2
 
     def validate(self) -> None:
         super().validate()
         check_int(self.ft_epochs, "ft_epochs", 1)
+        algorithms.get("Local only").Options(epochs=self.local_only_epochs)
+        algorithms.get("LG-FedAvg").Options(shared_layers=self.lg_shared_layers)
         unknown = [m for m in self.methods if m not in TABLE1]
         if unknown or len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods must be distinct names of Table 1 {TABLE1}, got {self.methods!r}")
@@ -102,10 +118,13 @@ class TableSettings(FederationSettings):
         T = 50 rounds (the paper: 100; a client takes part in about 5), evaluated every 5 rounds
         (the reported accuracy is the mean of the evaluations in the last 10 rounds, as in the
         paper); one seed (about 70 minutes of one core here; the spread of a comparison is over
-        the 100 clients)."""
-        p = cls.paper()
+        the 100 clients). Until its results are re-run it keeps the protocol of the book's first
+        near-paper runs (:func:`replearn.personalisation.first_protocol`: disjoint shard split,
+        no weight decay or augmentation; Local only trained in its sampled rounds; LG-FedAvg
+        sharing the head only)."""
+        p = first_protocol(cls.paper())
         return replace(p, partitions=(("cifar10", 100, 2),), seeds=(0,), full_data=False,
-                       train=replace(p.train, rounds=50, eval_every=5))
+                       local_only_epochs=None, lg_shared_layers=1, train=replace(p.train, rounds=50, eval_every=5))
 
     @classmethod
     def more_seeds(cls, profile: str = "long"):
@@ -127,10 +146,11 @@ class TableSettings(FederationSettings):
         paper's), evaluated every 5 rounds, one seed; every method trains a round's 10 clients as
         one batched computation (``vmap_clients``: the engine's spec path for FedAvg, FedPer,
         LG-FedAvg, FedRep and Local only, :func:`replearn.neural.run_protocol`'s for the others,
-        batched fine-tuning for the +FT methods)."""
+        batched fine-tuning for the +FT methods). Without augmentation, which the batched path
+        does not draw."""
         p = cls.paper()
         return replace(p, partitions=(("cifar10", 100, 2), ("cifar100", 100, 5)), seeds=(0,), full_data=False,
-                       train=replace(p.train, eval_every=5, vmap_clients=10))
+                       train=replace(p.train, eval_every=5, vmap_clients=10, augment=False))
 
 
 def work(s: TableSettings, *, batched: bool = True) -> dict:
@@ -185,7 +205,7 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
             cifar[name] = D.load_cifar(name)
         require_data(cifar[name], s.full_data, "TableSettings")
         fed = make_federation(cifar[name], n, S, train_per_client=s.train_per_client,
-                              test_per_client=s.test_per_client, seed=s.seed)
+                              test_per_client=s.test_per_client, seed=s.seed, split=s.split)
         cl = fed.clients
 
         def model_fn():
@@ -197,14 +217,15 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
             if method.endswith("+FT"):  # the trained global model of the method, each client's head tuned
                 base = method[:-len("+FT")]
                 if base not in trained:
-                    trained[base] = ALGORITHMS[base](model_fn(), cl, cfg)
+                    trained[base] = ALGORITHMS[base](model_fn(), cl, cfg, s.options(base))
                 r = neural.finetune(model_fn(), cl, state=trained[base].state, epochs=s.ft_epochs, part="head",
-                                    lr=cfg.lr, momentum=cfg.momentum, batch_size=cfg.batch_size,
+                                    lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                                    batch_size=cfg.batch_size, augment=cfg.augment,
                                     seed=derive_seed(s.seed, 5), vmap_clients=cfg.vmap_clients)
                 acc[part][method] = r.final.average
                 curves[part][method] = torch.full((cfg.rounds,), float("nan"))
             else:
-                r = trained[method] = ALGORITHMS[method](model_fn(), cl, cfg)
+                r = trained[method] = ALGORITHMS[method](model_fn(), cl, cfg, s.options(method))
                 acc[part][method] = r.accuracy
                 curves[part][method] = r.test_accuracy
             cacc[part][method] = r.final.accuracy

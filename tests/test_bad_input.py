@@ -742,3 +742,197 @@ def test_neural_seeds_that_overflow_the_generator_are_named():
     from replearn import neural
     with pytest.raises(ValueError, match="seed must be at most 2\\*\\*64 - 1"):
         neural.TrainConfig(seed=2**70)
+
+
+# ============================================================================================
+# Issue 37: algorithm options that scale the steps, NumPy options, FedProx at mu = 0, L2GD's
+# rounds without a local step, impossible Dirichlet partitions, specs naming absent classes,
+# starting states of another architecture
+# ============================================================================================
+
+import numpy as np  # noqa: E402
+
+
+@pytest.mark.parametrize("name,field", [("FedProx", "mu"), ("Ditto", "lam"), ("Fed-MTL", "lam"),
+                                        ("Per-FedAvg", "alpha"), ("SCAFFOLD", "global_lr")])
+def test_divergence_caused_by_an_option_names_the_option(name, field):
+    """A huge step-scaling option diverges at a sane lr: the error names the option and its value,
+    not only the learning rate (which alone trains fine)."""
+    from replearn import algorithms, neural
+    cfg = neural.TrainConfig(rounds=3, lr=0.01, local_steps=3, batch_size=5)
+    opts = algorithms.get(name).Options(**{field: 1e6})
+    with pytest.raises(FloatingPointError,
+                       match=rf"lr = 0\.01 and {name}'s {field} = 1e\+06; lower {field} or the learning rate"):
+        algorithms.run(name, _neural_tiny(), _neural_clients(), cfg, opts)
+    ok = algorithms.run(name, _neural_tiny(), _neural_clients(), cfg)  # the default options: no divergence
+    assert bool(torch.isfinite(ok.train_loss).all())
+
+
+def test_every_algorithm_declares_its_step_scaling_options():
+    from replearn import algorithms, neural
+    for name in algorithms.names():
+        opts = algorithms.get(name).Options
+        scales = getattr(opts, "step_scales", ())
+        assert set(scales) <= {f.name for f in dataclasses.fields(opts)}, name
+    declared = {n: algorithms.get(n).Options.step_scales for n in ("FedProx", "Ditto", "Fed-MTL", "Per-FedAvg",
+                                                                    "SCAFFOLD", "L2GD", "APFL")}
+    assert all(declared.values())
+    apfl = algorithms.get("APFL").Options()  # alpha_lr None (the run's lr): only the learning rate to lower
+    assert neural.divergence_advice(0.1, "APFL", apfl) == "with lr = 0.1; lower the learning rate"
+    l2gd = algorithms.get("L2GD").Options(lam=0.5, p=0.9)
+    assert "L2GD's p = 0.9; lower p or the learning rate" in neural.divergence_advice(0.1, "L2GD", l2gd)
+
+
+@pytest.mark.parametrize("value", [np.float64(0.25), np.float32(0.25), np.float16(0.5), np.int64(2), 2])
+def test_numpy_real_options_are_accepted_as_python_floats(value):
+    from replearn import algorithms
+    for name, field in [("FedProx", "mu"), ("Ditto", "lam"), ("Fed-MTL", "lam"), ("SCAFFOLD", "global_lr"),
+                        ("Per-FedAvg", "alpha"), ("APFL", "alpha_lr"), ("L2GD", "lam")]:
+        opts = algorithms.get(name).Options(**{field: value})
+        got = getattr(opts, field)
+        assert type(got) is float and got == float(value), (name, got)
+        assert opts == algorithms.get(name).Options(**{field: float(value)})  # equal, same repr and hash
+        assert repr(opts) == repr(algorithms.get(name).Options(**{field: float(value)}))
+    p = algorithms.get("L2GD").Options(p=np.float32(0.5)).p
+    assert type(p) is float and p == 0.5
+
+
+@pytest.mark.parametrize("bad", [True, np.bool_(True), NAN, INF, np.float32("nan"), np.float64("-inf"), "0.1",
+                                 10**400, None, torch.tensor(0.1)],
+                         ids=["bool", "np.bool_", "nan", "inf", "f32-nan", "f64-inf", "str", "10**400", "None",
+                              "tensor"])
+def test_options_still_refuse_bools_non_finite_values_and_strings(bad):
+    from replearn import algorithms
+    with pytest.raises(ValueError, match="mu must be a finite real number"):
+        algorithms.get("FedProx").Options(mu=bad)
+
+
+@pytest.mark.parametrize("extra", [dict(local_steps=4, batch_size=5, vmap_clients=2),
+                                   dict(local_steps=None, local_epochs=2, batch_size=5),
+                                   dict(local_steps=4, batch_size=5, weight_decay=1e-3)])
+def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit_in_float32_with_momentum(extra):
+    """mu = 0 takes FedAvg's own arithmetic: iterates, losses and accuracies equal bit for bit in
+    float32 with momentum, on the per-client, epoch and batched paths (these differed by an ulp)."""
+    from replearn import algorithms, neural
+    model = _neural_tiny().float()
+    clients = _neural_clients(sizes=(12, 20, 8, 16)).to(torch.float32)
+    cfg = neural.TrainConfig(**{**dict(rounds=3, lr=0.1, momentum=0.5, participation=1.0, last_rounds=1), **extra})
+    a = algorithms.run("FedAvg", model, clients, cfg)
+    b = algorithms.run("FedProx", model, clients, cfg, algorithms.get("FedProx").Options(mu=0.0))
+    assert b.algorithm == "FedProx" and b.state["head.weight"].dtype == torch.float32
+    assert all(torch.equal(a.state[n], b.state[n]) for n in a.state)
+    assert torch.equal(a.train_loss, b.train_loss) and torch.equal(a.final.accuracy, b.final.accuracy)
+    assert torch.equal(a.test_accuracy, b.test_accuracy) and a.participants == b.participants
+    assert b.extras["server"] == {} and set(b.extras["clients"]) == {i for s in b.participants for i in s}
+    small = algorithms.run("FedProx", model, clients, cfg, algorithms.get("FedProx").Options(mu=1e-3))
+    assert not all(torch.equal(a.state[n], small.state[n]) for n in a.state)  # mu > 0 is not FedAvg
+
+
+@pytest.mark.parametrize("vmap", [1, 2])
+def test_l2gd_rounds_without_a_local_step_report_a_measured_loss(vmap):
+    """With one step per round and p = 0.5 some rounds' coins only aggregate: their loss is the
+    loss of each client's final model on its round's first minibatch (no 0.0 for "no step")."""
+    from replearn import algorithms, neural
+    from replearn.backend import make_generator
+    opts = algorithms.get("L2GD").Options(lam=1.0, p=0.5)
+    clients = _neural_clients(sizes=(12, 20, 8, 16))
+    base = dict(lr=0.1, batch_size=5, local_steps=1, participation=1.0, last_rounds=1, vmap_clients=vmap)
+    # replay the coins: the rounds whose single coin says "aggregate"
+    cfg = neural.TrainConfig(rounds=8, **base)
+    gen, phases = make_generator(cfg.seed), algorithms.get("L2GD").phases(_neural_tiny(), cfg, opts)
+    no_step = []
+    for t in range(cfg.rounds):
+        plan = neural.plan_round(clients.train_sizes.tolist(), phases, cfg, gen)
+        coins = (torch.rand(max(len(plan.batches[i][0]) for i in plan.clients), generator=gen) < opts.p).tolist()
+        if all(coins):
+            no_step.append((t, plan))
+    assert no_step, "the test needs a round without a local step"
+    r = algorithms.run("L2GD", _neural_tiny(), clients, cfg, opts)
+    assert bool(torch.isfinite(r.train_loss).all()) and bool((r.train_loss > 0.1).all())
+    t, plan = no_step[0]
+    short = algorithms.run("L2GD", _neural_tiny(), clients, neural.TrainConfig(rounds=t + 1, **base), opts)
+    assert torch.equal(short.train_loss, r.train_loss[:t + 1]) or vmap > 1
+    model = _neural_tiny()
+    sizes = clients.train_sizes.to(F64)
+    losses = []
+    for i in range(clients.n_clients):
+        x_i = {n: short.local[n][i] for n in short.local_names}
+        idx = plan.batches[i][0][0]
+        out = torch.func.functional_call(model, x_i, (clients.x_train[i][idx],))
+        losses.append(torch.nn.functional.cross_entropy(out, clients.y_train[i][idx]))
+    expected = float((sizes * torch.stack(losses)).sum() / sizes.sum())
+    assert float(short.train_loss[t]) == pytest.approx(expected, rel=1e-6)  # train_loss is float32
+
+
+def test_impossible_dirichlet_min_size_is_refused_before_any_draw(monkeypatch):
+    from replearn import data
+
+    class NoDraws:
+        def __getattr__(self, name):
+            raise AssertionError(f"drew ({name}) although no draw can succeed")
+
+    y = torch.arange(10).repeat_interleave(500)
+    monkeypatch.setattr(data, "_rng", lambda seed: NoDraws())
+    with pytest.raises(ValueError, match=r"min_size=300 .* 20 clients needs 6000 samples, but labels has 5000.*"
+                                         r"min_size <= 250 or at most 16 clients"):
+        data.dirichlet_partition(y, 20, 0.6, seed=0, min_size=300, max_attempts=10_000)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="MAX_DIRICHLET_ATTEMPTS"):
+        data.dirichlet_partition(y, 20, 0.6, seed=0, max_attempts=10**7)
+    assert data.MAX_DIRICHLET_ATTEMPTS <= 10**4
+    # feasible but (nearly) hopeless: every client needs exactly its tenth of the samples
+    small = torch.arange(10).repeat_interleave(10)
+    with pytest.raises(ValueError, match=r"best draw's smallest client had \d+\), so a draw succeeds with "
+                                         r"probability below about 0\.15 \(95% bound from 20 failures\)"):
+        data.dirichlet_partition(small, 10, 0.5, seed=0, min_size=10, max_attempts=20)
+    parts = data.dirichlet_partition(small, 10, 100.0, seed=0, min_size=5, max_attempts=1000)  # possible: works
+    assert min(len(p) for p in parts) >= 5 and sum(len(p) for p in parts) == 100
+    assert np.array_equal(np.sort(torch.cat(parts).numpy()), np.arange(100))
+
+
+def test_federation_spec_naming_absent_classes_is_refused():
+    from cifar_fixtures import fake_cifar
+    from replearn.specs import FederationSpec
+    c = fake_cifar(10, 20, 6)
+    with pytest.raises(ValueError, match=r"classes \[12\] are not classes of cifar10: its labels are 0\.\.9 "
+                                         r"\(10 classes\)"):
+        FederationSpec(3, classes_per_client=1, classes=(0, 1, 12)).build(c, partition_seed=0, test_seed=1)
+    with pytest.raises(ValueError, match=r"classes \[-1\] are not classes"):
+        FederationSpec(3, classes_per_client=1, classes=(-1, 1, 2)).build(c, partition_seed=0, test_seed=1)
+    with pytest.raises(ValueError, match="integer class labels"):
+        FederationSpec(2, classes_per_client=1, classes=(0, 1.5)).build(c, partition_seed=0, test_seed=1)
+    with pytest.raises(ValueError, match="distinct"):
+        FederationSpec(2, classes_per_client=1, classes=(3, 3)).build(c, partition_seed=0, test_seed=1)
+    keep = c.y_train != 3  # a dataset whose training images lack class 3
+    holed = dataclasses.replace(c, x_train=c.x_train[keep], y_train=c.y_train[keep])
+    with pytest.raises(ValueError, match=r"classes \[3\] have no training images in this cifar10 data"):
+        FederationSpec(2, classes_per_client=1, classes=(2, 3)).build(holed, partition_seed=0, test_seed=1)
+    with pytest.raises(ValueError, match=r"classes \[3\] have no training images"):
+        FederationSpec(5, classes_per_client=2).build(holed, partition_seed=0, test_seed=1)  # None: all classes
+    fed = FederationSpec(2, classes_per_client=1, classes=(2, 4)).build(holed, partition_seed=0, test_seed=1)
+    assert fed.classes == (2, 4) and fed.n_classes == 2
+
+
+def test_starting_state_of_another_architecture_is_named_with_both_shapes():
+    from replearn import algorithms, neural
+    model, clients = _neural_tiny(), _neural_clients()
+    cfg = neural.TrainConfig(rounds=1, lr=0.01, local_steps=1)
+    good = {n: p.detach().clone() for n, p in model.named_parameters()}
+    wrong = {**good, "head.weight": torch.zeros(5, 8, dtype=F64)}  # a 5-class head
+    msg = r"parameter 'head.weight' has shape \(5, 8\), but the model's has shape \(3, 8\)"
+    with pytest.raises(ValueError, match=msg):
+        neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, clients, state=wrong)
+    with pytest.raises(ValueError, match=msg):
+        algorithms.run("Ditto", model, clients, cfg, state=wrong)
+    with pytest.raises(ValueError, match=r"'body.0.weight' has shape \(4, 3, 9\)"):
+        neural.run_spec(neural.algorithm_spec("fedrep", model, cfg), model, clients,
+                        state={**good, "body.0.weight": torch.zeros(4, 3, 9, dtype=F64)})
+    with pytest.raises(ValueError, match=r"entries \['head.extra'\] that are not parameters of the model"):
+        neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, clients,
+                        state={**good, "head.extra": torch.zeros(3)})
+    with pytest.raises(ValueError, match="'head.bias' must be a torch.Tensor"):
+        algorithms.run("FedProx", model, clients, cfg, state={**good, "head.bias": [0.0, 0.0, 0.0]})
+    with pytest.raises(ValueError, match="state must be a dict"):
+        neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, clients, state=[1, 2])
+    assert math.isfinite(neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, clients,
+                                         state=good).accuracy)

@@ -19,11 +19,12 @@ client is evaluated with ``alpha_i v_i + (1 - alpha_i) w`` for the server's curr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .. import neural
-from .base import Momentum, ProtocolAlgorithm, check_real, joint_names
+from .base import Momentum, ProtocolAlgorithm, joint_names, set_real
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,12 @@ class APFLOptions:
     alpha: float = 0.5
     alpha_lr: float | None = None
     adapt_alpha: bool = True
+    step_scales: ClassVar[tuple[str, ...]] = ("alpha_lr",)  # alpha's step size (None: the run's lr)
 
     def __post_init__(self):
-        check_real(self.alpha, "alpha", low=0, high=1)
+        set_real(self, "alpha", low=0, high=1)
         if self.alpha_lr is not None:
-            check_real(self.alpha_lr, "alpha_lr", low=0)
+            set_real(self, "alpha_lr", low=0)
         if not isinstance(self.adapt_alpha, bool):
             raise ValueError(f"adapt_alpha must be True or False, got {self.adapt_alpha!r}")
 

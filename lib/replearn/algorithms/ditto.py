@@ -13,11 +13,12 @@ start at the initial model; clients are evaluated with their personal models.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .. import neural
-from .base import ProtocolAlgorithm, check_real, joint_names, joint_phase
+from .base import ProtocolAlgorithm, joint_names, joint_phase, set_real
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,10 @@ class DittoOptions:
     its value)."""
 
     lam: float = 0.1
+    step_scales: ClassVar[tuple[str, ...]] = ("lam",)  # the pull's weight in every personal step
 
     def __post_init__(self):
-        check_real(self.lam, "lam", low=0)
+        set_real(self, "lam", low=0)
 
 
 class Ditto(ProtocolAlgorithm):

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .. import neural
-from .base import ProtocolAlgorithm, check_real, joint_names
+from .base import ProtocolAlgorithm, joint_names, set_real
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,11 @@ class FedMTLOptions:
 
     lam: float | None = None
     omega: str = "authors"
+    step_scales: ClassVar[tuple[str, ...]] = ("lam",)  # the regulariser's weight in every step
 
     def __post_init__(self):
         if self.lam is not None:
-            check_real(self.lam, "lam", low=0)
+            set_real(self, "lam", low=0)
         if self.omega not in ("authors", "laplacian"):
             raise ValueError(f"omega must be 'authors' or 'laplacian', got {self.omega!r}")
 

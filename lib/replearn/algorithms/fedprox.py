@@ -5,18 +5,21 @@ clients minimise the proximal local objective of eq. (2),
 Each local SGD step (the engine's :class:`replearn.neural.LocalSGD`, same minibatches,
 momentum and weight decay as FedAvg) uses the gradient ``grad F_k(w; batch) + mu (w - w^t)``;
 the server's model becomes the n_i-weighted average of the clients' models (as FedAvg; the
-paper's inexact local solves are these fixed numbers of steps or epochs). ``mu = 0`` gives
-FedAvg's iterates exactly.
+paper's inexact local solves are these fixed numbers of steps or epochs). ``mu = 0`` runs
+FedAvg itself (its :func:`replearn.neural.run_spec` code path, the same arithmetic), so its
+iterates, losses and evaluations are FedAvg's bit for bit in every dtype and on every path.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .. import neural
-from .base import ProtocolAlgorithm, check_real
+from .base import ProtocolAlgorithm, set_real
 
 
 @dataclass(frozen=True)
@@ -25,14 +28,25 @@ class FedProxOptions:
     Li et al., 2020, Sec. 5.2; the FedRep paper does not state its value)."""
 
     mu: float = 0.01
+    step_scales: ClassVar[tuple[str, ...]] = ("mu",)  # the proximal term's weight in every step
 
     def __post_init__(self):
-        check_real(self.mu, "mu", low=0)
+        set_real(self, "mu", low=0)
 
 
 class FedProx(ProtocolAlgorithm):
     name, row, Options = "FedProx", 3, FedProxOptions
     batched = True  # client_update also runs batched (ProtocolAlgorithm)
+
+    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
+        options = self.check_options(options)
+        if options.mu == 0:  # no proximal term: FedAvg's own run, so FedAvg's arithmetic exactly
+            from .fedavg import ALGORITHM as fedavg
+            result = fedavg.run(model, clients, cfg, state=state, callback=callback, workers=workers)
+            sampled = dict.fromkeys(i for sel in result.participants for i in sel)  # by first sampling
+            return dataclasses.replace(result, algorithm=self.name,
+                                       extras={"server": {}, "clients": {i: {} for i in sampled}})
+        return super().run(model, clients, cfg, options, state=state, callback=callback, workers=workers)
 
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
         names = tuple(ctx.global_params)
@@ -43,7 +57,7 @@ class FedProx(ProtocolAlgorithm):
             return neural.foreach_mul(neural.foreach_sub(theta, anchor), mu)
 
         new, loss = ctx.worker.train(ctx.global_params, names, ctx.x, ctx.y, ctx.batches[0], ctx.cfg,
-                                     ctx.generator, extra_grad=prox)
+                                     ctx.generator, extra_grad=prox if mu != 0 else None)
         return neural.ClientUpdate(new, {}, loss, len(ctx.batches[0]))
 
 

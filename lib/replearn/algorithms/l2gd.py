@@ -16,16 +16,24 @@ average of the sampled clients' models at the end of the previous round (the pap
 this is the average last communicated). The server sets ``xbar`` to the n_i-weighted average
 of the round's ``x_i``. Clients are evaluated with their own ``x_i``. Needs
 ``lr * lambda / p <= 1`` (an aggregation step must not overshoot ``xbar``).
+
+``train_loss``: the mean minibatch loss of a client's local steps. A round's coins can all
+come up "aggregate" (probability ``p^K`` for K steps): a client then takes no local step, and
+it reports the loss of the model it ends the round with on the round's first planned
+minibatch (no step taken, no augmentation, nothing drawn), so the round's loss is a measured
+loss, never a 0 standing for "no step".
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .. import neural
-from .base import Momentum, ProtocolAlgorithm, check_real, joint_names
+from .base import Momentum, ProtocolAlgorithm, joint_names, set_real
 
 
 @dataclass(frozen=True)
@@ -36,10 +44,11 @@ class L2GDOptions:
 
     lam: float = 2.0
     p: float = 0.2
+    step_scales: ClassVar[tuple[str, ...]] = ("p",)  # a local step is lr / (1 - p)
 
     def __post_init__(self):
-        check_real(self.lam, "lam", low=0)
-        check_real(self.p, "p", low=0, high=1, low_open=True)
+        set_real(self, "lam", low=0)
+        set_real(self, "p", low=0, high=1, low_open=True)
         if self.p >= 1:
             raise ValueError(f"p must be < 1 (some steps must be local), got {self.p!r}")
 
@@ -79,6 +88,11 @@ class L2GD(ProtocolAlgorithm):
                 x = dict(zip(names, local.step([x[n] for n in names], [g[n] for n in names], cfg.lr / (1 - opt.p))))
                 loss_sum = loss_sum + loss
                 steps += 1
+        if steps == 0:  # aggregation steps only: the loss of the model it keeps, on the first minibatch
+            first_batch = ctx.batches[0][0] if len(ctx.batches[0]) else None
+            loss_sum, _ = ctx.worker.gradient(x, names, ctx.x, ctx.y, first_batch,
+                                              dataclasses.replace(cfg, augment=False))
+            steps = 1
         return neural.ClientUpdate(x, {"x": x}, loss_sum, steps)
 
     def personal_names(self, model):

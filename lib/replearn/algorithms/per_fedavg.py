@@ -17,11 +17,12 @@ loss of the outer (D') steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .. import neural
-from .base import Momentum, ProtocolAlgorithm, check_real, joint_names, joint_phase
+from .base import Momentum, ProtocolAlgorithm, joint_names, joint_phase, set_real
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,10 @@ class PerFedAvgOptions:
     FedRep paper does not state it; Fallah et al. use 0.001-0.01)."""
 
     alpha: float = 0.01
+    step_scales: ClassVar[tuple[str, ...]] = ("alpha",)  # the inner step size
 
     def __post_init__(self):
-        check_real(self.alpha, "alpha", low=0, low_open=True)
+        set_real(self, "alpha", low=0, low_open=True)
 
 
 class PerFedAvg(ProtocolAlgorithm):

@@ -16,11 +16,12 @@ data, as in Table 1's partitions), and ``x <- mean(y_i)`` when ``eta_g = 1``. Wi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from .. import neural
-from .base import ProtocolAlgorithm, check_real
+from .base import ProtocolAlgorithm, set_real
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,10 @@ class ScaffoldOptions:
     experiments, Sec. 7)."""
 
     global_lr: float = 1.0
+    step_scales: ClassVar[tuple[str, ...]] = ("global_lr",)  # the server's step size
 
     def __post_init__(self):
-        check_real(self.global_lr, "global_lr", low=0, low_open=True)
+        set_real(self, "global_lr", low=0, low_open=True)
 
 
 class Scaffold(ProtocolAlgorithm):

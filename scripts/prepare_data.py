@@ -126,9 +126,49 @@ def probe(url: str, timeout: float) -> str | None:
         return f"{url}: {exc}"
 
 
+def root_label(root: Path) -> str:
+    """``root`` as the reader set it, for messages: ``REPLEARN_DATA=<path>`` when the variable
+    names it, else ``the data directory <path>``."""
+    env = os.environ.get("REPLEARN_DATA", "").strip()
+    return f"REPLEARN_DATA={root}" if env and Path(env).expanduser() == root else f"the data directory {root}"
+
+
+def _is_not_a_folder(path: Path) -> bool:
+    """``path`` exists but is no directory (a file, or a link to one)."""
+    return path.exists() and not path.is_dir()
+
+
+def check_kinds(root: Path, archives: Path | None = None) -> None:
+    """Raise :class:`DataError` when a path ``make data`` reads or writes exists as the wrong kind:
+    ``root`` or ``archives`` a file, a subset file or a downloaded archive a directory."""
+    if _is_not_a_folder(root):
+        own = (f" {root.name} is one of the subset files itself: set REPLEARN_DATA={root.parent} if that "
+               f"folder holds both." if root.name in {s["subset"] for s in SPECS.values()} else "")
+        raise DataError(f"{root_label(root)} is a file, not a directory: point REPLEARN_DATA (or --data) "
+                        f"at the folder that holds cifar10_subset.npz and cifar100_subset.npz, or at an "
+                        f"empty or new folder that `make data` fills.{own}")
+    for name in NAMES:
+        path = root / SPECS[name]["subset"]
+        if path.is_dir():
+            raise DataError(f"{path} is a directory, expected the file {SPECS[name]['subset']} (the "
+                            f"{SPECS[name]['title']} subset): move the file out of that folder into {root}, "
+                            f"or remove the folder and run `make data` again to rebuild the file.")
+    if archives is not None:
+        if _is_not_a_folder(archives):
+            raise DataError(f"the archives folder {archives} is a file, not a directory: remove it, or pass "
+                            f"--archives with a folder for the downloaded archives.")
+        for name in NAMES:
+            path = archives / SPECS[name]["archive"]
+            if path.is_dir():
+                raise DataError(f"{path} is a directory, expected the file {SPECS[name]['archive']} (the "
+                                f"official archive): remove that folder and run `make data` again.")
+
+
 def survey(root: Path) -> tuple[list[str], list[str]]:
     """``(present, missing)`` subsets in ``root``; raises :class:`DataError` when the extracted
-    official archive sits there (the full dataset would be served instead of the subsets)."""
+    official archive sits there (the full dataset would be served instead of the subsets), or when
+    ``root`` is a file or a subset a directory (:func:`check_kinds`)."""
+    check_kinds(root)
     full = [n for n in NAMES if (root / SPECS[n]["folder"]).is_dir()]
     if full:
         raise DataError(full_dataset_message(root, full))
@@ -138,7 +178,8 @@ def survey(root: Path) -> tuple[list[str], list[str]]:
 
 def check_reachable(root: Path, archives: Path, missing, sources, timeout: float) -> None:
     """Raise :class:`DataError` (the two-ways message) when an archive that is needed is neither in
-    ``archives`` nor reachable."""
+    ``archives`` nor reachable, or when ``archives`` cannot hold it (:func:`check_kinds`)."""
+    check_kinds(root, archives)
     for name in missing:
         if (archives / SPECS[name]["archive"]).is_file():
             continue

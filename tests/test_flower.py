@@ -321,6 +321,28 @@ def test_slow_node_is_dropped_after_round_timeout():
                  expected_average(log["returned"][2], range(CLIENTS.n_clients)), atol=1e-6)
 
 
+def test_a_nan_pixel_is_reported_for_the_client_that_has_it():
+    """A NaN pixel in client BAD's data (here: its partition) is reported as client BAD's, not as
+    "client 0" (each node's one-client ClientData, where the check ran)."""
+    cfg = neural.TrainConfig(rounds=1, local_steps=1, batch_size=5)
+    clients = make_clients()
+    clients.x_train[BAD][1, 0, 2, 3] = float("nan")  # changed in place, after ClientData's checks
+    with pytest.raises(ValueError, match=rf"^client {BAD} train images contain NaN or infinite values"):
+        flower.run_inprocess(model_fn, clients, cfg, "fedavg")
+
+    def data_fn(i):  # a node that builds its own data, as in a deployment or the simulation engine
+        x_test = CLIENTS.x_test[i].clone()
+        if i == BAD:
+            x_test[0, 1, 0, 0] = float("nan")
+        return neural.ClientData((CLIENTS.x_train[i],), (CLIENTS.y_train[i],), (x_test,),
+                                 (CLIENTS.y_test[i],))
+
+    grid = flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "fedavg"), CLIENTS.n_clients)
+    with pytest.raises(ValueError, match=rf"partition {BAD} \(client {BAD}\): data_fn\({BAD}\) gave invalid "
+                                         rf"data: client 0 test images contain NaN .*not the partitions"):
+        grid.run_server(flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients))
+
+
 def test_bad_inputs():
     cfg = neural.TrainConfig(rounds=1, local_steps=1)
     spec = neural.algorithm_spec("fedavg", model_fn(), cfg)

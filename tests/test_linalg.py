@@ -108,6 +108,23 @@ def test_principal_angles_are_accurate_for_tiny_angles():
     assert abs(float(angles[1]) - eps) < 1e-15 and abs(float(angles[0])) < 1e-15
 
 
+@pytest.mark.parametrize("k1, k2", [(2, 3), (3, 2), (1, 4)])
+def test_principal_angles_of_unequal_ranks(k1, k2):
+    """Spans of unequal rank: min(k1, k2) angles, scipy's, in either order and for stacks (before:
+    torch's raw shape error when k1 < k2)."""
+    B1, B2 = rand(7, k1, seed=k1), rand(7, k2, seed=10 + k2)
+    expected = np.sort(scipy.linalg.subspace_angles(B1.numpy(), B2.numpy()))
+    for a, b in ((B1, B2), (B2, B1)):
+        angles = linalg.principal_angles(a, b)
+        assert angles.shape == (min(k1, k2),)
+        assert np.allclose(angles.numpy(), expected, atol=1e-10)
+    stacked = linalg.principal_angles(torch.stack([B1, 3.0 * B1]), B2)
+    assert stacked.shape == (2, min(k1, k2)) and torch.allclose(stacked[0], stacked[1], atol=1e-12)
+    # a span inside the other: all angles 0
+    inner = linalg.principal_angles(B1[:, :1], B1)
+    assert inner.shape == (1,) and float(inner.abs().max()) < 1e-7
+
+
 def test_basis_at_distance_depends_on_the_column_space_only():
     """The same col(B0) given by two different bases (here B0 and B0 R, R invertible) yields the
     same result: no SVD/LAPACK-dependent choice of a basis of col(B0) or of its complement enters."""

@@ -6,6 +6,7 @@ import http.server
 import io
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tarfile
@@ -201,6 +202,65 @@ def test_extracted_official_archive_in_the_data_directory_is_refused(tmp_path):
     (tmp_path / "cifar-10-batches-py").mkdir()
     with pytest.raises(P.DataError, match="full dataset"):
         P.preflight(tmp_path, tmp_path / "archives", P.official_sources())
+
+
+def test_a_data_directory_that_is_a_file_is_called_a_file(tmp_path, monkeypatch):
+    """REPLEARN_DATA naming a regular file, in the preflight (standard library only, as `make data`
+    runs it) and in prepare: "is a file, not a directory", not "not in <file>" nor "rebuilds ... into
+    <file>"; the file is left alone."""
+    path = tmp_path / "data.txt"
+    path.write_text("x")
+    sources = P.official_sources(_closed_port_base())
+    monkeypatch.setenv("REPLEARN_DATA", str(path))
+    quiet = dict(sums={}, digests={}, log=lambda m: None)
+    for call in (lambda: P.preflight(path, path / "archives", sources),
+                 lambda: P.prepare(path, path / "archives", sources, **quiet)):
+        with pytest.raises(P.DataError) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith(f"REPLEARN_DATA={path} is a file, not a directory: point REPLEARN_DATA (or "
+                              f"--data) at the folder that holds cifar10_subset.npz and cifar100_subset.npz")
+        assert f"not in {path}" not in msg and f"into {path}" not in msg
+    monkeypatch.delenv("REPLEARN_DATA")
+    with pytest.raises(P.DataError, match=r"^the data directory .* is a file, not a directory"):
+        P.preflight(path, path / "archives", sources)
+    env = dict(os.environ, REPLEARN_DATA=str(path))
+    out = subprocess.run([sys.executable, "-S", str(ROOT / "scripts" / "prepare_data.py"), "--preflight",
+                          "--mirror", sources["cifar10"][0].rsplit("/", 1)[0]],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith(f"make data: REPLEARN_DATA={path} is a file, not a directory"), out.stderr
+    assert path.read_text() == "x"
+    # the subset file itself as the data directory: its folder is suggested
+    subset = tmp_path / "cifar10_subset.npz"
+    subset.write_bytes(b"x")
+    own = rf"subset files itself: set REPLEARN_DATA={re.escape(str(tmp_path))} "
+    with pytest.raises(P.DataError, match=own):
+        P.preflight(subset, subset / "archives", sources)
+
+
+def test_data_entries_of_the_wrong_kind_are_named(tmp_path):
+    """A subset name that is a directory, an archives folder that is a file and an archive name
+    that is a directory: each called what it is, not "missing" or "not in"."""
+    sources = P.official_sources(_closed_port_base())
+    root = tmp_path / "data"
+    (root / "cifar100_subset.npz").mkdir(parents=True)
+    quiet = dict(sums={}, digests={}, log=lambda m: None)
+    for call in (lambda: P.preflight(root, root / "archives", sources),
+                 lambda: P.prepare(root, root / "archives", sources, **quiet)):
+        with pytest.raises(P.DataError, match=rf"^{re.escape(str(root))}/cifar100_subset.npz is a "
+                                              rf"directory, expected the file cifar100_subset.npz "
+                                              rf"\(the CIFAR-100 subset\)"):
+            call()
+    (root / "cifar100_subset.npz").rmdir()
+    (tmp_path / "archives").write_text("")
+    with pytest.raises(P.DataError, match=rf"^the archives folder {re.escape(str(tmp_path))}/archives is a "
+                                          rf"file, not a directory"):
+        P.preflight(root, tmp_path / "archives", sources)
+    (root / "archives" / "cifar-10-python.tar.gz").mkdir(parents=True)
+    with pytest.raises(P.DataError, match=r"cifar-10-python.tar.gz is a directory, expected the file "
+                                          r"cifar-10-python.tar.gz \(the official archive\)"):
+        P.preflight(root, root / "archives", sources)
 
 
 def test_recorded_checksums_and_specs_agree_with_the_library():

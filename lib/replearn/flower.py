@@ -100,6 +100,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -196,6 +197,16 @@ def _bounded(call: Callable[[], object], seconds: float, what: str):
 # Client side
 
 
+def _data_fn_error(pid: int, ex: ValueError) -> str:
+    """The message of a node whose ``data_fn(pid)`` raised ``ex``: it names the partition, since
+    the client indices of ClientData's own checks count the clients of the ClientData that
+    ``data_fn`` built (0 for the one client of a node), not the federation's clients."""
+    reason = str(ex)
+    note = ("; a client index there counts the clients of the ClientData that data_fn built, not the "
+            "partitions" if re.search(r"\bclient \d", reason) else "")
+    return f"partition {pid} (client {pid}): data_fn({pid}) gave invalid data: {reason}{note}"
+
+
 def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], ClientData],
                cfg: TrainConfig, algorithm: str, *, call_timeout: float = CALL_TIMEOUT) -> ClientApp:
     """A Flower ``ClientApp`` for ``algorithm`` ("fedavg", "dsgd" or "fedrep").
@@ -236,7 +247,10 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
 
     def setup(context: Context) -> tuple[nn.Module, ClientData, AlgorithmSpec, int]:
         pid = int(context.node_config["partition-id"])
-        data = data_fn(pid)
+        try:
+            data = data_fn(pid)
+        except ValueError as ex:  # e.g. ClientData's checks (a NaN pixel): say whose data they are
+            raise ValueError(_data_fn_error(pid, ex)) from ex
         if data.n_clients != 1:
             raise ValueError(f"data_fn({pid}) must return one client, got {data.n_clients}")
         model = model_fn()
@@ -758,6 +772,9 @@ def run_inprocess(model_fn: Callable[[], nn.Module], clients: ClientData, cfg: T
     model = model_fn()
     spec = algorithm_spec(algorithm, model, cfg)
     _check_seconds(round_timeout=round_timeout)
+    # ClientData's checks again, here, with the federation's client indices: a tensor changed in
+    # place since (a NaN pixel) would otherwise be reported by its node as the one "client 0"
+    clients = clients.subset(range(clients.n_clients))
     app = app or client_app(model_fn, lambda i: clients.subset([i]), cfg, algorithm, call_timeout=round_timeout)
     grid = InProcessGrid(app, clients.n_clients, call_timeout=round_timeout)
     finished = {}

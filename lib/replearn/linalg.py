@@ -101,14 +101,18 @@ def principal_sines(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
 
 
 def principal_angles(B1: torch.Tensor, B2: torch.Tensor) -> torch.Tensor:
-    """Principal angles (radians, ascending) between col(B1) and col(B2) of equal rank.
+    """Principal angles (radians, ascending) between col(B1) and col(B2), min(k1, k2) of them.
 
     Angles below pi/4 come from the sines (singular values of (I - P_{B1}) Q_{B2}) and the
     others from the cosines (singular values of Q_{B1}^T Q_{B2}), so that small angles are
     as accurate as large ones (Golub & Van Loan 2013, Sec. 6.4.3); arccos alone loses about
-    half the digits of an angle near zero.
+    half the digits of an angle near zero. Both must have full column rank; for unequal ranks
+    k1 != k2 there are min(k1, k2) angles, those of the smaller span against the larger one
+    (Bjorck & Golub 1973), as ``scipy.linalg.subspace_angles`` gives them. Symmetric in B1, B2.
     """
     Q1, Q2 = _checked_bases(B1, B2, full_rank_B1=True)
+    if Q1.shape[-1] < Q2.shape[-1]:  # the sines below need the smaller span second
+        Q1, Q2 = Q2, Q1
     cosines = torch.linalg.svdvals(Q1.mT @ Q2).clamp(-1.0, 1.0)              # descending
     sines = torch.linalg.svdvals(Q2 - Q1 @ (Q1.mT @ Q2)).clamp(0.0, 1.0).flip(-1)  # ascending
     return torch.where(cosines.square() >= 0.5, torch.arcsin(sines), torch.arccos(cosines))

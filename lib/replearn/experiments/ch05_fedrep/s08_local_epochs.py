@@ -28,6 +28,9 @@ PAPER_SETTINGS = {"dataset": ("cifar10", "FedRep paper, Fig. 5 caption"),
                   "train.momentum": (0.5, "the FedRep authors' code (not in the paper)"),
                   "train.batch_size": (10, "the FedRep authors' code (not in the paper)"),
                   "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)"),
+                  "train.weight_decay": (1e-4, "the FedRep authors' code, models/Update.py (weights only; not in the paper)"),
+                  "train.augment": (True, "the FedRep authors' code, utils/train_utils.py (RandomCrop(32, 4) + flip)"),
+                  "split": ("authors", "the FedRep authors' code, utils/sampling.py (noniid)"),
                   "train.rounds": (100, "FedRep paper, Sec. 5.2 (T = 100 for CIFAR)")}
 
 

@@ -590,3 +590,22 @@ def test_engine_iterates_equal_the_recorded_ones(key):
     if torch.backends.cpu.get_cpu_capability() != RECORDED_CAPABILITY:
         pytest.skip(f"bit-for-bit baseline recorded with {RECORDED_CAPABILITY} kernels")
     assert got == sha, "the engine's iterates changed"
+
+
+def test_every_algorithm_has_a_complete_summary_citing_the_bibliography():
+    import re
+
+    bib = (Path(__file__).resolve().parents[1] / "references.bib").read_text(encoding="utf-8")
+    keys = set(re.findall(r"^@\w+\{([^,\s]+),", bib, flags=re.M))
+    for name, alg in A.REGISTRY.items():
+        s = alg.summary
+        assert isinstance(s, A.base.Summary), f"{name} has no summary"
+        for field in ("shares", "personal", "local_objective", "cite"):
+            assert getattr(s, field).strip(), f"{name}: empty summary.{field}"
+        assert s.cite in keys, f"{name}: citation key {s.cite!r} is not in references.bib"
+    table = A.methods_table()
+    assert [row.method for row in table] == list(A.names()) == list(A.TABLE1)
+    assert table[A.names().index("FedRep")].cite == "collins2021fedrep"
+    assert table[A.names().index("FedAvg+FT")].shares == A.get("FedAvg").summary.shares
+    assert "<table" in table._repr_html_() and "li2021ditto" in repr(table)
+    assert len(table.COLUMNS) == len(table[0])

@@ -8,18 +8,20 @@ hyper-parameters and ``run(model, clients, cfg, options) -> neural.FedResult``. 
 adding one file (and its test). :func:`run` is the single entry point:
 ``algorithms.run("Ditto", model, clients, cfg, algorithms.get("Ditto").Options(lam=1.0))``;
 ``FedResult.final`` is the evaluation of what each client would use (its personal, mixed,
-adapted or fine-tuned model).
+adapted or fine-tuned model). :func:`methods_table` lists them all: what each shares, keeps
+personal and adds to its local objective, and its paper (each algorithm's ``summary``).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import NamedTuple
 
 from .. import neural
 from .base import Algorithm
 
-__all__ = ["REGISTRY", "TABLE1", "get", "names", "run"]
+__all__ = ["REGISTRY", "TABLE1", "MethodRow", "MethodsTable", "get", "methods_table", "names", "run"]
 
 #: The methods of Table 1 of Collins et al. (2021), in the paper's order.
 TABLE1 = ("Local only", "FedAvg", "FedAvg+FT", "FedProx", "FedProx+FT", "SCAFFOLD", "SCAFFOLD+FT", "Fed-MTL",
@@ -65,3 +67,52 @@ def run(name: str, model, clients: neural.ClientData, cfg: neural.TrainConfig, o
     and the algorithm's ``options`` (default: its ``Options()``); ``workers``: client threads
     (see :func:`replearn.neural.run_spec`). Returns the run's :class:`~replearn.neural.FedResult`."""
     return get(name).run(model, clients, cfg, options, state=state, callback=callback, workers=workers)
+
+
+class MethodRow(NamedTuple):
+    """One row of :func:`methods_table`: an algorithm's name and its ``summary``'s fields."""
+
+    method: str
+    shares: str
+    personal: str
+    local_objective: str
+    cite: str
+
+
+class MethodsTable(tuple):
+    """The rows of :func:`methods_table` (a tuple of :class:`MethodRow`), shown in a notebook as
+    the book's other tables (:meth:`table`, a :class:`replearn.plotting.Table`); :meth:`to_frame`
+    makes a pandas DataFrame (pandas needed)."""
+
+    #: The column headers, in the order of :class:`MethodRow`'s fields.
+    COLUMNS = ("method", "shares", "keeps personal", "local objective adds", "citation key")
+
+    def table(self, caption: str | None = None):
+        """A :class:`replearn.plotting.Table` of the rows (``display(...)`` it, with a caption)."""
+        from ..plotting import Table
+        return Table(self.COLUMNS, self, caption=caption, align="l" * len(self.COLUMNS))
+
+    def to_frame(self):
+        import pandas as pd
+        return pd.DataFrame(list(self), columns=list(self.COLUMNS))
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def __repr__(self) -> str:
+        return repr(self.table())
+
+
+def methods_table(algorithms=None) -> MethodsTable:
+    """What each algorithm shares, keeps personal and adds to its local objective, and its
+    paper's key in ``references.bib``: one :class:`MethodRow` per algorithm of ``algorithms``
+    (names; default: every registered one, in the registry's order, Table 1's), from its
+    ``summary`` (:class:`~replearn.algorithms.base.Summary`)."""
+    rows = []
+    for name in (names() if algorithms is None else algorithms):
+        alg = get(name)
+        if alg.summary is None:
+            raise ValueError(f"{name}: the algorithm has no summary")
+        s = alg.summary
+        rows.append(MethodRow(alg.name, s.shares, s.personal, s.local_objective, s.cite))
+    return MethodsTable(rows)

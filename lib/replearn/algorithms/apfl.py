@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 
 from .. import neural
-from .base import Momentum, ProtocolAlgorithm, joint_names, set_real
+from .base import Momentum, ProtocolAlgorithm, Summary, joint_names, set_real
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ def mix(alpha: torch.Tensor, v: dict, w: dict) -> dict:
 
 class APFL(ProtocolAlgorithm):
     name, row, Options = "APFL", 11, APFLOptions
+    summary = Summary(
+        shares="the global model w (weighted average)",
+        personal="a personal model vᵢ and a mixing weight αᵢ; it uses αᵢvᵢ + (1 − αᵢ)w",
+        local_objective="vᵢ and αᵢ trained on the loss of the mixture, besides w's local SGD",
+        cite="deng2020apfl")
     batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def init_client(self, initial, options):

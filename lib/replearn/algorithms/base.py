@@ -22,6 +22,11 @@ neural.FedResult``. Three kinds:
 
 Helpers for the client steps: :class:`Momentum` (``torch.optim.SGD``'s update on any list of
 tensors; :class:`replearn.neural.Momentum`, re-exported here) and :func:`joint_phase`.
+
+Every algorithm also carries a :class:`Summary` (``summary``): in a few words, what the server
+shares, what each client keeps personal, what its local objective adds to the client's own loss,
+and the bibliography key (``references.bib``) of the paper it comes from; a row of
+:func:`replearn.algorithms.methods_table`.
 """
 
 from __future__ import annotations
@@ -41,8 +46,27 @@ from ..neural import Momentum
 
 Params = dict[str, torch.Tensor]
 
-__all__ = ["Algorithm", "Momentum", "NoOptions", "ProtocolAlgorithm", "SpecAlgorithm", "check_real",
-           "joint_names", "joint_phase", "set_real"]
+__all__ = ["Algorithm", "Momentum", "NoOptions", "ProtocolAlgorithm", "SpecAlgorithm", "Summary",
+           "check_real", "joint_names", "joint_phase", "set_real"]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What an algorithm is, in one row of a table (plain text, no markup): ``shares``: what
+    the server aggregates or sends; ``personal``: what each client keeps for itself across
+    rounds (and is evaluated with); ``local_objective``: what a client's local training adds to
+    plain SGD on its own loss; ``cite``: the key of its paper in the book's ``references.bib``."""
+
+    shares: str
+    personal: str
+    local_objective: str
+    cite: str
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"Summary.{f.name} must be a non-empty string, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -93,14 +117,15 @@ def joint_phase(model: nn.Module, cfg: neural.TrainConfig, *, factor: int = 1) -
 
 class Algorithm:
     """A federated algorithm: ``name`` (Table 1's), ``row`` (its row in Table 1, for the
-    registry's order), ``Options`` (its hyper-parameters), :meth:`run` and ``batched``: whether
+    registry's order), ``Options`` (its hyper-parameters), :meth:`run`, ``batched``: whether
     a round's clients train as one batched computation when ``cfg.vmap_clients > 1`` (else one
-    after another whatever ``cfg.vmap_clients`` says)."""
+    after another whatever ``cfg.vmap_clients`` says), and ``summary`` (a :class:`Summary`)."""
 
     name: str = ""
     row: int = 100
     Options: type = NoOptions
     batched: bool = False
+    summary: Summary | None = None  # what it shares, keeps personal, adds locally; its paper
 
     def check_options(self, options):
         """``options`` (default ``Options()``), which must be an instance of ``Options``."""

@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from .. import neural
-from .base import ProtocolAlgorithm, joint_names, joint_phase, set_real
+from .base import ProtocolAlgorithm, Summary, joint_names, joint_phase, set_real
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class DittoOptions:
 
 class Ditto(ProtocolAlgorithm):
     name, row, Options = "Ditto", 12, DittoOptions
+    summary = Summary(
+        shares="the global model w (weighted average, trained as by FedAvg)",
+        personal="a personal model vᵢ",
+        local_objective="for vᵢ, a pull (λ/2)‖vᵢ − w‖² toward the global model (a second local phase)",
+        cite="li2021ditto")
     batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def phases(self, model, cfg, options):

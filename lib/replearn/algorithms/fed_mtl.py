@@ -26,7 +26,7 @@ from typing import ClassVar
 import torch
 
 from .. import neural
-from .base import ProtocolAlgorithm, joint_names, set_real
+from .base import ProtocolAlgorithm, Summary, joint_names, set_real
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,11 @@ def coefficient(options: FedMTLOptions, d: int) -> float:
 
 class FedMTL(ProtocolAlgorithm):
     name, row, Options = "Fed-MTL", 7, FedMTLOptions
+    summary = Summary(
+        shares="the sum of the round's client models (for the regulariser); nothing averaged",
+        personal="the whole model wᵢ",
+        local_objective="the MOCHA regulariser λ(‖W‖² + tr(WΩWᵀ)) over the round's models W, Ω fixed",
+        cite="smith2017fedmtl")
     batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def init_client(self, initial, options):

@@ -5,11 +5,16 @@ on the whole model from the server's model, which becomes their n_i-weighted ave
 the engine's :func:`replearn.neural.run_spec` (``algorithm_spec("fedavg")``); no options.
 """
 
-from .base import SpecAlgorithm
+from .base import SpecAlgorithm, Summary
 
 
 class FedAvg(SpecAlgorithm):
     name, row, key = "FedAvg", 1, "fedavg"
+    summary = Summary(
+        shares="the whole model (weighted average)",
+        personal="nothing",
+        local_objective="nothing: local SGD on its loss from the server's model",
+        cite="mcmahan2017fedavg")
 
 
 ALGORITHM = FedAvg()

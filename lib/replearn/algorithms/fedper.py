@@ -3,11 +3,16 @@ client; body and head are updated jointly in the local steps (the same number of
 both, unlike FedRep). Runs on :func:`replearn.neural.run_spec` (``algorithm_spec("fedper")``).
 """
 
-from .base import SpecAlgorithm
+from .base import SpecAlgorithm, Summary
 
 
 class FedPer(SpecAlgorithm):
     name, row, key = "FedPer", 13, "fedper"
+    summary = Summary(
+        shares="the body (all layers below the head)",
+        personal="the head (last layer)",
+        local_objective="nothing: body and head trained jointly, the same steps for both",
+        cite="arivazhagan2019fedper")
 
 
 ALGORITHM = FedPer()

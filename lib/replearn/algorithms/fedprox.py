@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 
 from .. import neural
-from .base import ProtocolAlgorithm, set_real
+from .base import ProtocolAlgorithm, Summary, set_real
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class FedProxOptions:
 
 class FedProx(ProtocolAlgorithm):
     name, row, Options = "FedProx", 3, FedProxOptions
+    summary = Summary(
+        shares="the whole model (weighted average)",
+        personal="nothing",
+        local_objective="a proximal term (μ/2)‖w − wᵗ‖² toward the server's model wᵗ",
+        cite="li2020fedprox")
     batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):

@@ -5,11 +5,17 @@ head frozen (``local_epochs``/``local_steps``); the server averages the bodies. 
 :func:`replearn.neural.run_spec` (``algorithm_spec("fedrep")``).
 """
 
-from .base import SpecAlgorithm
+from .base import SpecAlgorithm, Summary
 
 
 class FedRep(SpecAlgorithm):
     name, row, key = "FedRep", 14, "fedrep"
+    summary = Summary(
+        shares="the body (all layers below the head)",
+        personal="the head (last layer)",
+        local_objective="nothing to the loss; the head is trained first (body frozen, 10 epochs), "
+                        "then the body (head frozen)",
+        cite="collins2021fedrep")
 
 
 ALGORITHM = FedRep()

@@ -21,7 +21,7 @@ import torch
 from .. import neural
 from ..backend import derive_seed
 from ..checks import check_count, check_seed
-from .base import Algorithm
+from .base import Algorithm, Summary
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,16 @@ class FineTuneOptions:
             check_seed(self.seed, "seed")
 
 
+def fine_tuned_summary(base: Summary) -> Summary:
+    """The base's summary with the default fine-tuning (``part="head"``, 10 epochs) added: the
+    server shares what the base's shares; each client then keeps a fine-tuned head."""
+    return Summary(shares=base.shares,
+                   personal="the head, fine-tuned on its data after training",
+                   local_objective=f"{base.local_objective}; after the last round, 10 epochs of SGD on "
+                                   "the head alone",
+                   cite=base.cite)
+
+
 class FineTuned(Algorithm):
     """``base`` (an :class:`~replearn.algorithms.base.Algorithm`), then fine-tuning."""
 
@@ -51,6 +61,7 @@ class FineTuned(Algorithm):
     def __init__(self, base: Algorithm, row: int):
         self.base, self.name, self.row = base, f"{base.name}+FT", row
         self.batched = base.batched  # the fine-tuning is batched whenever cfg.vmap_clients > 1
+        self.summary = fine_tuned_summary(base.summary)
 
     def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
         options = self.check_options(options)

@@ -33,7 +33,7 @@ from typing import ClassVar
 import torch
 
 from .. import neural
-from .base import Momentum, ProtocolAlgorithm, joint_names, set_real
+from .base import Momentum, ProtocolAlgorithm, Summary, joint_names, set_real
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ class L2GDOptions:
 
 class L2GD(ProtocolAlgorithm):
     name, row, Options = "L2GD", 10, L2GDOptions
+    summary = Summary(
+        shares="the average x̄ of the clients' models",
+        personal="the whole model xᵢ",
+        local_objective="a penalty (λ/2)‖xᵢ − x̄‖², taken as random steps toward x̄ (probability p)",
+        cite="hanzely2020l2gd")
     batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def check(self, model, cfg, options):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .. import neural
 from ..checks import check_int
-from .base import SpecAlgorithm
+from .base import SpecAlgorithm, Summary
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,11 @@ class LGOptions:
 class LGFedAvg(SpecAlgorithm):
     name, row, key = "LG-FedAvg", 9, "lg_fedavg"
     Options = LGOptions
+    summary = Summary(
+        shares="the top two layers: the head and the layer below it (the authors' fc2, fc3)",
+        personal="the layers below (a local representation)",
+        local_objective="nothing: all layers trained jointly",
+        cite="liang2020lgfedavg")
 
     def spec(self, model, cfg, options):
         return neural.algorithm_spec(self.key, model, cfg, lg_shared_layers=options.shared_layers)

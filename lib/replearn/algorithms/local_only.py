@@ -15,7 +15,7 @@ import torch
 
 from .. import neural
 from ..checks import check_int
-from .base import SpecAlgorithm
+from .base import SpecAlgorithm, Summary
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,11 @@ class LocalOnlyOptions:
 
 class LocalOnly(SpecAlgorithm):
     name, row, key = "Local only", 0, "local_only"
+    summary = Summary(
+        shares="nothing (no communication)",
+        personal="the whole model",
+        local_objective="nothing: SGD on its own loss (10 epochs, independently of any sampling)",
+        cite="collins2021fedrep")  # the baseline of Table 1
     Options = LocalOnlyOptions
 
     def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):

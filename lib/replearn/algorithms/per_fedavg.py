@@ -22,7 +22,7 @@ from typing import ClassVar
 import torch
 
 from .. import neural
-from .base import Momentum, ProtocolAlgorithm, joint_names, joint_phase, set_real
+from .base import Momentum, ProtocolAlgorithm, Summary, joint_names, joint_phase, set_real
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,11 @@ class PerFedAvgOptions:
 
 class PerFedAvg(ProtocolAlgorithm):
     name, row, Options = "Per-FedAvg", 8, PerFedAvgOptions
+    summary = Summary(
+        shares="the whole model, a meta-initialisation (weighted average)",
+        personal="nothing kept; adapted for evaluation by one gradient step (size α) on its data",
+        local_objective="MAML's: the loss after one inner step, fᵢ(w − α∇fᵢ(w)) (first-order version)",
+        cite="fallah2020perfedavg")
     batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def phases(self, model, cfg, options):

@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 
 from .. import neural
-from .base import ProtocolAlgorithm, set_real
+from .base import ProtocolAlgorithm, Summary, set_real
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,11 @@ class ScaffoldOptions:
 
 class Scaffold(ProtocolAlgorithm):
     name, row, Options = "SCAFFOLD", 5, ScaffoldOptions
+    summary = Summary(
+        shares="the whole model and a control variate c (clients send the change of theirs)",
+        personal="no model; its control variate cᵢ",
+        local_objective="a gradient correction c − cᵢ in every step (control variates, against client drift)",
+        cite="karimireddy2020scaffold")
     batched = True  # client_update also runs batched (ProtocolAlgorithm)
 
     def init_server(self, params, options):

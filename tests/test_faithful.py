@@ -141,3 +141,11 @@ def test_the_batched_path_refuses_augmentation(name):
         A.run(name, tiny(), make_clients(), cfg)
     with pytest.raises(ValueError, match="does not augment"):
         neural.finetune(tiny(), make_clients(), epochs=1, augment=True, vmap_clients=2)
+
+
+def test_train_config_takes_numpy_reals_as_floats():
+    cfg = neural.TrainConfig(lr=np.float32(0.5), momentum=np.float64(0.25), weight_decay=np.float64(0.0))
+    assert type(cfg.lr) is float and cfg.lr == 0.5 and cfg == neural.TrainConfig(lr=0.5, momentum=0.25)
+    for bad in (np.bool_(True), np.float64("nan"), "0.1"):
+        with pytest.raises(ValueError, match="lr must be a finite real number"):
+            neural.TrainConfig(lr=bad)

@@ -72,12 +72,14 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, NamedTuple, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -302,8 +304,10 @@ class TrainConfig:
         reals = dict(lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
                      participation=self.participation)
         for name, value in reals.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite real number, got {value!r}")
+            if not isinstance(value, int):  # a NumPy real is kept (printed, hashed, stored) as the float it stands for
+                object.__setattr__(self, name, float(value))
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr!r}")
         if not 0 <= self.momentum < 1:

@@ -126,7 +126,8 @@ def run_transfer(s: TransferSettings, *, cifar10: D.CifarData | None = None,
                 row = []
                 for trial in range(s.trials):
                     seed = derive_seed(s.seed, 20, t_i, trial)
-                    cl = new_clients(cifar, classes, s.new_clients, cpc, s.test_per_client, seed, s.split)
+                    # new clients hold distinct classes (a pair: chance 1/2), whatever the training split
+                    cl = new_clients(cifar, classes, s.new_clients, cpc, s.test_per_client, seed, "disjoint")
                     cl = cl.take_train(n, seed=derive_seed(seed, 3, n))
                     _, res = finetune_all(s, state, cl, n_cls, seed)
                     row.append(res.final.accuracy)

@@ -146,7 +146,8 @@ def run_new_clients(s: NewClientSettings, *, cifar: D.CifarData | None = None) -
                           test_per_client=s.test_per_client, seed=s.seed, classes=train_cls, split=s.split)
     new = make_federation(cifar, s.new_clients, s.new_classes_per_client,
                           train_per_client=s.new_train, test_per_client=s.new_test,
-                          seed=derive_seed(s.seed, 21), classes=new_cls, split=s.split)
+                          seed=derive_seed(s.seed, 21), classes=new_cls,
+                          split="disjoint")  # each new client holds distinct held-out classes (chance 1/S)
     device = fed.clients.device
     init = s.network(s.dataset, fed.n_classes, derive_seed(s.seed, 3), device)
     cfg = s.config()

@@ -238,6 +238,12 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
     return TableResult(tuple(s.partitions), acc, cacc, curves, ntr, nte, desc)
 
 
+def column_label(partition: tuple[str, int, int]) -> str:
+    """A partition (dataset, n, S) in words, for captions: ``"CIFAR-10, n = 100, S = 2"``."""
+    name, n, S = partition
+    return f"{name.upper().replace('CIFAR', 'CIFAR-')}, n = {n}, S = {S}"
+
+
 def paper_reference(partition: tuple[str, int, int]) -> tuple[tuple[str, int, int], dict]:
     """The Table 1 column to show beside ``partition``: the same (dataset, n, S) if the paper
     has it, else the paper's column with the same dataset and S and n = 100."""

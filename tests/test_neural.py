@@ -81,6 +81,8 @@ def reference(model, clients, cfg, participants, *, shared, local, phases):
 
 BODY = [n for n, _ in tiny_model().named_parameters() if n.startswith("body.")]
 HEAD = ["head.weight", "head.bias"]
+TOP2 = BODY[-2:] + HEAD  # LG-FedAvg's shared layers (the authors' split): the last hidden layer and the head
+LOWER = BODY[:-2]
 
 
 
@@ -132,7 +134,7 @@ def test_fedavg_averages_client_models_weighted_by_size(participation):
 @pytest.mark.parametrize("algorithm, shared, local, phases", [
     ("fedrep", BODY, HEAD, [(HEAD, 2), (BODY, 1)]),
     ("fedper", BODY, HEAD, [(BODY + HEAD, 1)]),
-    ("lg_fedavg", HEAD, BODY, [(BODY + HEAD, 1)]),
+    ("lg_fedavg", TOP2, LOWER, [(BODY + HEAD, 1)]),
     ("local_only", [], BODY + HEAD, [(BODY + HEAD, 1)]),
 ])
 def test_personalised_algorithms_share_exactly_the_right_parts(algorithm, shared, local, phases):
@@ -375,7 +377,7 @@ def test_split_body_head_and_specs_of_every_algorithm():
         "dsgd": (BODY + HEAD, [], [(BODY + HEAD, 1, 1)]),
         "fedrep": (BODY, HEAD, [(HEAD, None, 2), (BODY, 3, 1)]),
         "fedper": (BODY, HEAD, [(BODY + HEAD, 3, 1)]),
-        "lg_fedavg": (HEAD, BODY, [(BODY + HEAD, 3, 1)]),
+        "lg_fedavg": (TOP2, LOWER, [(BODY + HEAD, 3, 1)]),
         "local_only": ([], BODY + HEAD, [(BODY + HEAD, 3, 1)]),
         "finetune_head": ([], HEAD, [(HEAD, None, 1)]),
         "finetune_all": ([], BODY + HEAD, [(BODY + HEAD, None, 1)]),

@@ -100,7 +100,19 @@ def test_cpu_default_and_paper_profile():
         (10, 0.01, None, None, 10)
     assert (p.train_per_client, p.test_per_client, p.ft_epochs) == (None, None, 10)
     long = s07.TableSettings.long()  # near-paper: the paper profile with fewer rounds, one partition and seed
+    # the protocol of the committed near-paper files until they are re-run (personalisation.first_protocol)
+    assert long.split == "disjoint" and long.train.weight_decay == 0 and not long.train.augment
+    assert p.split == "authors" and p.train.weight_decay == 1e-4 and p.train.augment
+    assert long.local_only_epochs is None and long.lg_shared_layers == 1
+    long = first_protocol_undone(long, p)
     assert replace(long, partitions=p.partitions, seeds=p.seeds, full_data=True,
                    train=replace(long.train, rounds=p.train.rounds, eval_every=p.train.eval_every)) == p
     assert long.partitions == (("cifar10", 100, 2),) and long.methods == TABLE1 and long.seeds == (0,)
     assert long.train.rounds > t.train.rounds and long.train.rounds % long.train.eval_every == 0
+
+
+def first_protocol_undone(long, p):
+    """``long`` with the fields of the first near-paper protocol set to the paper profile's."""
+    extra = {k: getattr(p, k) for k in ("local_only_epochs", "lg_shared_layers") if hasattr(p, k)}
+    return replace(long, split=p.split, **extra,
+                   train=replace(long.train, weight_decay=p.train.weight_decay, augment=p.train.augment))

@@ -133,7 +133,7 @@ def test_verdict_glues_the_phrase_of_its_outcome(monkeypatch, capsys):
     calls = _glued(monkeypatch)
     assert verdict("v-sep", "tau = 5 above D-SGD beyond the spread", False, holds="separates", fails="does not separate",
                    paper="Fig. 4", diff=0.006) is False
-    assert capsys.readouterr().out == "tau = 5 above D-SGD beyond the spread: does not hold (diff = 0.006)\n"
+    assert capsys.readouterr().out == ""   # verdicts are shown as one table per cell (verdict_table)
     assert calls["v-sep"] == "does not separate"
     assert calls["v-sep-outcome"] == {"claim": "tau = 5 above D-SGD beyond the spread", "holds": False,
                                       "paper": "Fig. 4", "scale": "CPU"}
@@ -147,6 +147,40 @@ def test_verdict_glues_the_phrase_of_its_outcome(monkeypatch, capsys):
         verdict("v5", "y", True, holds="a", fails="a")
     with pytest.raises(ValueError, match="scale"):
         verdict("v6", "y", True, holds="a", fails="b", scale="gpu")
+
+
+def test_verdicts_show_as_one_table_with_the_interval_they_used(monkeypatch):
+    from replearn import seeds
+    from replearn.claims import verdict, verdict_table
+    _glued(monkeypatch)
+    verdict_table.__globals__["_PENDING"].clear()
+    c = seeds.separated([0.5, 0.6, 0.8], [0.1, 0.2, 0.3])
+    assert verdict("a", "first above second", c, holds="h", fails="f", paper="Fig. 5", first="0.63 ± 0.15") is True
+    verdict("b", "no claim of the paper", False, holds="h", fails="f")
+    table = verdict_table(caption="checks")
+    assert table.header == ["claim", "the paper", "our run"] and table.caption == "checks"
+    assert table.rows[0] == ["first above second", "Fig. 5",
+                             f"holds (first = 0.63 ± 0.15; paired difference {c.full})"]
+    assert table.rows[1] == ["no claim of the paper", "(the book's own statement)", "does not hold"]
+    with pytest.raises(ValueError, match="no verdict"):
+        verdict_table()   # emptied by the previous call
+
+
+def test_the_criterion_is_the_paired_t_interval():
+    from scipy.stats import ttest_rel
+    from replearn import seeds
+    a, b = [0.5, 0.6, 0.8, 0.7], [0.1, 0.25, 0.3, 0.5]
+    c = seeds.compare(a, b)
+    d = [x - y for x, y in zip(a, b)]
+    half = 3.182446305284263 * (sum((x - sum(d) / 4) ** 2 for x in d) / 3) ** 0.5 / 2   # t_{0.975, 3} s / sqrt(4)
+    assert c.n == 4 and abs(c.mean - sum(d) / 4) < 1e-12 and abs(c.hi - c.lo - 2 * half) < 1e-9
+    # excluding zero from the 95% interval is the two-sided paired t-test at the 5% level
+    for x, y in ((a, b), ([0.1, 0.2, 0.3], [0.2, 0.2, 0.35]), ([1.0, 1.1], [0.0, 0.2])):
+        assert (seeds.compare(x, y).lo > 0 or seeds.compare(x, y).hi < 0) == (ttest_rel(x, y).pvalue < 0.05)
+    assert not seeds.compare([0.9], [0.1]) and "no interval" in seeds.compare([0.9], [0.1]).text
+    assert bool(seeds.separated(a, b)) == (c.lo > 0)
+    with pytest.raises(ValueError, match="same number"):
+        seeds.compare([0.1, 0.2], [0.1])
 
 
 def test_recorded_outcomes_reads_stored_glue(tmp_path):
@@ -167,9 +201,10 @@ def test_recorded_outcomes_reads_stored_glue(tmp_path):
 def test_compared_says_which_side_is_higher_beyond_the_spread():
     from replearn.claims import compared
 
-    assert compared([0.5, 0.6, 0.8], [0.1, 0.2, 0.3]) == "higher beyond the spread (0.43 ± 0.06)"
-    assert compared([0.1, 0.2, 0.3], [0.5, 0.6, 0.8]) == "lower beyond the spread (-0.43 ± 0.06)"
-    # means 0.2 and 0.25, sds 0.1 and 0.087: not separated; paired difference -0.05 ± 0.05
-    assert compared([0.1, 0.2, 0.3], [0.2, 0.2, 0.35]) == "not separated (-0.05 ± 0.05)"
+    # paired differences 0.4, 0.4, 0.5: mean 0.433, sd 0.0577, 95% half-width 4.303 * 0.0577 / sqrt(3) = 0.143
+    assert compared([0.5, 0.6, 0.8], [0.1, 0.2, 0.3]) == "higher beyond the spread (+0.4, 95% interval [+0.3, +0.6], n = 3)"
+    assert compared([0.1, 0.2, 0.3], [0.5, 0.6, 0.8]) == "lower beyond the spread (-0.4, 95% interval [-0.6, -0.3], n = 3)"
+    # differences -0.1, 0, -0.05: the interval [-0.17, +0.07] contains 0 (shown to the interval's precision)
+    assert compared([0.1, 0.2, 0.3], [0.2, 0.2, 0.35]) == "not separated (0.0, 95% interval [-0.2, +0.1], n = 3)"
     with pytest.raises(ValueError, match="same number"):
         compared([0.1, 0.2], [0.1])

@@ -45,8 +45,8 @@ from pathlib import Path
 
 MAX_DIGITS = 17   # a float64 has at most 17 significant decimal digits
 
-__all__ = ["ClaimFailed", "MeanPm", "check_digits", "claim", "compared", "fmt", "format_value", "glue_number",
-           "glue_pm", "glue_text", "mean_pm", "recorded_outcomes", "round_significant", "verdict"]
+__all__ = ["ClaimFailed", "MeanPm", "check_digits", "claim", "compared", "fmt", "format_value", "glue_diff", "glue_number",
+           "glue_pm", "glue_text", "mean_pm", "recorded_outcomes", "round_significant", "verdict", "verdict_table"]
 
 
 class ClaimFailed(AssertionError):
@@ -156,20 +156,15 @@ def mean_pm(values, *, scale: float = 1.0, digits: int | None = None) -> MeanPm:
 
 
 def compared(a, b) -> str:
-    """One cell of a "paper | ours" table: how the per-seed values ``a`` compare with ``b`` (the
-    same seeds, in order) by the book's criterion (``seeds.separated``: the difference of the means
-    exceeds the sum of the standard deviations), with the paired difference ``a - b`` over seeds,
-    e.g. ``"higher beyond the spread (0.05 ± 0.01)"`` or ``"not separated (0.00 ± 0.03)"``."""
-    from .seeds import separated
+    """One cell of a "paper | ours" table: how the paired values ``a`` compare with ``b`` (the same
+    seeds or clients, in order) by the book's one criterion (:func:`replearn.seeds.compare`: the
+    95% t-interval of the paired mean difference), with that difference and interval, e.g.
+    ``"higher beyond the spread (+5, 95% interval [+2, +8], n = 3)"`` or ``"not separated (...)"``."""
+    from .seeds import compare
 
-    a, b = list(a), list(b)
-    if len(a) != len(b) or not a:
-        raise ValueError(f"compared needs the same number (>= 1) of per-seed values on both sides, got "
-                         f"{len(a)} and {len(b)}")
-    diff = mean_pm([x - y for x, y in zip(a, b)])
-    word = ("higher beyond the spread" if separated(a, b) else
-            "lower beyond the spread" if separated(b, a) else "not separated")
-    return f"{word} ({diff.text})"
+    c = compare(a, b)
+    word = "higher beyond the spread" if c.lo > 0 else "lower beyond the spread" if c.hi < 0 else "not separated"
+    return f"{word} ({c.full})"
 
 
 def _glue(name: str, value) -> None:
@@ -202,6 +197,18 @@ def glue_pm(name: str, values, *, scale: float = 1.0, digits: int | None = None)
     return s
 
 
+def glue_diff(name: str, a, b, *, scale: float = 1.0):
+    """Glue under ``name`` the paired difference of ``a`` and ``b`` (the same seeds or clients,
+    in order) with its 95% t-interval, ``"+5 [+2, +8]"`` (:func:`replearn.seeds.compare`, the
+    book's one criterion); returns the :class:`~replearn.seeds.Comparison`, so a table shows the
+    same string (``.text``)."""
+    from .seeds import compare
+
+    c = compare(a, b, scale=scale)
+    glue_text(name, c.text)
+    return c
+
+
 def glue_number(name: str, value, digits: int = 3):
     """Glue ``value`` under ``name`` for ``{glue:text}`name:FORMAT``` in the prose, rounded to
     ``digits`` significant digits (format it with no more digits than that). Returns the rounded
@@ -222,6 +229,10 @@ def _shown(label: str, values: dict, digits: int) -> str:
 def _condition(label: str, condition) -> bool:
     if not isinstance(label, str) or not label:
         raise ValueError("a claim needs a non-empty label saying what is claimed")
+    from .seeds import Comparison
+
+    if isinstance(condition, Comparison):
+        condition = bool(condition)
     condition = _scalar(condition)
     if not isinstance(condition, bool):
         raise ValueError(f"claim {label!r}: the condition must be a bool, got {type(condition).__name__}; "
@@ -256,17 +267,26 @@ def claim(label: str, condition, *, digits: int = 3, **values) -> None:
     print(f"{label}: holds{suffix}")
 
 
+#: the outcomes :func:`verdict` recorded since the last :func:`verdict_table`
+_PENDING: list[list[str]] = []
+
+
 def verdict(name: str, label: str, condition, *, holds: str, fails: str, paper: str | None = None,
             scale: str = "CPU", require: bool = False, digits: int = 3, **values) -> bool:
-    """Check ``condition`` and say so in the prose: print ``label: holds (...)`` or ``label: does
-    not hold (...)``, glue under ``name`` the phrase ``holds`` or ``fails`` (for
-    ``{glue:text}`name``` in the sentence that states it) and under ``name-outcome`` a record
-    ``{"claim": label, "holds": ..., "paper": paper, "scale": scale}`` that Appendix B collects.
-    ``paper`` names the paper's claim the check tests (None for the book's own statements),
-    ``scale`` the run (``"CPU"``: the stored CI-sized run; ``"long"``: a committed results file).
-    With ``require=True`` a failure raises :class:`ClaimFailed` after printing, as :func:`claim`.
-    A NaN among ``values`` raises :class:`ClaimFailed`: no outcome can be read from it.
-    Returns the outcome."""
+    """Check ``condition`` and say so in the prose: add the row ``label | paper | holds / does not
+    hold (values; the interval)`` to the cell's verdict table (shown by :func:`verdict_table`),
+    glue under ``name`` the phrase ``holds`` or ``fails`` (for ``{glue:text}`name``` in the sentence
+    that states it) and under ``name-outcome`` a record ``{"claim": label, "holds": ..., "paper":
+    paper, "scale": scale}`` that Appendix B collects. ``condition`` is a bool or a
+    :class:`replearn.seeds.Comparison` (what ``seeds.separated`` returns), whose interval the row
+    then shows: the very interval the outcome was decided by. ``paper`` names the paper's claim
+    the check tests (None for the book's own statements), ``scale`` the run (``"CPU"``: the
+    stored CI-sized run; ``"long"``: a committed results file). With ``require=True`` a failure
+    raises :class:`ClaimFailed`, as :func:`claim`. A NaN among ``values`` raises
+    :class:`ClaimFailed`: no outcome can be read from it. Returns the outcome."""
+    from .seeds import Comparison
+
+    interval = condition.full if isinstance(condition, Comparison) else None
     condition = _condition(label, condition)
     for what, phrase in (("holds", holds), ("fails", fails)):
         if not isinstance(phrase, str) or not phrase.strip():
@@ -279,12 +299,28 @@ def verdict(name: str, label: str, condition, *, holds: str, fails: str, paper: 
     nan = _non_finite(values)
     if nan:
         raise ClaimFailed(f"{label}: cannot be decided: {', '.join(nan)} is NaN{suffix}")
-    print(f"{label}: {'holds' if condition else 'does not hold'}{suffix}")
+    shown = suffix.strip()[1:-1] if suffix else ""
+    if interval:
+        shown = f"{shown}; paired difference {interval}" if shown else f"paired difference {interval}"
+    _PENDING.append([label, paper or "(the book's own statement)",
+                     f"{'holds' if condition else 'does not hold'}" + (f" ({shown})" if shown else "")])
     _glue(name, holds if condition else fails)
     _glue(f"{name}-outcome", {"claim": label, "holds": condition, "paper": paper, "scale": scale})
     if require and not condition:
         raise ClaimFailed(f"{label}: does NOT hold{suffix}")
     return condition
+
+
+def verdict_table(caption: str | None = None):
+    """The verdicts recorded since the last call, as one table (claim | the paper | our run), for
+    ``display``; the list is then emptied. Each cell's verdicts end with ``display(verdict_table())``."""
+    from .plotting import Table
+
+    rows = list(_PENDING)
+    _PENDING.clear()
+    if not rows:
+        raise ValueError("verdict_table: no verdict recorded since the last table")
+    return Table(["claim", "the paper", "our run"], rows, caption=caption, align="lll")
 
 
 def recorded_outcomes(notebook) -> list[dict]:

@@ -136,7 +136,7 @@ def test_verdict_glues_the_phrase_of_its_outcome(monkeypatch, capsys):
     assert capsys.readouterr().out == ""   # verdicts are shown as one table per cell (verdict_table)
     assert calls["v-sep"] == "does not separate"
     assert calls["v-sep-outcome"] == {"claim": "tau = 5 above D-SGD beyond the spread", "holds": False,
-                                      "paper": "Fig. 4", "scale": "CPU"}
+                                      "paper": "Fig. 4", "scale": "CPU", "kind": "direction", "size": None}
     assert verdict("v2", "x", True, holds="is above", fails="is not above", scale="long") is True
     assert calls["v2"] == "is above" and calls["v2-outcome"]["scale"] == "long"
     with pytest.raises(ClaimFailed, match="does NOT hold"):
@@ -164,6 +164,22 @@ def test_verdicts_show_as_one_table_with_the_interval_they_used(monkeypatch):
     assert table.rows[1] == ["no claim of the paper", "(the book's own statement)", "does not hold"]
     with pytest.raises(ValueError, match="no verdict"):
         verdict_table()   # emptied by the previous call
+
+
+def test_verdict_records_absence_claims_and_whether_the_papers_size_is_inside(monkeypatch):
+    from replearn import seeds
+    from replearn.claims import verdict, verdict_table
+    calls = _glued(monkeypatch)
+    c = seeds.compare([0.5, 0.6, 0.8], [0.1, 0.2, 0.3])          # +0.43 [+0.29, +0.58]
+    verdict("s1", "x above y", c, holds="h", fails="f", paper="T1", paper_difference=0.4)
+    verdict("s2", "x above y", c, holds="h", fails="f", paper="T1", paper_difference=0.05)
+    verdict("s3", "more epochs do not hurt", True, holds="h", fails="f", paper="T1", absence=True)
+    assert calls["s1-outcome"]["size"] is True and calls["s2-outcome"]["size"] is False
+    assert calls["s3-outcome"]["kind"] == "absence" and calls["s1-outcome"]["kind"] == "direction"
+    rows = verdict_table().rows
+    assert "the paper's +0.40 is inside" in rows[0][2] and "the paper's +0.05 is outside" in rows[1][2]
+    with pytest.raises(ValueError, match="Comparison"):
+        verdict("s4", "z", True, holds="h", fails="f", paper_difference=0.1)
 
 
 def test_the_criterion_is_the_paired_t_interval():
@@ -195,7 +211,7 @@ def test_recorded_outcomes_reads_stored_glue(tmp_path):
                                metadata={"scrapbook": {"name": "v-x", "mime_prefix": ""}})]))
     path = tmp_path / "n.ipynb"
     nbformat.write(nb, path)
-    assert recorded_outcomes(path) == [{"name": "v-x", **record}]
+    assert recorded_outcomes(path) == [{"name": "v-x", "kind": "direction", "size": None, **record}]   # defaults of older records
 
 
 def test_compared_says_which_side_is_higher_beyond_the_spread():
@@ -208,3 +224,34 @@ def test_compared_says_which_side_is_higher_beyond_the_spread():
     assert compared([0.1, 0.2, 0.3], [0.2, 0.2, 0.35]) == "not separated (0.0, 95% interval [-0.2, +0.1], n = 3)"
     with pytest.raises(ValueError, match="same number"):
         compared([0.1, 0.2], [0.1])
+
+
+def test_appendix_b_separates_direction_size_and_non_contradiction(tmp_path):
+    import nbformat
+    from replearn.outcomes import paper_claims, summary_word
+
+    d = dict(holds=True, kind="direction", size=None)
+    assert summary_word(None) == "—"
+    assert summary_word([d]) == "direction reproduced"
+    assert summary_word([{**d, "size": True}]) == "direction reproduced, size too"
+    assert summary_word([{**d, "size": False}]) == "direction reproduced, size not"
+    assert summary_word([{**d, "kind": "absence"}]) == "not contradicted"
+    assert summary_word([d, {**d, "holds": False}]) == "partly (1 of 2 checks)"
+    assert summary_word([{**d, "holds": False}]) == "not reproduced"
+    # two fake sections: one with recorded checks, one asserting with claim()
+    for folder, name, outputs in (("05_x", "07_a.ipynb", [({"claim": "c", "holds": True, "paper": "Fig. 5",
+                                                             "scale": "long", "kind": "absence", "size": None}, "v")]),
+                                  ("03_y", "05_b.ipynb", [])):
+        nb = nbformat.v4.new_notebook()
+        outs = [nbformat.v4.new_output("display_data", data={"text/plain": repr(rec)},
+                                       metadata={"scrapbook": {"name": f"{n}-outcome", "mime_prefix": ""}})
+                for rec, n in outputs]
+        outs.append(nbformat.v4.new_output("stream", name="stdout", text="x above y: holds\n"))
+        nb.cells.append(nbformat.v4.new_code_cell("", outputs=outs))
+        (tmp_path / folder).mkdir()
+        nbformat.write(nb, tmp_path / folder / name)
+    claims_table, checks_table, holds, not_reproduced = paper_claims(tmp_path, ["3.5", "5.7"])
+    assert [r[:4] for r in claims_table.rows][-1] == ["5.7", "Fig. 5", "—", "not contradicted"]
+    assert checks_table.rows[-1][-1] == "holds (not contradicted)" and not_reproduced == "none"
+    with pytest.raises(FileNotFoundError, match="4.1"):
+        paper_claims(tmp_path, ["4.1"])

@@ -22,6 +22,7 @@ Modules (one idea each; generated from their docstrings by ``scripts/inventory.p
 - :mod:`replearn.meta`: Average-risk minimisation (ARM) on the linear representation model: the iterates, their prior/signal decomposition and the subspace floor ARM cannot leave (Collins et al. 2022).
 - :mod:`replearn.models`: The convolutional networks of the CIFAR experiments, each split into a body and a head.
 - :mod:`replearn.neural`: Fast federated simulation of neural networks: FedAvg, D-SGD, FedRep, FedPer, LG-FedAvg, local-only training and fine-tuning, all on one round structure.
+- :mod:`replearn.outcomes`: Which paper claims the book reproduces, read from the stored notebooks (Appendix B).
 - :mod:`replearn.personalisation`: Personalised federated learning on CIFAR (Collins, Hassani, Mokhtari, Shakkottai 2021, Sec. 5.2; the set-up shared by book 5.7-5.9).
 - :mod:`replearn.plotting`: The book's figure style and small plotting helpers (matplotlib, PNG output).
 - :mod:`replearn.profiles`: Experiment scales: a CPU-sized ``default`` and the papers' ``paper`` settings.

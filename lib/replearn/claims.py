@@ -272,7 +272,8 @@ _PENDING: list[list[str]] = []
 
 
 def verdict(name: str, label: str, condition, *, holds: str, fails: str, paper: str | None = None,
-            scale: str = "CPU", require: bool = False, digits: int = 3, **values) -> bool:
+            scale: str = "CPU", require: bool = False, absence: bool = False, paper_difference: float | None = None,
+            digits: int = 3, **values) -> bool:
     """Check ``condition`` and say so in the prose: add the row ``label | paper | holds / does not
     hold (values; the interval)`` to the cell's verdict table (shown by :func:`verdict_table`),
     glue under ``name`` the phrase ``holds`` or ``fails`` (for ``{glue:text}`name``` in the sentence
@@ -283,9 +284,15 @@ def verdict(name: str, label: str, condition, *, holds: str, fails: str, paper: 
     the check tests (None for the book's own statements), ``scale`` the run (``"CPU"``: the
     stored CI-sized run; ``"long"``: a committed results file). With ``require=True`` a failure
     raises :class:`ClaimFailed`, as :func:`claim`. A NaN among ``values`` raises
-    :class:`ClaimFailed`: no outcome can be read from it. Returns the outcome."""
+    :class:`ClaimFailed`: no outcome can be read from it. ``absence=True`` marks a claim that
+    holds when *no* difference separates (e.g. "more epochs do not hurt"): holding only fails to
+    contradict it, and Appendix B says "not contradicted", not "reproduced". ``paper_difference``:
+    the paper's own difference for the compared pair (with a :class:`~replearn.seeds.Comparison`
+    condition): the record then says whether it lies inside our interval (the size reproduced,
+    not only the direction). Returns the outcome."""
     from .seeds import Comparison
 
+    comparison = condition
     interval = condition.full if isinstance(condition, Comparison) else None
     condition = _condition(label, condition)
     for what, phrase in (("holds", holds), ("fails", fails)):
@@ -302,10 +309,17 @@ def verdict(name: str, label: str, condition, *, holds: str, fails: str, paper: 
     shown = suffix.strip()[1:-1] if suffix else ""
     if interval:
         shown = f"{shown}; paired difference {interval}" if shown else f"paired difference {interval}"
+    size = None
+    if paper_difference is not None:
+        if not isinstance(comparison, Comparison):
+            raise ValueError(f"verdict {name!r}: paper_difference needs a seeds.Comparison as the condition")
+        size = bool(comparison.lo <= _finite_real(paper_difference, "paper_difference") <= comparison.hi)
+        shown += f"; the paper's {paper_difference:+.2f} is {'inside' if size else 'outside'} the interval"
     _PENDING.append([label, paper or "(the book's own statement)",
                      f"{'holds' if condition else 'does not hold'}" + (f" ({shown})" if shown else "")])
     _glue(name, holds if condition else fails)
-    _glue(f"{name}-outcome", {"claim": label, "holds": condition, "paper": paper, "scale": scale})
+    _glue(f"{name}-outcome", {"claim": label, "holds": condition, "paper": paper, "scale": scale,
+                              "kind": "absence" if absence else "direction", "size": size})
     if require and not condition:
         raise ClaimFailed(f"{label}: does NOT hold{suffix}")
     return condition
@@ -325,7 +339,9 @@ def verdict_table(caption: str | None = None):
 
 def recorded_outcomes(notebook) -> list[dict]:
     """The outcomes that :func:`verdict` recorded in a stored notebook (a path to an ``.ipynb``):
-    one dict per verdict, ``{"name", "claim", "holds", "paper", "scale"}``, in notebook order.
+    one dict per verdict, ``{"name", "claim", "holds", "paper", "scale", "kind", "size"}``, in
+    notebook order (``kind``: ``"direction"`` or ``"absence"``; ``size``: whether the paper's
+    difference lies in our interval, None when not checked).
     Reads the stored outputs only; runs nothing."""
     nb = json.loads(Path(notebook).read_text())
     found = []
@@ -337,5 +353,5 @@ def recorded_outcomes(notebook) -> list[dict]:
                 continue
             text = out.get("data", {}).get(meta.get("mime_prefix", "") + "text/plain", "")
             record = ast.literal_eval("".join(text) if isinstance(text, list) else text)
-            found.append({"name": key.removesuffix("-outcome"), **record})
+            found.append({"name": key.removesuffix("-outcome"), "kind": "direction", "size": None, **record})
     return found

@@ -111,6 +111,19 @@ lab: $(LAB_STAMP)
 launch-check:
 	PYTHON=$(PYTHON) bash scripts/check_launch_env.sh
 
+# The built book in a real browser (README, "Checking the book in a browser"): every page of
+# _build/html (built first if missing) in headless Chromium at 1400 and 400 px wide; fails on a page
+# that scrolls sideways, content out of its column or cut off, a widget that does not render, a
+# console error or an image that does not load. Installs Debian's chromium if it is missing;
+# options of scripts/browser_check.py go in BROWSER_CHECK_ARGS, e.g. BROWSER_CHECK_ARGS="--widths 400".
+.PHONY: browser-check
+browser-check: $(STAMP)
+	@test -x "$${CHROMIUM:-/usr/bin/chromium}" || { echo "browser-check: installing Debian's chromium"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@test -f _build/html/index.html || $(MAKE) book
+	$(BIN)/python scripts/browser_check.py _build/html $(BROWSER_CHECK_ARGS)
+
 constraints:
 	rm -rf /tmp/replearn-constraints && $(PYTHON) -m venv /tmp/replearn-constraints
 	/tmp/replearn-constraints/bin/pip install -q $$(grep -v '^-c' requirements.txt | grep -v '^#')

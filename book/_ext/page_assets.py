@@ -5,7 +5,14 @@
   typeset a page, a display equation wider than the text column gets its equation number moved
   below it (as LaTeX does with a long numbered equation; beside it the number covered the end of
   the formula) and, if still too wide, its font scaled down to fit (not below 70 %; narrower
-  screens scroll). See the comments in those files.
+  screens scroll). See the comments in those files. It also loads ``layout.css``: the rules that
+  keep a page inside a narrow window (long inline code wraps, a heading's link can move to the
+  next line, the explorers' sliders wrap...), each one for a defect that
+  ``scripts/browser_check.py`` (``make browser-check``) found in headless Chromium.
+* The theme's colour mode defaults to ``auto`` (``html_context["default_mode"]``, unless the
+  configuration sets it). pydata-sphinx-theme reads a first-time visitor's mode (nothing in
+  localStorage yet) from that variable, which is empty by default, and then logs "Got invalid
+  theme mode: . Resetting to auto." as an error in the browser console before using ``auto``.
 * Inline scripts are de-duplicated. Sphinx 7 adds a script registered after the builder was set up
   (``app.add_js_file(None, body=...)`` in ``builder-inited`` or ``env-before-read-docs``, as
   sphinx-thebe and sphinx-togglebutton do) twice: once as registered (file name ``None``) and
@@ -48,6 +55,13 @@ def add_static_path(app, config) -> None:
         config.html_static_path.append(path)
 
 
+def default_colour_mode(app, config) -> None:
+    """``html_context["default_mode"] = "auto"`` unless the configuration sets it (module docstring)."""
+    if getattr(config, "html_context", None) is None:
+        config.html_context = {}
+    config.html_context.setdefault("default_mode", "auto")
+
+
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     """Remove duplicate scripts from the list the page template renders (``script_files`` is the
     builder's list; it is restored from ``_orig_js_files`` after every page, so both are cleaned)."""
@@ -61,7 +75,9 @@ def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
 
 def setup(app):
     app.connect("config-inited", add_static_path)
+    app.connect("config-inited", default_colour_mode)
     app.add_css_file("math-fit.css")
+    app.add_css_file("layout.css")
     app.add_js_file("math-fit.js", loading_method="defer", priority=600)  # after MathJax (500)
     app.connect("html-page-context", dedupe_scripts, priority=900)  # after per-page additions
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

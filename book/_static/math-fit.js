@@ -8,11 +8,16 @@
  * fits, but not below MIN_SCALE of its size (a narrower phone screen scrolls instead of shrinking
  * the formula to an unreadable size). Equations are fitted again when their column changes width
  * (window resized, sidebar toggled, a collapsed block opened).
+ *
+ * Inline math has no number to move, and a smaller font would break the line it sits in: an
+ * inline formula wider than its line (on a phone) gets the class math-scroll and scrolls sideways
+ * in its own box (math-fit.css; the theme used to cut it off). Refitted when its width changes.
  */
 (function () {
   "use strict";
   var MIN_SCALE = 0.7;
   var SELECTOR = 'mjx-container[display="true"]';
+  var INLINE = "span.math";
   var widths = new WeakMap();
 
   function overflows(c) {
@@ -41,7 +46,38 @@
     c.classList.add("math-fit-scaled");
   }
 
+  // An inline formula (span.math > mjx-container) wider than the box its line gives it scrolls.
+  function fitInline(span) {
+    var c = span.querySelector(":scope > mjx-container");
+    span.classList.remove("math-scroll");
+    if (!c || !span.clientWidth) return;  // hidden: fitted once shown
+    if (c.getBoundingClientRect().width > span.clientWidth + 1) span.classList.add("math-scroll");
+  }
+
+  function fitAllInline() {
+    var spans = document.querySelectorAll(INLINE);
+    spans.forEach(fitInline);
+    if (!window.ResizeObserver) {
+      window.addEventListener("resize", function () { spans.forEach(fitInline); });
+      return;
+    }
+    // only a change of width refits (a scrollbar that appears changes the height)
+    var observer = new ResizeObserver(function (entries) {
+      entries.forEach(function (entry) {
+        var w = entry.target.clientWidth;
+        if (widths.get(entry.target) === w) return;
+        widths.set(entry.target, w);
+        fitInline(entry.target);
+      });
+    });
+    spans.forEach(function (span) {
+      widths.set(span, span.clientWidth);
+      observer.observe(span);
+    });
+  }
+
   function fitAll() {
+    fitAllInline();
     var containers = document.querySelectorAll(SELECTOR);
     var hosted = new Map();  // element whose width bounds the equations -> those equations
     containers.forEach(function (c) {

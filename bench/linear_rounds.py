@@ -6,11 +6,13 @@ straightforward implementations a reader would write first: for every client, co
 model, take tau GD steps on 1/2 ||B w - theta_i||^2, then average, with the gradients either
 derived by hand (``per-client loop``) or taken by autograd (``per-client autograd``). The same
 references are also run on finite-sample clients (m = 50 samples each) against the library's
-batched explicit path.
+finite-sample path.
 
 Both implementations run in this process on the same inputs; the script checks that they
-produce the same iterates (max abs difference below 1e-10) and prints the speed ratio
-(DESIGN.md section 6 target: at least 20x on the Fig. 1 setting).
+produce the same iterates (max abs difference below 1e-10) and prints the speed ratio with its
+target and whether it is MET or MISSED: at least 30x the per-client loop and at least 100x the
+per-client autograd reference (issue 37; DESIGN.md section 6 asked for 20x on the Fig. 1 setting).
+Measure at one thread (``--threads 1``, with ``OMP_NUM_THREADS=1 MKL_NUM_THREADS=1``).
 
 Run: ``python bench/linear_rounds.py`` (CPU; on a GPU box pass ``--device cuda``).
 """
@@ -24,7 +26,9 @@ import torch
 
 from replearn import federated, linalg, linear
 
-TARGET = 20.0
+TARGET = 30.0           # speed-up over the per-client loop (hand-derived gradients)
+AUTOGRAD_TARGET = 100.0  # speed-up over the per-client autograd reference
+MISSED: list[str] = []   # the comparisons below their target, summarised at the end
 
 
 def reference_fedavg(B: torch.Tensor, w: torch.Tensor, client_grad, n_clients: int, *, alpha: float,
@@ -78,7 +82,7 @@ def best_time(fn, repeat: int, device: torch.device) -> float:
 
 
 def compare(name: str, library, reference, rounds: int, repeat: int, device: torch.device,
-            label: str = "per-client loop") -> float:
+            label: str = "per-client loop", target: float = TARGET) -> float:
     B_lib, w_lib = library()
     B_ref, w_ref = reference()
     diff = max(float((B_lib - B_ref).abs().max()), float((w_lib - w_ref).abs().max()))
@@ -87,10 +91,12 @@ def compare(name: str, library, reference, rounds: int, repeat: int, device: tor
     t_lib = best_time(library, repeat, device)
     t_ref = best_time(reference, max(1, repeat // 2), device)
     ratio = t_ref / t_lib
-    verdict = "target met" if ratio >= TARGET else "TARGET MISSED"
+    if ratio < target:
+        MISSED.append(f"{name} vs {label}: {ratio:.1f}x < {target:.0f}x")
+    verdict = "MET" if ratio >= target else "MISSED"
     print(f"{name:<22} same iterates (max diff {diff:.1e}); per round: library "
-          f"{1e6 * t_lib / rounds:8.1f} us, {label} {1e6 * t_ref / rounds:9.1f} us; "
-          f"speed-up {ratio:6.1f}x ({verdict}, target >= {TARGET:.0f}x)")
+          f"{1e6 * t_lib / rounds:8.1f} us, {label:<19} {1e6 * t_ref / rounds:9.1f} us; "
+          f"speed-up {ratio:6.1f}x (target >= {target:.0f}x: {verdict})")
     return ratio
 
 
@@ -124,7 +130,7 @@ def main() -> None:
             lambda: federated.fedavg(B0, w0, pop, alpha=alpha, tau=tau, rounds=rounds).final,
             lambda: reference_fedavg_autograd(B0, w0, lambda i, B, w: 0.5 * (B @ w - theta[i]).pow(2).sum(), M,
                                               alpha=alpha, tau=tau, rounds=rounds),
-            rounds, args.repeat, device, label="per-client autograd")
+            rounds, args.repeat, device, label="per-client autograd", target=AUTOGRAD_TARGET)
 
     data = linear.sample_tasks(Bstar, W, m, noise_std=0.1, seed=3)
     X, Y = data.X.to(device), data.Y.to(device)
@@ -138,7 +144,8 @@ def main() -> None:
             lambda: federated.fedavg(B0, w0, sampled, alpha=alpha, tau=tau, rounds=rounds).final,
             lambda: reference_fedavg_autograd(B0, w0, lambda i, B, w: 0.5 * (X[i] @ (B @ w) - Y[i]).pow(2).mean(), M,
                                               alpha=alpha, tau=tau, rounds=rounds),
-            rounds, args.repeat, device, label="per-client autograd")
+            rounds, args.repeat, device, label="per-client autograd", target=AUTOGRAD_TARGET)
+    print("all targets MET" if not MISSED else "TARGETS MISSED: " + "; ".join(MISSED))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,40 @@ def test_sampled_fedavg_matches_per_client_loop(problem):
     assert torch.allclose(traj.B[-1], B, atol=1e-10) and torch.allclose(traj.w[-1], w, atol=1e-10)
 
 
+@pytest.mark.parametrize("m", [4, 6, 30])  # d = 12 > 2m: gradients from the samples; d <= 2m: from H_i, b_i
+@pytest.mark.parametrize("tau", [1, 2, 3, 5])
+def test_sampled_fedavg_both_gradient_forms_match_per_client_loop(problem, m, tau):
+    # unequal counts (zero-padded rows), weights n_i and partial participation on top
+    counts = torch.randint(1, m + 1, (problem["n"],), generator=torch.Generator().manual_seed(m))
+    counts[0] = m
+    tasks = linear.sample_tasks(problem["Bstar"], problem["W"], counts, noise_std=0.1, seed=4)
+    weights = counts.double()
+    kwargs = dict(alpha=0.05, tau=tau, rounds=4, clients_per_round=5, weights=weights, seed=3)
+    traj = federated.fedavg(problem["B0"], problem["w0"], tasks, **kwargs)
+    gen = torch.Generator().manual_seed(3)
+    clients = [torch.randperm(problem["n"], generator=gen)[:5].sort().values.tolist() for _ in range(4)]
+    B, w = reference_fedavg(problem["B0"], problem["w0"], tasks, 0.05, tau, 4, clients=clients, weights=weights)
+    assert torch.allclose(traj.B[-1], B, atol=1e-10) and torch.allclose(traj.w[-1], w, atol=1e-10)
+    full = federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=tau, rounds=3)
+    B, w = reference_fedavg(problem["B0"], problem["w0"], tasks, 0.05, tau, 3)
+    assert torch.allclose(full.B[-1], B, atol=1e-10) and torch.allclose(full.w[-1], w, atol=1e-10)
+
+
+@pytest.mark.parametrize("m", [4, 30, None])  # gradients from the samples, from (H_i, b_i), population
+def test_client_gradients_match_the_task_oracle(problem, m):
+    tasks = problem["tasks"] if m is None else linear.sample_tasks(problem["Bstar"], problem["W"], m, seed=5)
+    grads = federated._QuadraticClients(tasks)
+    index = torch.tensor([1, 4, 6])
+    theta = torch.randn(problem["n"], problem["d"], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(grads.at(theta.clone()), tasks.grad_theta(theta), atol=1e-12)
+    assert torch.allclose(grads.select(index).at_shared(theta[0]), tasks.grad_theta(theta[0], index), atol=1e-12)
+    W = torch.randn(3, problem["k"], dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    z, G = W[:, 0], theta[index]
+    at = problem["B0"] @ W.T - 0.1 * z * G.T                      # theta_i = B w_i - alpha z_i g_i
+    assert torch.allclose(grads.select(index).at_rank_one(W, problem["B0"].T, z, G, 0.1),
+                          tasks.grad_theta(at.T, index), atol=1e-12)
+
+
 def test_coordinates_reproduce_explicit_local_iterates(problem):
     w = problem["w0"] + 0.2
     A, w_loc = federated.local_coordinates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=4)

@@ -13,6 +13,18 @@ With ``tau = 1`` and all clients this is exactly gradient descent on the average
 (1/M) sum_i f_i, i.e. distributed GD (D-GD) and, for meta-learning tasks, ARM.
 All selected clients are updated at once as a batch (no Python loop over clients).
 
+How :func:`fedavg` computes a round. Every client loss of the linear representation model is
+a quadratic in theta = B w, f_i = 1/2 theta^T H_i theta - b_i^T theta + const, so that with
+``g = grad_theta f_i = H_i theta - b_i`` the gradients are ``grad_B f_i = g w^T`` and
+``grad_w f_i = B^T g`` (Collins et al. 2022, Sec. 3): H_i = I and b_i = theta_*_i for
+population losses; for finite samples H_i = X_i^T X_i / n_i and b_i = X_i^T y_i / n_i, the
+client's sufficient statistics, computed once per run (:class:`_QuadraticClients`). A round
+then needs no per-client copy of B for its first two local steps: step 1 starts every client
+from the global theta_0 = B_t w_t, B_{t,i,1} = B_t - alpha g_{i,0} w_t^T is kept as this
+rank-one update, and the last local step goes straight into the server's average
+(:func:`_fedavg_round`), so that each step is a few products batched over the clients.
+Local SGD (``batch_size``) takes the explicit local steps of :func:`local_updates` instead.
+
 Measurements: the gradient norm of the global objective at a point
 (:func:`global_gradient_norm`) or along a whole trajectory (:func:`global_gradient_norms`),
 the prior and signal weights of one round (:func:`global_update_weights`), and the server's
@@ -195,19 +207,142 @@ def _check_blow_up(Bs: list, ws: list, limit: float, alpha: float) -> None:
                      "on 1/2||Bw - theta||^2 needs roughly alpha < 1 / (||B||^2 + ||w||^2)")
 
 
-def _round(B, w, tasks: Tasks, index, p, alpha: float, tau: int, batch_size, gen):
-    """One FedAvg round: local updates of the selected clients, then the (weighted) average."""
-    if isinstance(tasks, PopulationTasks):
-        A, w_loc = _local_coordinates(B, w, tasks, index, alpha=alpha, tau=tau)
-        theta = tasks.theta if index is None else tasks.theta[index]
-        k = B.shape[1]
-        if p is None:  # plain averages (sums scaled by 1/s: cheaper than mean for these tiny tensors)
-            scale = 1.0 / A.shape[0]
-            return (torch.addmm(B @ A.sum(0)[:k], theta.mT, A[:, k], beta=scale, alpha=scale),
-                    w_loc.sum(0).mul_(scale))
-        p = p / p.sum()
-        prior = torch.einsum("s,sjk->jk", p, A[:, :k])
-        return torch.addmm(B @ prior, theta.mT, p[:, None] * A[:, k]), p @ w_loc
+class _QuadraticClients:
+    """The gradients ``g_i(theta) = H_i theta - b_i`` of the clients' losses, batched over clients.
+
+    The loss of client i is quadratic in theta = B w (module docstring): H_i = I and
+    b_i = theta_*_i on population losses. On finite samples H_i = X_i^T X_i / n_i and
+    b_i = X_i^T y_i / n_i; a gradient is then taken in whichever form costs fewer operations:
+
+    * from the client's sufficient statistics (H_i, b_i), computed once per run: one (d x d)
+      product per client, d^2 multiply-adds, when d <= 2 m (m the padded sample count; the
+      statistics then take at most twice the memory of X);
+    * from the samples, ``X_i^T (X_i theta - y_i) / n_i``: two (m x d) products per client,
+      2 m d multiply-adds, when d > 2 m, where the statistics would cost more.
+
+    Each form is one or two batched products over the clients; ``select`` restricts them to a
+    round's clients.
+    """
+
+    def __init__(self, tasks: Tasks):
+        self.H = self.Xt = self.Xn = None
+        if isinstance(tasks, PopulationTasks):
+            self.minus_b = -tasks.theta                                         # H_i = I, b_i = theta_*_i
+            return
+        n = tasks.sizes()[:, None, None]
+        if tasks.d <= 2 * tasks.m:
+            self.H = torch.bmm(tasks.X.mT, tasks.X).div_(n)                     # X_i^T X_i / n_i, (M, d, d)
+            self.minus_b = torch.bmm(tasks.Y.unsqueeze(1), tasks.X).div_(-n).squeeze(1)
+        else:
+            self.Xt = tasks.X.mT.contiguous()                                   # X_i^T, (M, d, m)
+            self.Xn = tasks.X / n                                               # X_i / n_i, (M, m, d)
+            self.minus_b = -tasks.Y                                             # here -y_i, (M, m)
+
+    def select(self, index: torch.Tensor | None) -> "_QuadraticClients":
+        """The clients in ``index`` (all when None), in that order."""
+        if index is None:
+            return self
+        part = object.__new__(_QuadraticClients)
+        for name in ("H", "Xt", "Xn", "minus_b"):
+            value = getattr(self, name)
+            setattr(part, name, None if value is None else value[index])
+        return part
+
+    def at_shared(self, theta: torch.Tensor) -> torch.Tensor:
+        """``g_i(theta)`` (s, d) of every client at one shared theta (d,)."""
+        if self.Xt is not None:  # residuals X_i theta - y_i (s, 1, m), then X_i^T r_i / n_i
+            return torch.bmm(torch.add(theta @ self.Xt, self.minus_b).unsqueeze(1), self.Xn).squeeze(1)
+        if self.H is None:
+            return theta + self.minus_b
+        s, d = self.minus_b.shape
+        return torch.addmv(self.minus_b.view(-1), self.H.view(s * d, d), theta).view(s, d)
+
+    def at(self, theta: torch.Tensor) -> torch.Tensor:
+        """``g_i(theta_i)`` (s, d) at one theta_i per client, ``theta`` (s, d) (overwritten)."""
+        if self.H is None and self.Xt is None:
+            return theta.add_(self.minus_b)
+        theta = theta.unsqueeze(1)
+        if self.Xt is not None:
+            r = torch.baddbmm(self.minus_b.unsqueeze(1), theta, self.Xt)       # (X_i theta_i - y_i)^T
+            return torch.bmm(r, self.Xn).squeeze(1)
+        # theta_i^T H_i = (H_i theta_i)^T as H_i is symmetric; the row form is the faster product
+        return torch.baddbmm(self.minus_b.unsqueeze(1), theta, self.H).squeeze(1)
+
+    def at_rank_one(self, W: torch.Tensor, Bt: torch.Tensor, z: torch.Tensor, G: torch.Tensor,
+                    alpha: float) -> torch.Tensor:
+        """:meth:`at` the points ``theta_i = B w_i - alpha z_i g_i`` (those of local step 2),
+        from ``W`` (s, k), ``Bt`` = B^T (k, d), ``z`` (s,) and ``G`` (s, d)."""
+        if self.H is None and self.Xt is None:  # population: theta_i - theta_*_i in one fused product
+            return torch.addmm(self.minus_b, W, Bt).addcmul_(z.unsqueeze(1), G, value=-alpha)
+        return self.at(torch.addcmul(W @ Bt, z.unsqueeze(1), G, value=-alpha))
+
+
+def _fedavg_round(Bt: torch.Tensor, w: torch.Tensor, grads: _QuadraticClients, p: torch.Tensor, equal: bool,
+                  alpha: float, tau: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One FedAvg round from the global (B_t, w_t), given as ``Bt`` = B_t^T (k, d) and ``w`` (k).
+
+    Client i takes ``tau`` steps of (Collins et al. 2022, Alg. 1; module docstring)
+
+        g_{i,s} = H_i B_{t,i,s} w_{t,i,s} - b_i,
+        B_{t,i,s+1} = B_{t,i,s} - alpha g_{i,s} w_{t,i,s}^T,
+        w_{t,i,s+1} = w_{t,i,s} - alpha B_{t,i,s}^T g_{i,s},
+
+    from (B_{t,i,0}, w_{t,i,0}) = (B_t, w_t), and the server returns (B_{t+1}^T, w_{t+1}) =
+    sum_i p_i (B_{t,i,tau}^T, w_{t,i,tau}) with p_i the normalised weights ``p`` (s,) of the clients
+    of ``grads`` (``equal``: all p_i = 1/s). All clients move together as (s, ...) batches:
+
+    * step 1 starts from the shared theta_0 = B_t w_t, so g_{i,0} = g_i(theta_0) and
+      w_{t,i,1} = w_t - alpha B_t^T g_{i,0} for all clients at once;
+    * step 2 keeps B_{t,i,1} = B_t - alpha g_{i,0} w_t^T as this rank-one update:
+      theta_{i,1} = B_t w_{t,i,1} - alpha (w_t . w_{t,i,1}) g_{i,0} and
+      B_{t,i,1}^T g = B_t^T g - alpha (g_{i,0} . g) w_t;
+    * from step 3 on the local B_{t,i,s} are formed, (s, k, d);
+    * the last step is not applied client by client but averaged directly:
+      B_{t+1} = sum_i p_i B_{t,i,tau-1} - alpha sum_i p_i g_{i,tau-1} w_{t,i,tau-1}^T.
+    """
+    G = grads.at_shared(w @ Bt)                         # g_{i,0} = g_i(theta_0), (s, d)
+    W = torch.addmm(w, G, Bt.mT, alpha=-alpha)          # w_{t,i,1} = w_t - alpha B_t^T g_{i,0}, (s, k)
+    if tau == 1:  # D-GD: B_{t+1} = B_t - alpha (sum_i p_i g_{i,0}) w_t^T
+        return torch.addr(Bt, w, p @ G, alpha=-alpha), p @ W
+    z = W @ w                                           # w_t . w_{t,i,1}
+    G1 = grads.at_rank_one(W, Bt, z, G, alpha)          # g_{i,1} at theta_{i,1} = B_{t,i,1} w_{t,i,1}
+    # w_{t,i,2} = w_{t,i,1} - alpha B_{t,i,1}^T g_{i,1}
+    #          = w_{t,i,1} - alpha B_t^T g_{i,1} + alpha^2 (g_{i,0} . g_{i,1}) w_t
+    if tau == 2:  # only the averages are needed: sum_i p_i w_{t,i,2} and sum_i p_i B_{t,i,2}^T
+        # scale * c = alpha^2 sum_i p_i g_{i,0} . g_{i,1}
+        if equal:
+            c, scale = torch.dot(G.view(-1), G1.view(-1)), alpha * alpha / G.shape[0]
+        else:
+            c, scale = torch.linalg.vecdot(G, G1) @ p, alpha * alpha
+        w_next = torch.addmv(torch.addcmul(p @ W, w, c, value=scale), Bt, p @ G1, alpha=-alpha)
+        Bt = torch.addr(Bt, w, p @ G, alpha=-alpha)     # sum_i p_i B_{t,i,1}^T
+        return _minus_average_outer(Bt, W, G1, p, equal, alpha), w_next
+    W1 = torch.addmm(W, G1, Bt.mT, alpha=-alpha).addr_(torch.linalg.vecdot(G, G1), w, alpha=alpha * alpha)
+    # steps 3..tau on the formed B_{t,i,2}^T = B_t^T - alpha (w_t g_{i,0}^T + w_{t,i,1} g_{i,1}^T), (s, k, d)
+    B_loc = torch.baddbmm(Bt, torch.stack((w.expand_as(W), W), dim=2), torch.stack((G, G1), dim=1),
+                          alpha=-alpha)
+    W = W1
+    for step in range(2, tau):
+        g = grads.at(torch.bmm(W.unsqueeze(1), B_loc).squeeze(1))       # g_{i,s} at B_{t,i,s} w_{t,i,s}
+        # w_{t,i,s+1} = w_{t,i,s} - alpha B_{t,i,s}^T g_{i,s}, as rows g^T B_{t,i,s} (the faster product)
+        W_next = torch.baddbmm(W.unsqueeze(1), g.unsqueeze(1), B_loc.mT, alpha=-alpha).squeeze(1)
+        if step == tau - 1:
+            Bt = torch.einsum("s,skd->kd", p, B_loc)
+            return _minus_average_outer(Bt, W, g, p, equal, alpha), p @ W_next
+        B_loc.addcmul_(W.unsqueeze(2), g.unsqueeze(1), value=-alpha)   # B_{t,i,s+1}^T
+        W = W_next
+    raise AssertionError("unreachable: tau >= 3 returns in the loop")
+
+
+def _minus_average_outer(Bt, W, G, p, equal: bool, alpha: float) -> torch.Tensor:
+    """``Bt - alpha sum_i p_i w_i g_i^T``: the server's average of the last local step's B-update."""
+    if equal:  # p_i = 1/s: fold it into the coefficient
+        return torch.addmm(Bt, W.mT, G, alpha=-alpha / W.shape[0])
+    return torch.addmm(Bt, (p.unsqueeze(1) * W).mT, G, alpha=-alpha)
+
+
+def _minibatch_round(B, w, tasks: SampledTasks, index, p, alpha: float, tau: int, batch_size: int, gen):
+    """One round of local SGD (fresh minibatches at every local step), then the (weighted) average."""
     B_loc, w_loc = _local_updates(B, w, tasks, index, alpha=alpha, tau=tau, batch_size=batch_size,
                                   generator=gen)
     if p is None:
@@ -243,21 +378,52 @@ def fedavg(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, ta
     gen = make_generator(seed)
     uniform = bool((weights == weights[0]).all())
     limit = _BLOW_UP * (1.0 + float(B0.abs().max()) + float(w0.abs().max()))
-    Bs, ws = [B0.detach()], [w0.detach()]
-    B, w = Bs[0], ws[0]
+
+    def select():
+        return _select_clients(n, clients_per_round, gen, B0.device)
+
     # The rounds are not differentiated through; inference mode drops autograd's per-op
     # bookkeeping (a sizeable share of a round's cost for these small tensors). The iterates
     # are stacked outside it, so callers get ordinary tensors.
     with torch.inference_mode():
-        for t in range(rounds):
-            index = _select_clients(n, clients_per_round, gen, B0.device)
-            p = None if uniform else (weights if index is None else weights[index])
-            B, w = _round(B, w, tasks, index, p, alpha, tau, batch_size, gen)
-            Bs.append(B)
-            ws.append(w)
-            if (t + 1) % _CHECK_EVERY == 0 or t + 1 == rounds:
-                _check_blow_up(Bs, ws, limit, alpha)
-    return Trajectory(torch.stack(Bs), torch.stack(ws))
+        if batch_size is None:
+            # the exact local steps of _fedavg_round, on B_t^T (k, d): its products' fastest layout
+            clients = _QuadraticClients(tasks)                  # H_i and b_i, once per run
+            s = n if clients_per_round is None else clients_per_round
+            equal = torch.full((s,), 1.0 / s, dtype=B0.dtype, device=B0.device)
+
+            def step(Bt, w, index):
+                p = equal if uniform else _normalised(weights if index is None else weights[index])
+                return _fedavg_round(Bt, w, clients.select(index), p, uniform, alpha, tau)
+
+            Bs, ws = _iterate(B0.detach().mT.contiguous(), w0.detach(), step, rounds, select, limit, alpha)
+            del clients
+        else:
+            def step(B, w, index):
+                p = None if uniform else (weights if index is None else weights[index])
+                return _minibatch_round(B, w, tasks, index, p, alpha, tau, batch_size, gen)
+
+            Bs, ws = _iterate(B0.detach(), w0.detach(), step, rounds, select, limit, alpha)
+    B = torch.stack(Bs)
+    return Trajectory(B.mT.contiguous() if batch_size is None else B, torch.stack(ws))
+
+
+def _normalised(p: torch.Tensor) -> torch.Tensor:
+    """Weights rescaled to sum to one."""
+    return p / p.sum()
+
+
+def _iterate(B, w, step, rounds: int, select, limit: float, alpha: float) -> tuple[list, list]:
+    """Every iterate of ``rounds`` rounds ``B, w = step(B, w, select())`` (``select()``: this
+    round's clients, None for all), checking for divergence every ``_CHECK_EVERY`` rounds."""
+    Bs, ws = [B], [w]
+    for t in range(rounds):
+        B, w = step(B, w, select())
+        Bs.append(B)
+        ws.append(w)
+        if (t + 1) % _CHECK_EVERY == 0 or t + 1 == rounds:
+            _check_blow_up(Bs, ws, limit, alpha)
+    return Bs, ws
 
 
 def dgd(B0: torch.Tensor, w0: torch.Tensor, tasks: Tasks, *, alpha: float, rounds: int,

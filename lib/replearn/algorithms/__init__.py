@@ -88,9 +88,11 @@ class MethodsTable(tuple):
     COLUMNS = ("method", "shares", "keeps personal", "local objective adds", "citation key")
 
     def table(self, caption: str | None = None):
-        """A :class:`replearn.plotting.Table` of the rows (``display(...)`` it, with a caption)."""
+        """A :class:`replearn.plotting.Table` of the rows without their citation keys, which the
+        page's prose cites as links (``display(...)`` it, with a caption)."""
         from ..plotting import Table
-        return Table(self.COLUMNS, self, caption=caption, align="l" * len(self.COLUMNS))
+        shown = self.COLUMNS[:-1]
+        return Table(shown, [row[:-1] for row in self], caption=caption, align="l" * len(shown))
 
     def to_frame(self):
         import pandas as pd

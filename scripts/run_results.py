@@ -29,7 +29,6 @@ import functools
 import hashlib
 import json
 import math
-import platform
 import re
 import statistics
 import shutil
@@ -42,7 +41,7 @@ import torch
 
 from replearn import checkpoints
 from replearn import results as results_lib
-from replearn.backend import default_device
+from replearn.backend import cpu_name, default_device
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
 from replearn.experiments.ch04_fedavg import s08_transfer as s48
 from replearn.experiments.ch04_fedavg import s09_cka as s49
@@ -148,17 +147,6 @@ def network_json(s) -> dict:
 def settings_json(s) -> dict:
     """The settings dataclass as JSON values (tuples become lists), comparable with a file's."""
     return json.loads(json.dumps(dataclasses.asdict(s)))
-
-
-def cpu_name() -> str:
-    """The CPU model (from /proc/cpuinfo where there is one)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 #: /proc/cpuinfo flags that choose the kernels of torch, MKL and oneDNN (FMA contracts a*b+c into

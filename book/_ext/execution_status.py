@@ -35,13 +35,14 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective, SphinxRole
+
+from replearn.backend import cpu_name
 
 #: The notebook metadata path of the record: ``metadata["replearn"]["execution"]``.
 KEY = ("replearn", "execution")
@@ -61,17 +62,6 @@ UNREPORTED_DATA = "CIFAR (source not printed)"
 
 
 # --------------------------------------------------------------------------- writing records
-
-
-def cpu_name() -> str:
-    """The CPU model (the ``model name`` of /proc/cpuinfo where there is one)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def _text(value) -> str:

@@ -4,7 +4,7 @@ Modules (one idea each; generated from their docstrings by ``scripts/inventory.p
 
 <!-- inventory:modules-rst -->
 - :mod:`replearn.aruba`: ARUBA: meta-learning through average regret-upper-bound analysis (Khodak, Balcan and Talwalkar, NeurIPS 2019): online convex tasks, online gradient descent, regret and its upper bounds, meta-learned initialisations, per-coordinate ARUBA rates and AdaGrad.
-- :mod:`replearn.backend`: Device, dtype and seeding helpers shared by every module of :mod:`replearn`.
+- :mod:`replearn.backend`: Device, dtype, seeding and machine helpers shared by every module of :mod:`replearn`.
 - :mod:`replearn.checkpoints`: Resumable long runs: inside :func:`resumable`, every finished federated run of the engine (:func:`replearn.neural.run_spec`, :func:`replearn.neural.run_protocol`) is stored on disk under a digest of everything it depends on, and an identical later call loads it instead of training.
 - :mod:`replearn.checks`: Argument checks shared by every public function and settings class of :mod:`replearn`.
 - :mod:`replearn.claims`: Claims a notebook states and checks: print the values a claim rests on, then assert it.

@@ -1,4 +1,4 @@
-"""Device, dtype and seeding helpers shared by every module of :mod:`replearn`.
+"""Device, dtype, seeding and machine helpers shared by every module of :mod:`replearn`.
 
 The linear-model theory is checked to many digits, so the default dtype is float64.
 Random numbers are always drawn from an explicit :class:`torch.Generator` on the CPU and
@@ -6,6 +6,9 @@ then moved to the working device, so a seed gives the same numbers on a laptop a
 """
 
 from __future__ import annotations
+
+import platform
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -18,6 +21,18 @@ SeedLike = int | torch.Generator | None
 def default_device() -> torch.device:
     """``cuda`` when a GPU is visible, else ``cpu``."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def cpu_name() -> str:
+    """The CPU model (the ``model name`` of /proc/cpuinfo where there is one), as the results
+    files' provenance and the notebooks' execution records name the machine."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def make_generator(seed: SeedLike = 0) -> torch.Generator:

@@ -83,10 +83,6 @@ class Comparison:
     def __bool__(self) -> bool:
         return self.lo > 0
 
-    @property
-    def separated(self) -> bool:
-        return bool(self)
-
     def _signed(self, x: float) -> str:
         text = f"{x:+.{decimals((self.hi - self.lo) / 2)}f}"
         return text.lstrip("+-") if float(text) == 0 else text   # no signed zero

@@ -45,7 +45,7 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
-# Optional extra for replearn.flower (Flower + its Ray simulation engine); the unit tests use it.
+# Optional extra for replearn.neural.flower (Flower + its Ray simulation engine); the unit tests use it.
 $(FLOWER_STAMP): $(STAMP) requirements-flower.txt
 	$(BIN)/python -m pip install --disable-pip-version-check -q -r requirements-flower.txt
 	@touch $(FLOWER_STAMP)

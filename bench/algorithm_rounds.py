@@ -1,6 +1,6 @@
-"""Every method of Table 1 (Collins et al., 2021): replearn.algorithms vs a PFLlib-style loop.
+"""Every method of Table 1 (Collins et al., 2021): replearn.neural.algorithms vs a PFLlib-style loop.
 
-For each of the 15 methods, R rounds of ours (:func:`replearn.algorithms.run`, ``workers=1``)
+For each of the 15 methods, R rounds of ours (:func:`replearn.neural.algorithms.run`, ``workers=1``)
 and of a PFLlib-style loop of the same method written below run in one process on one torch
 thread, on the same model (the FedRep CNN with the narrow 16/32-channel body, the book's CPU
 network), the same initial weights, the same data (synthetic CIFAR-shaped images, 2 classes
@@ -119,7 +119,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from replearn import algorithms, models, neural, personalisation
+from replearn.neural import algorithms, models, personalisation
+from replearn import neural
 from replearn.backend import derive_seed, make_generator
 
 BOOK = personalisation.FederationSettings().train
@@ -610,7 +611,7 @@ def run_reference(name, model, pairs, cfg, opts):
 
 def finetune_runs(name, model, clients, pairs, cfg, opts):
     """+FT rows: the fine-tuning alone, from the final state of ours' base run (the base's rounds
-    are its own row). Ours: what :class:`replearn.algorithms.fine_tuning.FineTuned` runs after
+    are its own row). Ours: what :class:`replearn.neural.algorithms.fine_tuning.FineTuned` runs after
     the base (:func:`replearn.neural.finetune`, seed ``derive_seed(cfg.seed, 5)``)."""
     base = algorithms.get(name).base
     state = base.run(model, clients, cfg, opts.base, workers=1).state

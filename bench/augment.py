@@ -1,7 +1,7 @@
 """What augmentation costs: random crops and flips of a batch against the SGD step they feed.
 
 The FedRep authors augment every training batch (RandomCrop(32, padding=4) and a horizontal flip,
-``utils/train_utils.py`` of lgcollins/FedRep); ``replearn.data.augment`` does the same for a whole
+``utils/train_utils.py`` of lgcollins/FedRep); ``replearn.neural.data.augment`` does the same for a whole
 batch with one gather. This bench times, on the authors' CIFAR-10 CNN (``models.FedRepCNN``, float32,
 one thread, batches of 10 as in their code):
 
@@ -25,7 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from replearn import data, models
+from replearn.neural import data, models
 
 TARGET = 0.05  # augment at most 5% of a step
 

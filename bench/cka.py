@@ -1,4 +1,4 @@
-"""Linear and RBF CKA: replearn.similarity vs the straightforward formula, over a grid of shapes.
+"""Linear and RBF CKA: replearn.neural.similarity vs the straightforward formula, over a grid of shapes.
 
 The reference is what a reader would write from the definitions (Kornblith et al. 2019, Eq. 5;
 Song et al. 2012 for the unbiased HSIC), always in the Gram form and without any input checks:
@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from replearn import similarity
+from replearn.neural import similarity
 
 #: (n examples, d features per representation); the library uses the feature-space form when
 #: d <= 2n/3 (linear CKA only), the Gram form above.

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from replearn import federated, linalg, linear
+from replearn.theory import linear_federated, linalg, linear
 
 TARGET = 30.0           # speed-up over the per-client loop (hand-derived gradients)
 AUTOGRAD_TARGET = 100.0  # speed-up over the per-client autograd reference
@@ -122,12 +122,12 @@ def main() -> None:
     pop = linear.population_tasks(Bstar, W)
     theta = pop.theta
     compare("population (Fig. 1)",
-            lambda: federated.fedavg(B0, w0, pop, alpha=alpha, tau=tau, rounds=rounds).final,
+            lambda: linear_federated.fedavg(B0, w0, pop, alpha=alpha, tau=tau, rounds=rounds).final,
             lambda: reference_fedavg(B0, w0, lambda i, th: th - theta[i], M, alpha=alpha, tau=tau,
                                      rounds=rounds),
             rounds, args.repeat, device)
     compare("population (Fig. 1)",
-            lambda: federated.fedavg(B0, w0, pop, alpha=alpha, tau=tau, rounds=rounds).final,
+            lambda: linear_federated.fedavg(B0, w0, pop, alpha=alpha, tau=tau, rounds=rounds).final,
             lambda: reference_fedavg_autograd(B0, w0, lambda i, B, w: 0.5 * (B @ w - theta[i]).pow(2).sum(), M,
                                               alpha=alpha, tau=tau, rounds=rounds),
             rounds, args.repeat, device, label="per-client autograd", target=AUTOGRAD_TARGET)
@@ -136,12 +136,12 @@ def main() -> None:
     X, Y = data.X.to(device), data.Y.to(device)
     sampled = linear.SampledTasks(X, Y)
     compare(f"finite samples (m={m})",
-            lambda: federated.fedavg(B0, w0, sampled, alpha=alpha, tau=tau, rounds=rounds).final,
+            lambda: linear_federated.fedavg(B0, w0, sampled, alpha=alpha, tau=tau, rounds=rounds).final,
             lambda: reference_fedavg(B0, w0, lambda i, th: X[i].T @ (X[i] @ th - Y[i]) / m, M,
                                      alpha=alpha, tau=tau, rounds=rounds),
             rounds, args.repeat, device)
     compare(f"finite samples (m={m})",
-            lambda: federated.fedavg(B0, w0, sampled, alpha=alpha, tau=tau, rounds=rounds).final,
+            lambda: linear_federated.fedavg(B0, w0, sampled, alpha=alpha, tau=tau, rounds=rounds).final,
             lambda: reference_fedavg_autograd(B0, w0, lambda i, B, w: 0.5 * (X[i] @ (B @ w) - Y[i]).pow(2).mean(), M,
                                               alpha=alpha, tau=tau, rounds=rounds),
             rounds, args.repeat, device, label="per-client autograd", target=AUTOGRAD_TARGET)

@@ -17,7 +17,7 @@ on the same model, initial weights and images:
 
 Three settings, 10 clients x 200 images, tau = 10 local steps, momentum 0.5:
 
-- ``book``: the book's CPU default, read from :class:`replearn.personalisation.FederationSettings`
+- ``book``: the book's CPU default, read from :class:`replearn.neural.personalisation.FederationSettings`
   (the FedRep CNN with the narrow 16/32-channel body, batch 10); target >= 2x ``pfllib``;
 - ``narrow50``: the same network at batch 50 (the larger batch the issue proposed); target >= 2x;
 - ``cifar10``: the authors' FedRep CNN (64/64 channels) with batch 10; targets >= 1.2x
@@ -32,7 +32,7 @@ backward convolutions and matrix products, ``torch.utils.flop_counter``) as % of
 (1024^3) of the same dtype on the same threads, timed in the same process between the runs, and
 the ratios. A last line gives the ceiling no engine can pass: the forward and backward kernels
 alone on one fixed batch and one thread, times the thread count (``kernels``). Then the operator
-launches and host syncs of one round (:class:`replearn.scales.OperatorCount`) on the per-client
+launches and host syncs of one round (:class:`replearn.book.scales.OperatorCount`) on the per-client
 path and on the batched path (clients stacked, ``torch.func.vmap``), what bounds a GPU round, for
 FedAvg and for every method of :func:`replearn.neural.run_protocol` (:data:`COUNTED`).
 
@@ -54,7 +54,9 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torch.utils.flop_counter import FlopCounterMode
 
-from replearn import algorithms, models, neural, personalisation, scales
+from replearn.neural import algorithms, models, personalisation
+from replearn import neural
+from replearn.book import scales
 
 BOOK = personalisation.FederationSettings()
 #: setting -> (FedRep CNN widths, batch size, target x the PFLlib-style loop)
@@ -167,7 +169,7 @@ def load_images(n: int, seed: int):
     """``n`` CIFAR-10 training images (uint8) and labels, or random ones when the subset is
     missing; returns (x, y, description)."""
     try:
-        from replearn import data
+        from replearn.neural import data
         cifar = data.load_cifar("cifar10", root=os.environ.get("REPLEARN_DATA") or
                                 os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
         return cifar.x_train[:n], cifar.y_train[:n], f"real images: {cifar.describe()}"

@@ -25,7 +25,7 @@ Before that, ``sys.modules`` receives:
   ``load_fed="n"``, ``save_every`` larger than the run, ``m_tr = m_ft = max(500, largest
   client)`` so that every training image is used, as on our side).
 - ``utils.train_utils``: ``get_data(args)`` returns dataset objects built from our offline subset
-  (``replearn.data.load_cifar("cifar10")``, uint8 NCHW) with their transforms re-implemented in
+  (``replearn.neural.data.load_cifar("cifar10")``, uint8 NCHW) with their transforms re-implemented in
   torch (:class:`AuthorsCifar`: for training, zero (black) padding by 4, a random 32x32 crop,
   a random horizontal flip, then ``/255`` and normalisation by their ImageNet mean/std, drawing
   from the global torch RNG in torchvision's order; for testing, the normalisation only), and
@@ -52,7 +52,7 @@ over all rounds divided by 10, not a mean; the comparison therefore uses the mea
 per-round accuracies over the last ``min(10, T)`` rounds (equal to their number when
 ``T >= 10``), against our ``FedResult.accuracy`` (``last_rounds=10``). Both are in percent.
 
-Our side: ``replearn.algorithms.run("FedRep" | "FedAvg", model, clients, cfg)`` on
+Our side: ``replearn.neural.algorithms.run("FedRep" | "FedAvg", model, clients, cfg)`` on
 ``neural.ClientData`` of the same index lists (our own normalisation), from the same initial
 weights, with ``neural.TrainConfig(rounds=T, participation=r, lr=0.01, momentum=0.5,
 weight_decay=1e-4, batch_size=10, local_epochs=1, head_epochs=10, augment=True, eval_every=1,
@@ -72,7 +72,7 @@ decay during the body epoch); evaluation of every client on its own test set eac
 Remaining differences
 ---------------------
 1. Normalisation statistics: theirs the ImageNet mean/std (0.485, 0.456, 0.406) /
-   (0.229, 0.224, 0.225); ours the CIFAR-10 mean/std (``replearn.data.CHANNEL_STATS``).
+   (0.229, 0.224, 0.225); ours the CIFAR-10 mean/std (``replearn.neural.data.CHANNEL_STATS``).
 2. Where crops are padded: theirs pad the raw image with black pixels before normalising (the
    border is ``-mean/std``, about -2 per channel); ours pads the normalised image with zeros (the
    border is the mean colour). Their crop and flip draw from the global torch RNG per image;
@@ -133,10 +133,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "lib") not in sys.path:  # run from a checkout without the package installed
     sys.path.insert(0, str(ROOT / "lib"))
 
-from replearn import algorithms, neural  # noqa: E402
-from replearn import data as D  # noqa: E402
+from replearn.neural import algorithms
+from replearn import neural  # noqa: E402
+from replearn.neural import data as D  # noqa: E402
 from replearn.backend import derive_seed  # noqa: E402
-from replearn.models import make_model  # noqa: E402
+from replearn.neural.models import make_model  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # Weight mapping
@@ -230,7 +231,7 @@ IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 def partition(cifar: D.CifarData, clients: int, classes: int, train_per_client: int, seed: int):
     """``(train_parts, test_parts)``: each client's indices into ``cifar``'s training and test
-    arrays, as :func:`replearn.personalisation.make_federation` (all classes, the authors' shard
+    arrays, as :func:`replearn.neural.personalisation.make_federation` (all classes, the authors' shard
     split, ``train_per_client`` images per client, the whole test set spread) builds them, with
     the same seeds (``derive_seed(seed, 10 | 11 | 12)``)."""
     k = cifar.n_classes
@@ -692,7 +693,7 @@ def write_record(record: dict, path: Path) -> None:
         lines += [record["note"], ""]
     lines += [f"Made by `scripts/authors_side_by_side.py` on {slim['provenance']['date']}: their `main_fedrep.py` "
               f"(lgcollins/FedRep, commit {slim['provenance']['fedrep_commit']}) run unmodified on our partition "
-              f"and initial weights, and `replearn.algorithms.run` on the same clients.", "",
+              f"and initial weights, and `replearn.neural.algorithms.run` on the same clients.", "",
               "Settings: " + ", ".join(f"`{n}` = {v}" for n, v in s.items()) + ".", "",
               f"Accuracies in percent. The compared numbers are the mean of the per-round test accuracy over the "
               f"last k = {k} rounds (FedAvg: their global model's line). Their printed 'final 10 rounds' "

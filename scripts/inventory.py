@@ -37,17 +37,30 @@ def first_paragraph(doc: str) -> str:
 
 
 def library_modules() -> list[tuple[str, str]]:
-    """``(module name, summary)`` for every public module of the library and the drivers' package."""
+    """``(module name, summary)`` for the library's three parts (``theory``, ``neural``,
+    ``book``), each followed by its public modules and subpackages, then the shared modules and
+    the drivers' package."""
     out = []
-    for path in sorted(LIB.glob("*.py")):
-        if path.name.startswith("_"):
-            continue
+
+    def entry(path: Path, name: str) -> None:
         doc = ast.get_docstring(ast.parse(path.read_text()))
         if not doc:
             raise ValueError(f"{path} has no module docstring: its first paragraph is its entry in the inventories")
-        out.append((f"replearn.{path.stem}", first_paragraph(doc)))
-    doc = ast.get_docstring(ast.parse((LIB / "experiments" / "__init__.py").read_text()))
-    out.append(("replearn.experiments", first_paragraph(doc)))
+        out.append((name, first_paragraph(doc)))
+
+    for part in ("theory", "neural", "book"):
+        entry(LIB / part / "__init__.py", f"replearn.{part}")
+        for path in sorted((LIB / part).iterdir()):
+            if path.name.startswith("_"):
+                continue
+            if path.suffix == ".py":
+                entry(path, f"replearn.{part}.{path.stem}")
+            elif (path / "__init__.py").exists():
+                entry(path / "__init__.py", f"replearn.{part}.{path.name}")
+    for path in sorted(LIB.glob("*.py")):
+        if not path.name.startswith("_"):
+            entry(path, f"replearn.{path.stem}")
+    entry(LIB / "experiments" / "__init__.py", "replearn.experiments")
     return out
 
 

@@ -7,10 +7,10 @@ SOURCE_DIR holds the official python-pickle archives ``cifar-10-python.tar.gz`` 
 folders); ``--download`` fetches missing archives into it. Each archive is md5-checked and
 extracted. OUT_DIR receives ``cifar10_subset.npz`` and ``cifar100_subset.npz`` with the same
 images, labels and layout as the subsets the book was executed with (their content digests are
-checked against ``replearn.data.SUBSET_DIGESTS``), written byte for byte as the shipped files (their
+checked against ``replearn.neural.data.SUBSET_DIGESTS``), written byte for byte as the shipped files (their
 SHA-256 is compared with ``scripts/cifar_subsets.sha256``), and a ``SHA256SUMS`` file. Then
 ``export REPLEARN_DATA=OUT_DIR``. ``make data`` (scripts/prepare_data.py) does all of this by itself
-for the data directory. See ``replearn.data.make_subsets`` and the README, "Data".
+for the data directory. See ``replearn.neural.data.make_subsets`` and the README, "Data".
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from replearn import data
+from replearn.neural import data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import prepare_data  # noqa: E402

@@ -4,15 +4,15 @@ Usage: python scripts/prepare_data.py [--preflight] [--data DIR] [--archives DIR
 
 The CIFAR sections (4.7-4.9, 5.7-5.9) read ``cifar10_subset.npz`` / ``cifar100_subset.npz`` from
 the data directory ``DIR`` (default: ``$REPLEARN_DATA``, else ``~/.cache/replearn``, as
-``replearn.data.data_root``), and their stored outputs were computed on exactly these files.
+``replearn.neural.data.data_root``), and their stored outputs were computed on exactly these files.
 ``make test`` runs ``make data`` before any test or notebook, which runs this script:
 
 * both subsets in ``DIR``: each is checked against the SHA-256 recorded in
   ``scripts/cifar_subsets.sha256`` (a file whose bytes differ, e.g. written with another zlib,
-  passes if its content has the digest recorded in ``replearn.data.SUBSET_DIGESTS``); done.
+  passes if its content has the digest recorded in ``replearn.neural.data.SUBSET_DIGESTS``); done.
 * a subset missing: the official python-pickle archive (https://www.cs.toronto.edu/~kriz/cifar.html,
   163 / 161 MB) is downloaded into ``ARCHIVES`` (default ``DIR/archives``) and md5-checked; the
-  subset is rebuilt from it with ``replearn.data.make_subsets`` (the recorded official positions;
+  subset is rebuilt from it with ``replearn.neural.data.make_subsets`` (the recorded official positions;
   content digest checked) and written into ``DIR`` byte for byte as the shipped file (SHA-256
   checked against ``scripts/cifar_subsets.sha256``). The extracted archive is removed again, so
   ``DIR`` holds only the subsets (with the extracted archive there, the full dataset would be
@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 SUMS_FILE = HERE / "cifar_subsets.sha256"
 OFFICIAL_BASE = "https://www.cs.toronto.edu/~kriz/"
 NAMES = ("cifar10", "cifar100")
-#: What this script needs of ``replearn.data._SPECS`` (repeated so that --preflight needs no numpy).
+#: What this script needs of ``replearn.neural.data._SPECS`` (repeated so that --preflight needs no numpy).
 SPECS = {
     "cifar10": dict(title="CIFAR-10", subset="cifar10_subset.npz", archive="cifar-10-python.tar.gz",
                     folder="cifar-10-batches-py", md5="c58f30108f718f92721af3b95e74349a", size_mb=163),
@@ -50,7 +50,7 @@ SPECS = {
                      folder="cifar-100-python", md5="eb9058c3a382ffc7106e4002c42a8d85", size_mb=161),
 }
 #: Member order of the shipped npz files: writing the arrays in this order with
-#: ``replearn.data``'s zip settings (deflate, fixed 1980 timestamps) gives the shipped bytes.
+#: ``replearn.neural.data``'s zip settings (deflate, fixed 1980 timestamps) gives the shipped bytes.
 MEMBER_ORDER = {
     "cifar10": ("x_train", "y_train", "x_test", "y_test", "class_names", "train_index", "test_index"),
     "cifar100": ("x_train", "y_train", "y_train_coarse", "x_test", "y_test", "y_test_coarse",
@@ -63,7 +63,7 @@ class DataError(RuntimeError):
 
 
 def data_dir(arg: str | None = None) -> Path:
-    """``arg``, else ``$REPLEARN_DATA``, else ``~/.cache/replearn`` (``replearn.data.data_root``)."""
+    """``arg``, else ``$REPLEARN_DATA``, else ``~/.cache/replearn`` (``replearn.neural.data.data_root``)."""
     if arg:
         return Path(arg).expanduser()
     env = os.environ.get("REPLEARN_DATA", "").strip()
@@ -111,7 +111,7 @@ def no_data_message(root: Path, missing, reason: str) -> str:
 
 def full_dataset_message(root: Path, names) -> str:
     folders = ", ".join(SPECS[n]["folder"] + "/" for n in names)
-    return (f"{root} holds the extracted official archive ({folders}), so replearn.data.load_cifar serves "
+    return (f"{root} holds the extracted official archive ({folders}), so replearn.neural.data.load_cifar serves "
             f"the full dataset there, while the book's stored outputs were computed on the offline subsets "
             f"(strict nbval of the CIFAR sections would fail). Set REPLEARN_DATA to another folder: one that "
             f"holds cifar10_subset.npz and cifar100_subset.npz, or an empty one that `make data` fills.")
@@ -203,7 +203,7 @@ def preflight(root: Path, archives: Path, sources, timeout: float = 10.0) -> str
 
 def write_npz(path: Path, arrays: dict, order) -> None:
     """Write ``arrays`` as a deflated ``.npz`` with members in ``order`` and fixed timestamps
-    (``replearn.data``'s zip settings), atomically."""
+    (``replearn.neural.data``'s zip settings), atomically."""
     import zipfile
 
     import numpy as np
@@ -234,7 +234,7 @@ def verify(path: Path, name: str, sums: dict, digests: dict | None = None) -> st
     Returns how it was verified; raises :class:`DataError` when it is not the book's subset."""
     if sums.get(path.name) == sha256(path):
         return "SHA-256 as recorded"
-    from replearn import data
+    from replearn.neural import data
 
     digests = data.SUBSET_DIGESTS if digests is None else digests
 
@@ -245,7 +245,7 @@ def verify(path: Path, name: str, sums: dict, digests: dict | None = None) -> st
     if got == digests.get(name):
         return "content digest as recorded (the file's bytes differ from the shipped file's: another zlib)"
     raise DataError(f"{path} is not the subset the book was executed on: neither its SHA-256 nor its "
-                    f"content digest is the recorded one ({SUMS_FILE.name}, replearn.data.SUBSET_DIGESTS). "
+                    f"content digest is the recorded one ({SUMS_FILE.name}, replearn.neural.data.SUBSET_DIGESTS). "
                     f"Delete it and run `make data` again to rebuild it from the official archive, or set "
                     f"REPLEARN_DATA to a folder with the right files.")
 
@@ -253,10 +253,10 @@ def verify(path: Path, name: str, sums: dict, digests: dict | None = None) -> st
 def build(root: Path, archives: Path, names, sources, *, sums: dict, digests: dict | None = None, index=None,
           timeout: float = 60.0, log=print) -> dict[str, Path]:
     """Download (md5-checked) the archives of ``names`` into ``archives`` and write their subsets
-    into ``root``: content digest checked by ``replearn.data.make_subsets``, bytes in the shipped
+    into ``root``: content digest checked by ``replearn.neural.data.make_subsets``, bytes in the shipped
     layout, SHA-256 checked against ``sums`` (a mismatch there only warns, the content being
     verified). ``index`` / ``digests`` default to the book's recorded ones."""
-    from replearn import data
+    from replearn.neural import data
 
     if digests is None and index is None:
         digests = data.SUBSET_DIGESTS

@@ -6,10 +6,10 @@
     python scripts/run_results.py --profile long 5.7-seeds    # 5.7's six main methods over seeds 1 and 2
 
 ``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
-the profile's settings (:meth:`replearn.profiles.Settings.profile`); every finished seed is
+the profile's settings (:meth:`replearn.book.profiles.Settings.profile`); every finished seed is
 checkpointed under ``<out>/<profile>/.checkpoints/``, so an interrupted run resumes where it
 stopped; within a seed, every finished engine run is stored there too
-(:func:`replearn.checkpoints.resumable`), so a seed cut short resumes from the runs it finished
+(:func:`replearn.neural.checkpoints.resumable`), so a seed cut short resumes from the runs it finished
 (its recorded wall time then counts only the runs computed after the restart). When all seeds are done, ``<out>/<profile>/<section>.json`` holds the per-seed results
 and their provenance: commit, settings, seeds, device, torch version, date, wall time and the
 arithmetic fingerprint (:func:`arithmetic_fingerprint`: what decides the bits of a float run).
@@ -39,8 +39,8 @@ from pathlib import Path
 
 import torch
 
-from replearn import checkpoints
-from replearn import results as results_lib
+from replearn.neural import checkpoints
+from replearn.book import results as results_lib
 from replearn.backend import cpu_name, default_device
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
 from replearn.experiments.ch04_fedavg import s08_transfer as s48
@@ -48,7 +48,7 @@ from replearn.experiments.ch04_fedavg import s09_cka as s49
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
 from replearn.experiments.ch05_fedrep import s08_local_epochs as s58
 from replearn.experiments.ch05_fedrep import s09_new_clients_cifar as s59
-from replearn.seeds import check_seeds
+from replearn.book.seeds import check_seeds
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "book" / "results"
@@ -121,7 +121,7 @@ def section_settings(section: str, profile: str):
 RUN_GROUPS = {"4.8": ("4.8", "4.9"), "4.9": ("4.8", "4.9")}
 
 
-#: section -> the driver's launch estimate of one seed (:func:`replearn.scales.launch_estimate`)
+#: section -> the driver's launch estimate of one seed (:func:`replearn.book.scales.launch_estimate`)
 WORK = {"4.7": s47.work, "4.8": s48.work, "4.9": s49.work, "5.7": s57.work, "5.8": s58.work, "5.9": s59.work,
         "5.7-seeds": s57.work}
 
@@ -139,7 +139,7 @@ def launch_line(section: str, profile: str) -> str:
 
 
 def network_json(s) -> dict:
-    """The resolved network of the settings by dataset (:meth:`replearn.specs.NetworkSpec.record`:
+    """The resolved network of the settings by dataset (:meth:`replearn.neural.specs.NetworkSpec.record`:
     widths, not variant names), as a results file records it."""
     return {dataset: spec.record() for dataset, spec in s.networks().items()}
 
@@ -322,7 +322,7 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
 
 def _committed(path: Path) -> results_lib.ResultsFile:
     """The results file at ``path`` (``<profile>/<section>.json``), read and checked by
-    :func:`replearn.results.load`; a file of a section without a driver is a ValueError."""
+    :func:`replearn.book.results.load`; a file of a section without a driver is a ValueError."""
     section, profile = path.stem, path.parent.name
     if section not in SECTIONS:
         raise ValueError(f"{path} is a results file of an unknown section {section!r} (sections with a driver: "

@@ -3,7 +3,7 @@
 :func:`load_or_skip` loads a real CIFAR subset (the ``cifar10`` / ``cifar100`` fixtures of
 ``tests/conftest.py`` use it) and skips the test when it is missing; :func:`fake_cifar` is a
 small synthetic stand-in for CIFAR-10 (random uint8 images with class-dependent mean colours,
-same layout as :class:`replearn.data.CifarData`) on which the FedRep drivers run in seconds.
+same layout as :class:`replearn.neural.data.CifarData`) on which the FedRep drivers run in seconds.
 """
 
 from pathlib import Path
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from replearn import data as D
+from replearn.neural import data as D
 
 
 def load_or_skip(name: str) -> D.CifarData:
-    """``replearn.data.load_cifar(name)``, or skip the test when the data are not there."""
+    """``replearn.neural.data.load_cifar(name)``, or skip the test when the data are not there."""
     try:
         return D.load_cifar(name)
     except FileNotFoundError:

@@ -2,7 +2,7 @@ import pytest
 import torch
 from cifar_fixtures import load_or_skip
 
-from replearn import linalg, linear
+from replearn.theory import linalg, linear
 
 
 @pytest.fixture

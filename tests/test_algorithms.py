@@ -1,4 +1,4 @@
-"""The open algorithm model (:mod:`replearn.algorithms`): every method of Table 1 of Collins et
+"""The open algorithm model (:mod:`replearn.neural.algorithms`): every method of Table 1 of Collins et
 al. (2021) against a hand-written per-client implementation of its paper's update (plain loops,
 ``torch.autograd``, ``torch.optim.SGD``, float64, full-batch steps so that the minibatches are
 the clients' whole data), the registry, and the engine's bit-identity with its stored results."""
@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from replearn import algorithms as A
-from replearn import neural, personalisation
+from replearn.neural import engine
+from replearn.neural import algorithms as A
+from replearn import neural
+from replearn.neural import personalisation
 from replearn.backend import derive_seed, make_generator
 
 from tiny_net import Tiny, authors_sgd
@@ -289,7 +291,7 @@ def test_fed_mtl_coupling_regulariser(omega):
 
 def test_fed_mtl_default_coefficient_is_the_authors():
     d = sum(p.numel() for p in MODEL.parameters())
-    from replearn.algorithms import fed_mtl
+    from replearn.neural.algorithms import fed_mtl
     assert fed_mtl.coefficient(fed_mtl.FedMTLOptions(), d) == 10.0 ** -(len(str(d)) + 1)
 
 
@@ -359,8 +361,8 @@ def test_batched_protocol_path_gives_the_per_client_iterates(name, monkeypatch):
     and evaluations equal those of one client at a time to float rounding."""
     one = A.run(name, tiny(), EQUAL, MINIBATCH, workers=1)
     groups = []
-    real = neural._protocol_group
-    monkeypatch.setattr(neural, "_protocol_group", lambda *a, **k: groups.append(list(a[3])) or real(*a, **k))
+    real = engine._protocol_group
+    monkeypatch.setattr(engine, "_protocol_group", lambda *a, **k: groups.append(list(a[3])) or real(*a, **k))
     batched = A.run(name, tiny(), EQUAL, replace(MINIBATCH, vmap_clients=3), workers=1)
     assert groups == [[0, 1, 2]] * MINIBATCH.rounds  # clients 3 and 4 alone: the per-client path
     assert_close(batched.state, one.state, tol=1e-13)
@@ -379,8 +381,8 @@ def test_batched_evaluation_gives_the_per_client_accuracies(name, monkeypatch):
     cfg = replace(MINIBATCH, rounds=2)
     one = A.run(name, tiny(), same, cfg, workers=1)
     groups = []
-    real = neural._test_group
-    monkeypatch.setattr(neural, "_test_group", lambda *a: groups.append(list(a[4])) or real(*a))
+    real = engine._test_group
+    monkeypatch.setattr(engine, "_test_group", lambda *a: groups.append(list(a[4])) or real(*a))
     batched = A.run(name, tiny(), same, replace(cfg, vmap_clients=3))
     assert groups == [[0, 1, 2], [3, 4]] * cfg.rounds  # evaluated every round
     assert torch.equal(batched.final.accuracy, one.final.accuracy)
@@ -392,7 +394,7 @@ def test_batched_protocol_path_makes_fewer_operator_calls():
     the batched path dispatches under 70% of the per-client path's operators (its parameter
     updates run tensor by tensor, foreach operators having no vmap rule; at the bench's ten
     clients on the paper's CNN it makes 2.5-5x fewer, ``bench/results/neural_rounds_counts.txt``)."""
-    from replearn import scales
+    from replearn.book import scales
 
     def launches(rounds, group):
         with scales.OperatorCount() as c:
@@ -407,7 +409,7 @@ def test_batched_protocol_path_makes_fewer_operator_calls():
 def test_batched_path_refuses_augmentation_and_non_tensor_states():
     with pytest.raises(ValueError, match="does not augment"):
         A.run("Ditto", tiny(), EQUAL, replace(MINIBATCH, vmap_clients=2, augment=True))
-    from replearn.algorithms.fedprox import FedProx
+    from replearn.neural.algorithms.fedprox import FedProx
 
     class Counted(FedProx):
         name, batched = "counted", True
@@ -451,7 +453,7 @@ def test_every_method_has_its_own_file_citing_its_paper():
         assert doc and (cites.get(name, "") if "+FT" not in name else "Collins") in doc, name
         assert Path(module.__file__).parent == package
     ft = [m for m, ns in modules.items() if len(ns) > 1]
-    assert ft == ["replearn.algorithms.fine_tuning"] and sorted(modules[ft[0]]) == ["FedAvg+FT", "FedProx+FT",
+    assert ft == ["replearn.neural.algorithms.fine_tuning"] and sorted(modules[ft[0]]) == ["FedAvg+FT", "FedProx+FT",
                                                                                      "SCAFFOLD+FT"]
     assert sum(len(ns) == 1 for ns in modules.values()) == 12  # one file for every other method
 
@@ -478,7 +480,7 @@ def test_wrong_options_type_and_l2gd_overshoot_are_refused():
 def test_a_new_algorithm_needs_only_a_protocol_subclass():
     """The protocol is open: a server step other than averaging (here: the server keeps the
     median-free 'take the first client' rule) with client state (a step counter)."""
-    from replearn.algorithms.base import ProtocolAlgorithm
+    from replearn.neural.algorithms.base import ProtocolAlgorithm
 
     class FirstClient(ProtocolAlgorithm):
         name = "first-client"
@@ -526,7 +528,7 @@ CASES = {
     "fedavg-augment-f64": ("fedavg", torch.float64, dict(local_steps=2, augment=True)),
     "fedavg-vmap-f64": ("fedavg", torch.float64, dict(local_steps=2, vmap_clients=2)),
 }
-#: Recorded with the engine of commit aa79024 (before replearn.algorithms), one thread, on a
+#: Recorded with the engine of commit aa79024 (before replearn.neural.algorithms), one thread, on a
 #: CPU whose torch kernels are AVX2 ("capability"): sha256 of the final state, local
 #: parameters, losses, accuracies and final evaluation; and the sum of the final parameters.
 #: The digests of the float64 cases that train or fine-tune a convolution were re-recorded when

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from replearn import aruba
+from replearn.theory import aruba
 
 
 @pytest.fixture(scope="module")

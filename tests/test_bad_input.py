@@ -14,8 +14,10 @@ import math
 import pytest
 import torch
 
-from replearn import (aruba, checks, fedrep, federated, linalg, linear, lower_bound, maml, meta, similarity,
-                      widgets)
+from replearn.theory import aruba, linear_fedrep, linear_federated, linalg, linear, lower_bound, maml, meta
+from replearn import checks
+from replearn.neural import similarity
+from replearn.book import widgets
 from replearn.experiments.ch01_arm import s01_model, s02_arm_dynamics, s03_lower_bound, s04_finetuning
 from replearn.experiments.ch02_maml_anil import (s02_population_dynamics, s04_tightness, s05_finite_samples,
                                                  s06_global_optimality)
@@ -26,8 +28,8 @@ from replearn.experiments.ch05_fedrep import (s01_personalisation, s02_fedrep, s
 from replearn.experiments.ch03_aruba import (s01_online_learning, s02_meta_initialisation, s03_framework,
                                              s04_adaptive_rates, s05_neural)
 from replearn.experiments import settings_classes
-from replearn.profiles import _annotated_kinds
-from replearn.trajectory import Trajectory
+from replearn.book.profiles import _annotated_kinds
+from replearn.theory.trajectory import Trajectory
 
 NAN, INF = float("nan"), float("inf")
 F64 = torch.float64
@@ -64,13 +66,13 @@ CX, CY = _randn(12, 3, seed=8), _randn(12, 2, seed=9)
 def fedavg(**kw):
     args = dict(B0=B0, w0=W0, tasks=POP, alpha=0.1, tau=2, rounds=3)
     args.update(kw)
-    return federated.fedavg(args.pop("B0"), args.pop("w0"), args.pop("tasks"), **args)
+    return linear_federated.fedavg(args.pop("B0"), args.pop("w0"), args.pop("tasks"), **args)
 
 
 def update_weights(**kw):
     args = dict(B=B0, w=W0, Bstar=BSTAR, W=W, alpha=0.1, tau=2)
     args.update(kw)
-    return federated.global_update_weights(args.pop("B"), args.pop("w"), args.pop("Bstar"), args.pop("W"),
+    return linear_federated.global_update_weights(args.pop("B"), args.pop("w"), args.pop("Bstar"), args.pop("W"),
                                            **args)
 
 
@@ -83,7 +85,7 @@ def meta_train(**kw):
 def run_fedrep(**kw):
     args = dict(B0=linalg.random_orthonormal(D, K, seed=3), data=SAMPLED, eta=0.1, rounds=2)
     args.update(kw)
-    return fedrep.fedrep(args.pop("B0"), args.pop("data"), **args)
+    return linear_fedrep.fedrep(args.pop("B0"), args.pop("data"), **args)
 
 
 def ogd(**kw):
@@ -191,7 +193,7 @@ CASES = [
     ("fedavg batch 0", lambda: fedavg(tasks=SAMPLED, batch_size=0), r"batch_size"),
     ("fedavg batch > samples", lambda: fedavg(tasks=SAMPLED, batch_size=M + 1), r"batch_size"),
     ("fedavg seed<0", lambda: fedavg(seed=-1), r"seed"),
-    ("dgd alpha=0", lambda: federated.dgd(B0, W0, POP, alpha=0.0, rounds=2), r"alpha"),
+    ("dgd alpha=0", lambda: linear_federated.dgd(B0, W0, POP, alpha=0.0, rounds=2), r"alpha"),
     ("update weights tau=0", lambda: update_weights(tau=0), r"tau"),
     ("update weights tau=-3", lambda: update_weights(tau=-3), r"tau"),
     ("update weights alpha=-1", lambda: update_weights(alpha=-1.0), r"alpha"),
@@ -203,14 +205,14 @@ CASES = [
     ("update weights NaN heads",
      lambda: update_weights(W=_with(W, (0, 0), NAN)), r"W \(heads\) contains NaN"),
     ("update weights negative p", lambda: update_weights(weights=[-1.0, 1.0, 1.0, 1.0, 1.0]), r"weights"),
-    ("local_updates alpha=0", lambda: federated.local_updates(B0, W0, POP, None, alpha=0.0, tau=1), r"alpha"),
-    ("local_updates tau=0", lambda: federated.local_updates(B0, W0, POP, None, alpha=0.1, tau=0), r"tau"),
+    ("local_updates alpha=0", lambda: linear_federated.local_updates(B0, W0, POP, None, alpha=0.0, tau=1), r"alpha"),
+    ("local_updates tau=0", lambda: linear_federated.local_updates(B0, W0, POP, None, alpha=0.1, tau=0), r"tau"),
     ("local_updates no generator",
-     lambda: federated.local_updates(B0, W0, SAMPLED, None, alpha=0.1, tau=1, batch_size=2), r"generator"),
+     lambda: linear_federated.local_updates(B0, W0, SAMPLED, None, alpha=0.1, tau=1, batch_size=2), r"generator"),
     ("local_coordinates sampled",
-     lambda: federated.local_coordinates(B0, W0, SAMPLED, None, alpha=0.1, tau=1), r"PopulationTasks"),
+     lambda: linear_federated.local_coordinates(B0, W0, SAMPLED, None, alpha=0.1, tau=1), r"PopulationTasks"),
     ("gradient norm weights",
-     lambda: federated.global_gradient_norm(B0, W0, POP, weights=torch.zeros(N)), r"weights"),
+     lambda: linear_federated.global_gradient_norm(B0, W0, POP, weights=torch.zeros(N)), r"weights"),
     # ------------------------------------------------------------------ linalg
     ("distance to zero matrix",
      lambda: linalg.principal_angle_distance(BSTAR, torch.zeros(D, K, dtype=F64)), r"B2 is rank-deficient"),
@@ -306,15 +308,15 @@ CASES = [
      lambda: linear.FreshSamples(BSTAR, _with(W, (2, 1), NAN), 3), r"W \(heads\) contains NaN"),
     ("FreshSamples noise nan", lambda: linear.FreshSamples(BSTAR, W, 2, noise_std=NAN), r"noise_std"),
     ("FreshSamples m=0", lambda: linear.FreshSamples(BSTAR, W, 0), r"\bm\b"),
-    ("method_of_moments k=0", lambda: fedrep.method_of_moments_init(SAMPLED, 0), r"\bk\b"),
-    ("clients_per_round r=0", lambda: fedrep.clients_per_round(10, 0.0), r"participation rate r"),
-    ("paper_heads n=True", lambda: fedrep.paper_heads(True, 2), r"\bn\b"),
-    ("head_solve population", lambda: fedrep.head_solve(B0, POP), r"tasks must be the clients' data"),
-    ("head_solve NaN B", lambda: fedrep.head_solve(_with(B0, (0, 0), NAN), SAMPLED), r"\bB contains NaN"),
-    ("representation_gradients heads", lambda: fedrep.representation_gradients(B0, W0, SAMPLED), r"w \(heads\)"),
+    ("method_of_moments k=0", lambda: linear_fedrep.method_of_moments_init(SAMPLED, 0), r"\bk\b"),
+    ("clients_per_round r=0", lambda: linear_fedrep.clients_per_round(10, 0.0), r"participation rate r"),
+    ("paper_heads n=True", lambda: linear_fedrep.paper_heads(True, 2), r"\bn\b"),
+    ("head_solve population", lambda: linear_fedrep.head_solve(B0, POP), r"tasks must be the clients' data"),
+    ("head_solve NaN B", lambda: linear_fedrep.head_solve(_with(B0, (0, 0), NAN), SAMPLED), r"\bB contains NaN"),
+    ("representation_gradients heads", lambda: linear_fedrep.representation_gradients(B0, W0, SAMPLED), r"w \(heads\)"),
     ("head_gd lr=0",
-     lambda: fedrep.head_gd(B0, SAMPLED, torch.zeros(N, K, dtype=F64), lr=0.0, steps=1), r"lr"),
-    ("global_error dtypes", lambda: fedrep.global_error(POP.theta.float(), POP.theta), r"theta_star.*theta"),
+     lambda: linear_fedrep.head_gd(B0, SAMPLED, torch.zeros(N, K, dtype=F64), lr=0.0, steps=1), r"lr"),
+    ("global_error dtypes", lambda: linear_fedrep.global_error(POP.theta.float(), POP.theta), r"theta_star.*theta"),
     # ------------------------------------------------------------------ similarity
     ("cka rows", lambda: similarity.linear_cka(CX, CY[:9]), r"same examples"),
     ("cka NaN X", lambda: similarity.linear_cka(_with(CX, (0, 0), NAN), CY), r"X contains NaN"),
@@ -421,7 +423,9 @@ def test_the_suite_is_large_and_its_ids_are_unique():
 
 # ---------------------------------------------------------------------- issue 27: results, sizes, data, similarity, linear
 
-from replearn import backend, data as data_lib, models, results as results_lib, seeds as seeds_lib  # noqa: E402
+from replearn import backend
+from replearn.neural import data as data_lib, models
+from replearn.book import results as results_lib, seeds as seeds_lib  # noqa: E402
 from replearn.experiments.ch04_fedavg import s07_feature_similarity  # noqa: E402
 
 FEAT = _randn(12, 5, seed=20)
@@ -489,9 +493,9 @@ CASES_27 = [
     ("distance bfloat16", lambda: linalg.principal_angle_distance(BSTAR.bfloat16(), BSTAR),
      r"B1 has dtype torch.bfloat16"),
     ("ogd float16", lambda: aruba.ogd(OX.half(), OY, torch.zeros(3, dtype=F64), 0.1), r"X has dtype torch.float16"),
-    ("new_client_head dtypes", lambda: fedrep.new_client_head(B0, X1[None].float(), Y1[None]),
+    ("new_client_head dtypes", lambda: linear_fedrep.new_client_head(B0, X1[None].float(), Y1[None]),
      r"X has dtype torch.float32 but B"),
-    ("new_client_head ranks", lambda: fedrep.new_client_head(B0, X1, Y1), r"need X \(c, m, d\)"),
+    ("new_client_head ranks", lambda: linear_fedrep.new_client_head(B0, X1, Y1), r"need X \(c, m, d\)"),
     ("finetune_gd unequal ranks", lambda: finetune_gd(y=Y1[:, None]), r"\by\b must have shape"),
     ("fedavg meta device", lambda: fedavg(B0=B0.to("meta")), r"B0 is on the meta device"),
     ("fedrep meta device", lambda: run_fedrep(B0=B0.to("meta")), r"B0 is on the meta device"),
@@ -620,7 +624,7 @@ def test_every_settings_field_is_type_checked_at_construction(key):
 
 
 # ============================================================================================
-# The neural engine (replearn.neural, replearn.algorithms): training that blows up while staying
+# The neural engine (replearn.neural, replearn.neural.algorithms): training that blows up while staying
 # finite, bad data or starting state blamed on nothing else, NaN models, absurd sizes (issue 27)
 # ============================================================================================
 
@@ -662,7 +666,8 @@ def test_neural_divergence_while_finite_names_the_learning_rate(algorithm, lr):
 
 @pytest.mark.parametrize("name", ["FedProx", "SCAFFOLD", "Ditto", "APFL", "Per-FedAvg", "Fed-MTL", "FedAvg+FT"])
 def test_neural_protocol_algorithms_report_divergence_with_the_learning_rate(name):
-    from replearn import algorithms, neural
+    from replearn.neural import algorithms
+    from replearn import neural
     cfg = neural.TrainConfig(rounds=2, lr=1e3, local_steps=3, batch_size=5)
     with pytest.raises(FloatingPointError, match="lr = 1000"):
         algorithms.run(name, _neural_tiny(), _neural_clients(), cfg)
@@ -684,7 +689,8 @@ def test_neural_huge_pixels_are_named_not_blamed_on_the_step_size(scale):
 
 @pytest.mark.parametrize("bad", [NAN, math.inf, 1e9])
 def test_neural_bad_starting_state_is_named(bad):
-    from replearn import algorithms, neural
+    from replearn.neural import algorithms
+    from replearn import neural
     model = _neural_tiny()
     state = {n: p.detach().clone() for n, p in model.named_parameters()}
     state["body.0.weight"][0, 0, 0, 0] = bad
@@ -722,7 +728,8 @@ def test_neural_absurd_sizes_are_refused_at_construction(field):
 
 
 def test_neural_absurd_work_is_refused_before_anything_is_allocated():
-    from replearn import algorithms, neural
+    from replearn.neural import algorithms
+    from replearn import neural
     model, clients = _neural_tiny(), _neural_clients()
     with pytest.raises(ValueError, match="MAX_RUN_STEPS"):
         neural.fedavg(model, clients, neural.TrainConfig(rounds=10**6, local_steps=10**5))
@@ -758,7 +765,8 @@ import numpy as np  # noqa: E402
 def test_divergence_caused_by_an_option_names_the_option(name, field):
     """A huge step-scaling option diverges at a sane lr: the error names the option and its value,
     not only the learning rate (which alone trains fine)."""
-    from replearn import algorithms, neural
+    from replearn.neural import algorithms
+    from replearn import neural
     cfg = neural.TrainConfig(rounds=3, lr=0.01, local_steps=3, batch_size=5)
     opts = algorithms.get(name).Options(**{field: 1e6})
     with pytest.raises(FloatingPointError,
@@ -769,7 +777,8 @@ def test_divergence_caused_by_an_option_names_the_option(name, field):
 
 
 def test_every_algorithm_declares_its_step_scaling_options():
-    from replearn import algorithms, neural
+    from replearn.neural import algorithms
+    from replearn import neural
     for name in algorithms.names():
         opts = algorithms.get(name).Options
         scales = getattr(opts, "step_scales", ())
@@ -785,7 +794,7 @@ def test_every_algorithm_declares_its_step_scaling_options():
 
 @pytest.mark.parametrize("value", [np.float64(0.25), np.float32(0.25), np.float16(0.5), np.int64(2), 2])
 def test_numpy_real_options_are_accepted_as_python_floats(value):
-    from replearn import algorithms
+    from replearn.neural import algorithms
     for name, field in [("FedProx", "mu"), ("Ditto", "lam"), ("Fed-MTL", "lam"), ("SCAFFOLD", "global_lr"),
                         ("Per-FedAvg", "alpha"), ("APFL", "alpha_lr"), ("L2GD", "lam")]:
         opts = algorithms.get(name).Options(**{field: value})
@@ -802,7 +811,7 @@ def test_numpy_real_options_are_accepted_as_python_floats(value):
                          ids=["bool", "np.bool_", "nan", "inf", "f32-nan", "f64-inf", "str", "10**400", "None",
                               "tensor"])
 def test_options_still_refuse_bools_non_finite_values_and_strings(bad):
-    from replearn import algorithms
+    from replearn.neural import algorithms
     with pytest.raises(ValueError, match="mu must be a finite real number"):
         algorithms.get("FedProx").Options(mu=bad)
 
@@ -813,7 +822,8 @@ def test_options_still_refuse_bools_non_finite_values_and_strings(bad):
 def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit_in_float32_with_momentum(extra):
     """mu = 0 takes FedAvg's own arithmetic: iterates, losses and accuracies equal bit for bit in
     float32 with momentum, on the per-client, epoch and batched paths (these differed by an ulp)."""
-    from replearn import algorithms, neural
+    from replearn.neural import algorithms
+    from replearn import neural
     model = _neural_tiny().float()
     clients = _neural_clients(sizes=(12, 20, 8, 16)).to(torch.float32)
     cfg = neural.TrainConfig(**{**dict(rounds=3, lr=0.1, momentum=0.5, participation=1.0, last_rounds=1), **extra})
@@ -832,7 +842,8 @@ def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit_in_float32_with_momentum(ext
 def test_l2gd_rounds_without_a_local_step_report_a_measured_loss(vmap):
     """With one step per round and p = 0.5 some rounds' coins only aggregate: their loss is the
     loss of each client's final model on its round's first minibatch (no 0.0 for "no step")."""
-    from replearn import algorithms, neural
+    from replearn.neural import algorithms
+    from replearn import neural
     from replearn.backend import make_generator
     opts = algorithms.get("L2GD").Options(lam=1.0, p=0.5)
     clients = _neural_clients(sizes=(12, 20, 8, 16))
@@ -865,7 +876,7 @@ def test_l2gd_rounds_without_a_local_step_report_a_measured_loss(vmap):
 
 
 def test_impossible_dirichlet_min_size_is_refused_before_any_draw(monkeypatch):
-    from replearn import data
+    from replearn.neural import data
 
     class NoDraws:
         def __getattr__(self, name):
@@ -892,7 +903,7 @@ def test_impossible_dirichlet_min_size_is_refused_before_any_draw(monkeypatch):
 
 def test_federation_spec_naming_absent_classes_is_refused():
     from cifar_fixtures import fake_cifar
-    from replearn.specs import FederationSpec
+    from replearn.neural.specs import FederationSpec
     c = fake_cifar(10, 20, 6)
     with pytest.raises(ValueError, match=r"classes \[12\] are not classes of cifar10: its labels are 0\.\.9 "
                                          r"\(10 classes\)"):
@@ -914,7 +925,8 @@ def test_federation_spec_naming_absent_classes_is_refused():
 
 
 def test_starting_state_of_another_architecture_is_named_with_both_shapes():
-    from replearn import algorithms, neural
+    from replearn.neural import algorithms
+    from replearn import neural
     model, clients = _neural_tiny(), _neural_clients()
     cfg = neural.TrainConfig(rounds=1, lr=0.01, local_steps=1)
     good = {n: p.detach().clone() for n, p in model.named_parameters()}

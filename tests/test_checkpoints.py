@@ -1,9 +1,11 @@
-"""replearn.checkpoints: finished engine runs are stored and reused inside resumable()."""
+"""replearn.neural.checkpoints: finished engine runs are stored and reused inside resumable()."""
 
 import pytest
 import torch
 
-from replearn import algorithms, checkpoints, neural
+from replearn.neural import engine
+from replearn.neural import algorithms, checkpoints
+from replearn import neural
 from tiny_net import Tiny
 
 
@@ -31,8 +33,8 @@ def equal_results(a: neural.FedResult, b: neural.FedResult) -> bool:
 
 def counting(monkeypatch, name):
     calls = []
-    original = getattr(neural, name)
-    monkeypatch.setattr(neural, name, lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = getattr(engine, name)
+    monkeypatch.setattr(engine, name, lambda *a, **k: calls.append(1) or original(*a, **k))
     return calls
 
 

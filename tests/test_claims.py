@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from replearn.claims import ClaimFailed, claim, format_value
+from replearn.book.claims import ClaimFailed, claim, format_value
 
 
 def test_claim_prints_values_when_it_holds(capsys):
@@ -39,7 +39,7 @@ def test_format_value():
 
 
 def test_round_significant():
-    from replearn.claims import round_significant
+    from replearn.book.claims import round_significant
     assert round_significant(5.132895215833068) == 5.13
     assert round_significant(0.053518619444278936, 2) == 0.054
     assert round_significant(np.float64(1234.5678), 2) == 1200.0
@@ -54,7 +54,7 @@ def test_round_significant():
 def test_glue_number_stores_the_rounded_value(capsys):
     from IPython.core.interactiveshell import InteractiveShell
 
-    from replearn.claims import glue_number
+    from replearn.book.claims import glue_number
     InteractiveShell.instance()
     assert glue_number("x", 5.132895215833068) == 5.13
 
@@ -73,7 +73,7 @@ def test_claim_refuses_to_hold_on_nan(capsys):
 
 @pytest.mark.parametrize("digits", [0, -1, 18, 2.0, True, "3", None])
 def test_digits_are_validated(digits):
-    from replearn.claims import glue_number, round_significant
+    from replearn.book.claims import glue_number, round_significant
     with pytest.raises(ValueError, match="digits"):
         claim("x", True, digits=digits, x=1.0)
     with pytest.raises(ValueError, match="digits"):
@@ -86,13 +86,13 @@ def test_digits_are_validated(digits):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), np.float64("nan"), torch.tensor(float("inf"))])
 def test_glue_number_rejects_non_finite(bad):
-    from replearn.claims import glue_number
+    from replearn.book.claims import glue_number
     with pytest.raises(ValueError, match="not a finite number"):
         glue_number("x", bad)
 
 
 def test_fmt_formats_once_without_negative_zero():
-    from replearn.claims import fmt, mean_pm
+    from replearn.book.claims import fmt, mean_pm
     assert fmt(-0.001, ".2f") == "0.00" and fmt(-0.4, ".0f") == "0" and fmt(-0.006, ".2f") == "-0.01"
     assert fmt(0.105, ".2f") == format(0.105, ".2f")
     with pytest.raises(ValueError, match="not a finite number"):
@@ -101,7 +101,7 @@ def test_fmt_formats_once_without_negative_zero():
     assert (s.mean, s.sd, s.text) == ("-0.001", "0.003", "-0.001 ± 0.003")
     assert mean_pm([0.004, -0.004, -0.0041], digits=2).mean == "0.00"   # not "-0.00"
     assert mean_pm([0.5, 0.7], scale=100).text == "60 ± 14"
-    from replearn.seeds import pm
+    from replearn.book.seeds import pm
     for v in ([0.81, 0.83, 0.79], [0.1234, 0.1238, 0.1229], [12.0, 19.0, 15.0]):
         assert mean_pm(v).text == pm(v)                                  # the same numbers as seeds.pm
     with pytest.raises(ValueError, match="finite"):
@@ -116,7 +116,7 @@ def _glued(monkeypatch):
 
 
 def test_glue_text_and_glue_pm(monkeypatch):
-    from replearn.claims import glue_pm, glue_text
+    from replearn.book.claims import glue_pm, glue_text
     calls = _glued(monkeypatch)
     assert glue_text("a", "0.11 ± 0.01") == "0.11 ± 0.01"
     s = glue_pm("gap", [0.10, 0.12, 0.11])
@@ -129,7 +129,7 @@ def test_glue_text_and_glue_pm(monkeypatch):
 
 
 def test_verdict_glues_the_phrase_of_its_outcome(monkeypatch, capsys):
-    from replearn.claims import verdict
+    from replearn.book.claims import verdict
     calls = _glued(monkeypatch)
     assert verdict("v-sep", "tau = 5 above D-SGD beyond the spread", False, holds="separates", fails="does not separate",
                    paper="Fig. 4", diff=0.006) is False
@@ -150,8 +150,8 @@ def test_verdict_glues_the_phrase_of_its_outcome(monkeypatch, capsys):
 
 
 def test_verdicts_show_as_one_table_with_the_interval_they_used(monkeypatch):
-    from replearn import seeds
-    from replearn.claims import verdict, verdict_table
+    from replearn.book import seeds
+    from replearn.book.claims import verdict, verdict_table
     _glued(monkeypatch)
     verdict_table.__globals__["_PENDING"].clear()
     c = seeds.separated([0.5, 0.6, 0.8], [0.1, 0.2, 0.3])
@@ -167,8 +167,8 @@ def test_verdicts_show_as_one_table_with_the_interval_they_used(monkeypatch):
 
 
 def test_verdict_records_absence_claims_and_whether_the_papers_size_is_inside(monkeypatch):
-    from replearn import seeds
-    from replearn.claims import verdict, verdict_table
+    from replearn.book import seeds
+    from replearn.book.claims import verdict, verdict_table
     calls = _glued(monkeypatch)
     c = seeds.compare([0.5, 0.6, 0.8], [0.1, 0.2, 0.3])          # +0.43 [+0.29, +0.58]
     verdict("s1", "x above y", c, holds="h", fails="f", paper="T1", paper_difference=0.4)
@@ -184,7 +184,7 @@ def test_verdict_records_absence_claims_and_whether_the_papers_size_is_inside(mo
 
 def test_the_criterion_is_the_paired_t_interval():
     from scipy.stats import ttest_rel
-    from replearn import seeds
+    from replearn.book import seeds
     a, b = [0.5, 0.6, 0.8, 0.7], [0.1, 0.25, 0.3, 0.5]
     c = seeds.compare(a, b)
     d = [x - y for x, y in zip(a, b)]
@@ -201,7 +201,7 @@ def test_the_criterion_is_the_paired_t_interval():
 
 def test_recorded_outcomes_reads_stored_glue(tmp_path):
     import nbformat
-    from replearn.claims import recorded_outcomes
+    from replearn.book.claims import recorded_outcomes
     record = {"claim": "c", "holds": True, "paper": "Fig. 5", "scale": "long"}
     nb = nbformat.v4.new_notebook()
     nb.cells.append(nbformat.v4.new_code_cell("", outputs=[
@@ -215,7 +215,7 @@ def test_recorded_outcomes_reads_stored_glue(tmp_path):
 
 
 def test_compared_says_which_side_is_higher_beyond_the_spread():
-    from replearn.claims import compared
+    from replearn.book.claims import compared
 
     # paired differences 0.4, 0.4, 0.5: mean 0.433, sd 0.0577, 95% half-width 4.303 * 0.0577 / sqrt(3) = 0.143
     assert compared([0.5, 0.6, 0.8], [0.1, 0.2, 0.3]) == "higher beyond the spread (+0.4, 95% interval [+0.3, +0.6], n = 3)"
@@ -228,7 +228,7 @@ def test_compared_says_which_side_is_higher_beyond_the_spread():
 
 def test_appendix_b_separates_direction_size_and_non_contradiction(tmp_path):
     import nbformat
-    from replearn.outcomes import paper_claims, summary_word
+    from replearn.book.outcomes import paper_claims, summary_word
 
     d = dict(holds=True, kind="direction", size=None)
     assert summary_word(None) == "—"

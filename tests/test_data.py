@@ -1,4 +1,4 @@
-"""Tests of replearn.data: loading (official archive, npz subset, download), partitions, augmentation."""
+"""Tests of replearn.neural.data: loading (official archive, npz subset, download), partitions, augmentation."""
 
 import hashlib
 import math
@@ -16,7 +16,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from replearn import data
+from replearn.neural import data
 
 SUBSET_ROOT = data.data_root()
 HAVE_SUBSETS = all((SUBSET_ROOT / f).is_file() for f in ("cifar10_subset.npz", "cifar100_subset.npz"))
@@ -458,7 +458,7 @@ def test_missing_data_in_ipython_shows_one_message_and_skips_later_cells(tmp_pat
     config.HistoryManager.enabled = False  # no history database, no saving thread
     shell = InteractiveShell.instance(config=config)
     try:
-        result = shell.run_cell("from replearn import data\ncifar = data.load_cifar('cifar10')")
+        result = shell.run_cell("from replearn.neural import data\ncifar = data.load_cifar('cifar10')")
         assert isinstance(result.error_in_exec, data.DataMissingError)
         shown = capsys.readouterr().out
         assert shown.startswith("DataMissingError: no CIFAR-10 data in") and "Traceback" not in shown

@@ -41,7 +41,7 @@ CODE_BLOCK = re.compile(r"^[ \t]*(`{3,})(?:python|\{code-cell\}[^\n]*|\{code-blo
                         re.S | re.M)
 INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 SETUP_NAMES = {"cfg", "cifar", "cifar10", "cifar100"}
-HEAVY_MODULES = ("replearn.neural", "replearn.transfer", "replearn.personalisation")
+HEAVY_MODULES = ("replearn.neural", "replearn.neural.transfer", "replearn.neural.personalisation")
 
 
 class Placeholder:
@@ -81,14 +81,14 @@ def _stub_module(monkeypatch, module) -> None:
 
 @pytest.fixture
 def no_training(monkeypatch):
-    import replearn.data
+    import replearn.neural.data
     import replearn.experiments
 
     for info in pkgutil.walk_packages(replearn.experiments.__path__, "replearn.experiments."):
         _stub_module(monkeypatch, importlib.import_module(info.name))
     for name in HEAVY_MODULES:
         _stub_module(monkeypatch, importlib.import_module(name))
-    monkeypatch.setattr(replearn.data, "load_cifar", _stub(replearn.data.load_cifar))
+    monkeypatch.setattr(replearn.neural.data, "load_cifar", _stub(replearn.neural.data.load_cifar))
 
 
 def snippets(path: Path) -> list[list[str]]:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from replearn import algorithms as A
-from replearn import data as D
+from replearn.neural import algorithms as A
+from replearn.neural import data as D
 from replearn import neural
 from test_algorithms import make_clients, tiny
 

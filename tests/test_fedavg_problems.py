@@ -3,8 +3,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from replearn import linalg, linear
-from replearn.fedavg_problems import FedAvgProblemSettings, make_problem
+from replearn.theory import linalg, linear
+from replearn.theory.fedavg_problems import FedAvgProblemSettings, make_problem
 
 SMALL = FedAvgProblemSettings(d=12, k=3, M=8, alpha=0.3, rounds=50)
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from replearn import federated, linalg, linear
+from replearn.theory import linear_federated, linalg, linear
 
 
 def reference_fedavg(B, w, tasks, alpha, tau, rounds, clients=None, weights=None):
@@ -26,7 +26,7 @@ def reference_fedavg(B, w, tasks, alpha, tau, rounds, clients=None, weights=None
 
 @pytest.mark.parametrize("tau", [1, 2, 5])
 def test_population_fedavg_matches_per_client_loop(problem, tau):
-    traj = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=problem["alpha"],
+    traj = linear_federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=problem["alpha"],
                             tau=tau, rounds=4)
     B, w = reference_fedavg(problem["B0"], problem["w0"], problem["tasks"], problem["alpha"], tau, 4)
     assert torch.allclose(traj.B[-1], B, atol=1e-10) and torch.allclose(traj.w[-1], w, atol=1e-10)
@@ -35,7 +35,7 @@ def test_population_fedavg_matches_per_client_loop(problem, tau):
 
 def test_sampled_fedavg_matches_per_client_loop(problem):
     tasks = linear.sample_tasks(problem["Bstar"], problem["W"], 6, noise_std=0.1, seed=2)
-    traj = federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=3, rounds=3)
+    traj = linear_federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=3, rounds=3)
     B, w = reference_fedavg(problem["B0"], problem["w0"], tasks, 0.05, 3, 3)
     assert torch.allclose(traj.B[-1], B, atol=1e-10) and torch.allclose(traj.w[-1], w, atol=1e-10)
 
@@ -49,12 +49,12 @@ def test_sampled_fedavg_both_gradient_forms_match_per_client_loop(problem, m, ta
     tasks = linear.sample_tasks(problem["Bstar"], problem["W"], counts, noise_std=0.1, seed=4)
     weights = counts.double()
     kwargs = dict(alpha=0.05, tau=tau, rounds=4, clients_per_round=5, weights=weights, seed=3)
-    traj = federated.fedavg(problem["B0"], problem["w0"], tasks, **kwargs)
+    traj = linear_federated.fedavg(problem["B0"], problem["w0"], tasks, **kwargs)
     gen = torch.Generator().manual_seed(3)
     clients = [torch.randperm(problem["n"], generator=gen)[:5].sort().values.tolist() for _ in range(4)]
     B, w = reference_fedavg(problem["B0"], problem["w0"], tasks, 0.05, tau, 4, clients=clients, weights=weights)
     assert torch.allclose(traj.B[-1], B, atol=1e-10) and torch.allclose(traj.w[-1], w, atol=1e-10)
-    full = federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=tau, rounds=3)
+    full = linear_federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=tau, rounds=3)
     B, w = reference_fedavg(problem["B0"], problem["w0"], tasks, 0.05, tau, 3)
     assert torch.allclose(full.B[-1], B, atol=1e-10) and torch.allclose(full.w[-1], w, atol=1e-10)
 
@@ -62,7 +62,7 @@ def test_sampled_fedavg_both_gradient_forms_match_per_client_loop(problem, m, ta
 @pytest.mark.parametrize("m", [4, 30, None])  # gradients from the samples, from (H_i, b_i), population
 def test_client_gradients_match_the_task_oracle(problem, m):
     tasks = problem["tasks"] if m is None else linear.sample_tasks(problem["Bstar"], problem["W"], m, seed=5)
-    grads = federated._QuadraticClients(tasks)
+    grads = linear_federated._QuadraticClients(tasks)
     index = torch.tensor([1, 4, 6])
     theta = torch.randn(problem["n"], problem["d"], dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     assert torch.allclose(grads.at(theta.clone()), tasks.grad_theta(theta), atol=1e-12)
@@ -76,15 +76,15 @@ def test_client_gradients_match_the_task_oracle(problem, m):
 
 def test_coordinates_reproduce_explicit_local_iterates(problem):
     w = problem["w0"] + 0.2
-    A, w_loc = federated.local_coordinates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=4)
-    B_loc, w_ref = federated.local_updates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=4)
+    A, w_loc = linear_federated.local_coordinates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=4)
+    B_loc, w_ref = linear_federated.local_updates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=4)
     k = problem["k"]
     rebuilt = problem["B0"] @ A[:, :k] + problem["tasks"].theta[:, :, None] * A[:, k][:, None, :]
     assert torch.allclose(rebuilt, B_loc, atol=1e-10) and torch.allclose(w_loc, w_ref, atol=1e-10)
     # the prior weight of each client is the ordered product prod_s (I - alpha w_s w_s^T)
     heads = [w.expand(problem["n"], k)]
     for _ in range(3):
-        _, nxt = federated.local_updates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=len(heads))
+        _, nxt = linear_federated.local_updates(problem["B0"], w, problem["tasks"], None, alpha=0.1, tau=len(heads))
         heads.append(nxt)
     eye = torch.eye(k, dtype=torch.float64)
     for i in range(problem["n"]):
@@ -96,15 +96,15 @@ def test_coordinates_reproduce_explicit_local_iterates(problem):
 
 def test_tau_one_is_distributed_gd_on_the_average_loss(problem):
     B, w, alpha = problem["B0"], problem["w0"], problem["alpha"]
-    traj = federated.dgd(B, w, problem["tasks"], alpha=alpha, rounds=5)
-    same = federated.fedavg(B, w, problem["tasks"], alpha=alpha, tau=1, rounds=5)
+    traj = linear_federated.dgd(B, w, problem["tasks"], alpha=alpha, rounds=5)
+    same = linear_federated.fedavg(B, w, problem["tasks"], alpha=alpha, tau=1, rounds=5)
     assert torch.equal(traj.B, same.B)
     for t in range(5):
         gB, gw = linear.average_grads(B, w, problem["tasks"])
         B, w = B - alpha * gB, w - alpha * gw
         assert torch.allclose(traj.B[t + 1], B, atol=1e-10) and torch.allclose(traj.w[t + 1], w, atol=1e-10)
     # with tau = 2 the round is NOT a gradient step on the average loss
-    two = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=alpha, tau=2, rounds=1)
+    two = linear_federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=alpha, tau=2, rounds=1)
     gB, _ = linear.average_grads(problem["B0"], problem["w0"], problem["tasks"])
     assert not torch.allclose(two.B[1], problem["B0"] - 2 * alpha * gB, atol=1e-6)
 
@@ -112,9 +112,9 @@ def test_tau_one_is_distributed_gd_on_the_average_loss(problem):
 def test_partial_participation_and_weights(problem):
     weights = torch.arange(1, problem["n"] + 1, dtype=torch.float64)
     kwargs = dict(alpha=problem["alpha"], tau=2, rounds=3, clients_per_round=3, weights=weights)
-    a = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], seed=7, **kwargs)
-    b = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], seed=7, **kwargs)
-    c = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], seed=8, **kwargs)
+    a = linear_federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], seed=7, **kwargs)
+    b = linear_federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], seed=7, **kwargs)
+    c = linear_federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], seed=8, **kwargs)
     assert torch.equal(a.B, b.B) and not torch.equal(a.B, c.B)
     gen = torch.Generator().manual_seed(7)
     clients = [torch.randperm(problem["n"], generator=gen)[:3].sort().values.tolist() for _ in range(3)]
@@ -122,7 +122,7 @@ def test_partial_participation_and_weights(problem):
                             clients=clients, weights=weights)
     assert torch.allclose(a.B[-1], B, atol=1e-10) and torch.allclose(a.w[-1], w, atol=1e-10)
     sampled = linear.sample_tasks(problem["Bstar"], problem["W"], 4, seed=1)
-    s = federated.fedavg(problem["B0"], problem["w0"], sampled, seed=7, **kwargs)
+    s = linear_federated.fedavg(problem["B0"], problem["w0"], sampled, seed=7, **kwargs)
     B, w = reference_fedavg(problem["B0"], problem["w0"], sampled, problem["alpha"], 2, 3,
                             clients=clients, weights=weights)
     assert torch.allclose(s.B[-1], B, atol=1e-10)
@@ -130,9 +130,9 @@ def test_partial_participation_and_weights(problem):
 
 def test_fedavg_learns_the_representation_and_dgd_does_not(problem):
     Bstar = problem["Bstar"]
-    fed = federated.fedavg(problem["B0"], torch.zeros(problem["k"], dtype=torch.float64), problem["tasks"],
+    fed = linear_federated.fedavg(problem["B0"], torch.zeros(problem["k"], dtype=torch.float64), problem["tasks"],
                            alpha=problem["alpha"], tau=5, rounds=400)
-    dgd = federated.dgd(problem["B0"], torch.zeros(problem["k"], dtype=torch.float64), problem["tasks"],
+    dgd = linear_federated.dgd(problem["B0"], torch.zeros(problem["k"], dtype=torch.float64), problem["tasks"],
                         alpha=problem["alpha"], rounds=400)
     assert float(fed.dist(Bstar)[-1]) < 1e-3
     assert float(dgd.dist(Bstar)[-1]) > 0.5
@@ -141,23 +141,23 @@ def test_fedavg_learns_the_representation_and_dgd_does_not(problem):
 def test_bad_inputs_raise_clear_errors(problem):
     B0, w0, tasks = problem["B0"], problem["w0"], problem["tasks"]
     with pytest.raises(ValueError, match="tau"):
-        federated.fedavg(B0, w0, tasks, alpha=0.1, tau=0, rounds=2)
+        linear_federated.fedavg(B0, w0, tasks, alpha=0.1, tau=0, rounds=2)
     with pytest.raises(ValueError, match="alpha"):
-        federated.fedavg(B0, w0, tasks, alpha=-0.1, tau=2, rounds=2)
+        linear_federated.fedavg(B0, w0, tasks, alpha=-0.1, tau=2, rounds=2)
     with pytest.raises(ValueError, match="w0 must have shape"):
-        federated.fedavg(B0, w0[:2], tasks, alpha=0.1, tau=2, rounds=2)
+        linear_federated.fedavg(B0, w0[:2], tasks, alpha=0.1, tau=2, rounds=2)
     with pytest.raises(ValueError, match="dimension"):
-        federated.fedavg(B0[:5], w0, tasks, alpha=0.1, tau=2, rounds=2)
+        linear_federated.fedavg(B0[:5], w0, tasks, alpha=0.1, tau=2, rounds=2)
     with pytest.raises(ValueError, match="k <= d"):
-        federated.fedavg(torch.zeros(2, 3, dtype=torch.float64), w0, tasks, alpha=0.1, tau=2, rounds=2)
+        linear_federated.fedavg(torch.zeros(2, 3, dtype=torch.float64), w0, tasks, alpha=0.1, tau=2, rounds=2)
     with pytest.raises(ValueError, match="NaN"):
-        federated.fedavg(B0 * float("nan"), w0, tasks, alpha=0.1, tau=2, rounds=2)
+        linear_federated.fedavg(B0 * float("nan"), w0, tasks, alpha=0.1, tau=2, rounds=2)
     with pytest.raises(ValueError, match="clients_per_round"):
-        federated.fedavg(B0, w0, tasks, alpha=0.1, tau=2, rounds=2, clients_per_round=0)
+        linear_federated.fedavg(B0, w0, tasks, alpha=0.1, tau=2, rounds=2, clients_per_round=0)
     with pytest.raises(ValueError, match="weights"):
-        federated.fedavg(B0, w0, tasks, alpha=0.1, tau=2, rounds=2, weights=-torch.ones(tasks.n))
+        linear_federated.fedavg(B0, w0, tasks, alpha=0.1, tau=2, rounds=2, weights=-torch.ones(tasks.n))
     with pytest.raises(ValueError, match="diverged by round .*too large"):
-        federated.fedavg(B0, w0, tasks, alpha=3.0, tau=2, rounds=40)
+        linear_federated.fedavg(B0, w0, tasks, alpha=3.0, tau=2, rounds=40)
 
 
 @pytest.mark.parametrize("tau", [1, 2, 4])
@@ -165,9 +165,9 @@ def test_global_update_is_prior_plus_signal_weight(problem, tau):
     B, w = problem["B0"], problem["w0"] + 0.2
     weights = torch.arange(1, problem["n"] + 1, dtype=torch.float64)
     index = torch.tensor([0, 2, 3, 6])
-    prior, signal = federated.global_update_weights(B, w, problem["Bstar"], problem["W"], alpha=0.1, tau=tau,
+    prior, signal = linear_federated.global_update_weights(B, w, problem["Bstar"], problem["W"], alpha=0.1, tau=tau,
                                                     index=index, weights=weights)
-    B_loc, _ = federated.local_updates(B, w, problem["tasks"], index, alpha=0.1, tau=tau)
+    B_loc, _ = linear_federated.local_updates(B, w, problem["tasks"], index, alpha=0.1, tau=tau)
     p = weights[index] / weights[index].sum()
     averaged = torch.einsum("s,sdk->dk", p, B_loc)
     assert torch.allclose(B @ prior + problem["Bstar"] @ signal, averaged, atol=1e-10)
@@ -189,39 +189,39 @@ def test_minibatch_local_sgd_and_unequal_counts(problem):
     batch = tasks.minibatch(torch.tensor([0]), 3, torch.Generator().manual_seed(0))
     full = tasks.grad_theta(theta.expand(1, -1), torch.tensor([0]))
     assert torch.allclose(batch.grad_theta(theta.expand(1, -1)), full, atol=1e-12)
-    run = lambda seed: federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=2, rounds=3,
+    run = lambda seed: linear_federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=2, rounds=3,
                                         batch_size=2, weights=counts.double(), seed=seed)
     assert torch.equal(run(1).B, run(1).B) and not torch.equal(run(1).B, run(2).B)
     with pytest.raises(ValueError, match="batch size"):
-        federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=2, rounds=1, batch_size=4)
+        linear_federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=0.05, tau=2, rounds=1, batch_size=4)
     with pytest.raises(ValueError, match="population"):
-        federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=0.05, tau=2, rounds=1, batch_size=2)
+        linear_federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=0.05, tau=2, rounds=1, batch_size=2)
 
 
 def test_global_gradient_norm_vanishes_for_dgd_but_not_fedavg(problem):
     zeros = torch.zeros(problem["k"], dtype=torch.float64)
-    dgd = federated.dgd(problem["B0"], zeros, problem["tasks"], alpha=problem["alpha"], rounds=2500)
-    fed = federated.fedavg(problem["B0"], zeros, problem["tasks"], alpha=problem["alpha"], tau=5, rounds=2500)
-    g_dgd = federated.global_gradient_norm(*dgd.final, problem["tasks"])
-    g_fed = federated.global_gradient_norm(*fed.final, problem["tasks"])
+    dgd = linear_federated.dgd(problem["B0"], zeros, problem["tasks"], alpha=problem["alpha"], rounds=2500)
+    fed = linear_federated.fedavg(problem["B0"], zeros, problem["tasks"], alpha=problem["alpha"], tau=5, rounds=2500)
+    g_dgd = linear_federated.global_gradient_norm(*dgd.final, problem["tasks"])
+    g_fed = linear_federated.global_gradient_norm(*fed.final, problem["tasks"])
     assert float(g_dgd) < 1e-8 < 1e-3 < float(g_fed)
     # matches autograd on the average loss
     B, w = problem["B0"].clone().requires_grad_(), (problem["w0"] + 0.3).requires_grad_()
     linear.losses(B, w, problem["tasks"]).mean().backward()
     expected = torch.sqrt(B.grad.pow(2).sum() + w.grad.pow(2).sum())
-    got = federated.global_gradient_norm(problem["B0"], problem["w0"] + 0.3, problem["tasks"])
+    got = linear_federated.global_gradient_norm(problem["B0"], problem["w0"] + 0.3, problem["tasks"])
     assert float(got) == pytest.approx(float(expected), rel=1e-10)
 
 
 def test_global_gradient_norms_along_a_trajectory_match_the_pointwise_norm(problem):
     tasks = problem["tasks"]
     v = problem["Bstar"] @ problem["W"].mean(0)
-    for traj in (federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=problem["alpha"], tau=3, rounds=30),
-                 federated.dgd(problem["B0"], problem["w0"], tasks, alpha=problem["alpha"], rounds=30)):
-        g = federated.global_gradient_norms(traj, v)
+    for traj in (linear_federated.fedavg(problem["B0"], problem["w0"], tasks, alpha=problem["alpha"], tau=3, rounds=30),
+                 linear_federated.dgd(problem["B0"], problem["w0"], tasks, alpha=problem["alpha"], rounds=30)):
+        g = linear_federated.global_gradient_norms(traj, v)
         assert g.shape == (31,)
         for t in (0, 1, 17, 30):
-            assert float(g[t]) == pytest.approx(float(federated.global_gradient_norm(traj.B[t], traj.w[t], tasks)),
+            assert float(g[t]) == pytest.approx(float(linear_federated.global_gradient_norm(traj.B[t], traj.w[t], tasks)),
                                                 rel=1e-10, abs=1e-15)
 
 
@@ -236,37 +236,37 @@ def _two_clients(d=4):
 
 def test_average_local_fits_is_the_weighted_server_average(problem):
     Bstar, W, B_local, w_local = _two_clients()
-    avg = federated.average_local_fits(B_local, w_local, Bstar, W=W)
+    avg = linear_federated.average_local_fits(B_local, w_local, Bstar, W=W)
     assert torch.allclose(avg.B, torch.tensor([[0.5, 0.0], [0.5, 0.0], [0.0, 1.0], [0.0, 0.0]], dtype=torch.float64))
     assert torch.equal(avg.w, torch.tensor([1.0, 0.0], dtype=torch.float64))
     assert abs(avg.dist - 1.0) < 1e-12
     # B_bar w_bar = (e_1 + e_2)/2: each client's loss is 1/2 ||(e_2 - e_1)/2||^2 = 1/4, and it is a minimiser of F
     assert torch.allclose(avg.losses, torch.full((2,), 0.25, dtype=torch.float64)) and avg.grad_norm < 1e-12
-    weighted = federated.average_local_fits(B_local, w_local, Bstar, weights=torch.tensor([1.0, 3.0]), W=W)
+    weighted = linear_federated.average_local_fits(B_local, w_local, Bstar, weights=torch.tensor([1.0, 3.0]), W=W)
     assert torch.allclose(weighted.B, 0.25 * B_local[0] + 0.75 * B_local[1])
     assert abs(weighted.dist - 1.0) < 1e-12
     # B_bar w_bar = (e_1 + 3 e_2)/4 minimises the weighted objective; the losses are 1/2 ||B_bar w_bar - e_i||^2
     assert weighted.grad_norm < 1e-12
     assert torch.allclose(weighted.losses, torch.tensor([0.5625, 0.0625], dtype=torch.float64))
-    no_heads = federated.average_local_fits(B_local, w_local, Bstar)
+    no_heads = linear_federated.average_local_fits(B_local, w_local, Bstar)
     assert torch.isnan(no_heads.losses).all() and no_heads.grad_norm != no_heads.grad_norm
     # the global gradient norm is the library's, on the population losses of (B_*, W)
     M = problem["n"]
     B_many = problem["B0"].expand(M, -1, -1) + 0.01 * torch.arange(M, dtype=torch.float64)[:, None, None]
     w_many = torch.ones(M, problem["k"], dtype=torch.float64)
-    avg = federated.average_local_fits(B_many, w_many, problem["Bstar"], W=problem["W"])
-    assert avg.grad_norm == pytest.approx(float(federated.global_gradient_norm(avg.B, avg.w, problem["tasks"])),
+    avg = linear_federated.average_local_fits(B_many, w_many, problem["Bstar"], W=problem["W"])
+    assert avg.grad_norm == pytest.approx(float(linear_federated.global_gradient_norm(avg.B, avg.w, problem["tasks"])),
                                           rel=1e-12)
     assert avg.dist == pytest.approx(float(linalg.principal_angle_distance(avg.B, problem["Bstar"])), rel=1e-12)
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda Bs, W, B, w: federated.average_local_fits(B[0], w, Bs), "B_local"),
-    (lambda Bs, W, B, w: federated.average_local_fits(B, w, Bs[:3]), "Bstar"),
-    (lambda Bs, W, B, w: federated.average_local_fits(B, w, Bs, weights=torch.tensor([1.0, -1.0])), "weights"),
-    (lambda Bs, W, B, w: federated.average_local_fits(B, w, Bs, weights=torch.ones(3)), "weights"),
-    (lambda Bs, W, B, w: federated.average_local_fits(B * float("nan"), w, Bs), "NaN"),
-    (lambda Bs, W, B, w: federated.average_local_fits(B, w, Bs, W=torch.eye(3, dtype=torch.float64)), "W must"),
+    (lambda Bs, W, B, w: linear_federated.average_local_fits(B[0], w, Bs), "B_local"),
+    (lambda Bs, W, B, w: linear_federated.average_local_fits(B, w, Bs[:3]), "Bstar"),
+    (lambda Bs, W, B, w: linear_federated.average_local_fits(B, w, Bs, weights=torch.tensor([1.0, -1.0])), "weights"),
+    (lambda Bs, W, B, w: linear_federated.average_local_fits(B, w, Bs, weights=torch.ones(3)), "weights"),
+    (lambda Bs, W, B, w: linear_federated.average_local_fits(B * float("nan"), w, Bs), "NaN"),
+    (lambda Bs, W, B, w: linear_federated.average_local_fits(B, w, Bs, W=torch.eye(3, dtype=torch.float64)), "W must"),
 ])
 def test_average_local_fits_rejects_bad_inputs(call, message):
     with pytest.raises(ValueError, match=message):

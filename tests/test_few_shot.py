@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from replearn import few_shot, linalg, linear
+from replearn.theory import few_shot, linalg, linear
 
 
 def test_new_task_errors_match_a_direct_solve():

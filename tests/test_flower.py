@@ -1,4 +1,4 @@
-"""The Flower adapter (replearn.flower) against the in-process engine (replearn.neural), and
+"""The Flower adapter (replearn.neural.flower) against the in-process engine (replearn.neural), and
 its fault contract: bad replies are dropped, sizes come from discovery, nothing hangs."""
 
 import math
@@ -19,7 +19,8 @@ from flwr.app import Array, ArrayRecord, Message, MessageType, RecordDict  # noq
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg, Krum  # noqa: E402
 
-from replearn import flower, neural  # noqa: E402
+from replearn.neural import flower
+from replearn import neural  # noqa: E402
 from tiny_net import Tiny  # noqa: E402
 
 SIZES = (12, 20, 8, 16)

@@ -3,7 +3,7 @@
 myst-nb stores every ``glue(name, value)`` as a hidden notebook output holding ``repr(value)``,
 and strict nbval compares it like any other output. A full-precision float
 (``0.053518619444278936``) differs in its last bits between BLAS builds and fails CI on another
-machine; glue through :func:`replearn.claims.glue_number`, which rounds to the digits the text
+machine; glue through :func:`replearn.book.claims.glue_number`, which rounds to the digits the text
 shows.
 """
 
@@ -52,5 +52,5 @@ def test_glued_numbers_are_rounded(path):
         for number in NUMBER.findall(text):
             if significant_digits(number) > MAX_SIGNIFICANT:
                 bad.append(f"cell {index}, glue {name!r}: {text[:60]}")
-    assert not bad, ("glued values stored at full precision (use replearn.claims.glue_number, which "
+    assert not bad, ("glued values stored at full precision (use replearn.book.claims.glue_number, which "
                      "rounds to the digits the text shows):\n  " + "\n  ".join(bad))

@@ -3,7 +3,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from replearn import linalg
+from replearn.theory import linalg
 
 
 def rand(*shape, seed=0):

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from replearn import linalg, linear
+from replearn.theory import linalg, linear
 from replearn.backend import make_generator, randn
 
 
@@ -300,14 +300,15 @@ def test_absurd_counts_are_refused_before_anything_is_allocated():
     """Issue 27: counts of 10**12 (tasks, samples, steps) are refused by name against
     checks.MAX_COUNT instead of allocating until the machine gives out."""
     import pytest as _pytest
-    from replearn import aruba, checks, fedrep, linalg, linear
+    from replearn.theory import aruba, linear_fedrep, linalg, linear
+    from replearn import checks
     Bstar = linalg.random_orthonormal(6, 2, seed=0)
     W = linear.make_heads(3, 2)
     for call, name in [(lambda: linear.make_heads(10**12, 2), "n \\(tasks\\)"),
                        (lambda: linear.sample_tasks(Bstar, W, 10**12, seed=0), "m \\(samples per task\\)"),
                        (lambda: aruba.sample_tasks(aruba.TaskFamily(d=3, m=5), 10**12), "T \\(tasks\\)"),
                        (lambda: aruba.rademacher_regret(5, 1.0, 10**12), "runs"),
-                       (lambda: fedrep.paper_heads(10**12, 2), "n \\(clients\\)"),
+                       (lambda: linear_fedrep.paper_heads(10**12, 2), "n \\(clients\\)"),
                        (lambda: linear.random_problem(6, 2, 3, step=0.1, seed=2**64), "seed must be at most")]:
         with _pytest.raises(ValueError, match=name) as info:
             call()

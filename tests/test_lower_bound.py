@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from replearn import federated, linalg, linear, lower_bound, meta
+from replearn.theory import linear_federated, linalg, linear, lower_bound, meta
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -89,10 +89,10 @@ def test_weighted_instance_defeats_weighted_dgd_only():
     sizes = torch.tensor([5.0, 50.0, 10.0, 80.0, 20.0, 30.0, 7.0, 60.0], dtype=torch.float64)
     inst = lower_bound.weighted_adversarial_instance(12, 3, 8, 0.3, sizes, cond=3.0, mean_norm=1.0, seed=0)
     assert abs(float(linalg.principal_angle_distance(inst.B0, inst.Bstar)) - 0.3) < 1e-12
-    weighted = federated.dgd(inst.B0, inst.w0, inst.tasks, alpha=0.3, rounds=200, weights=sizes)
+    weighted = linear_federated.dgd(inst.B0, inst.w0, inst.tasks, alpha=0.3, rounds=200, weights=sizes)
     assert float((weighted.dist(inst.Bstar) - 0.3).abs().max()) < 1e-10
     # the construction is specific to the weights: unweighted D-GD sees another mean regressor
-    plain = federated.dgd(inst.B0, inst.w0, inst.tasks, alpha=0.3, rounds=200)
+    plain = linear_federated.dgd(inst.B0, inst.w0, inst.tasks, alpha=0.3, rounds=200)
     assert float((plain.dist(inst.Bstar) - 0.3).abs().max()) > 1e-4
     # the weighted mean regressor lies in col(B_0); B_0, w_0 and the heads are make_instance's
     p = sizes / sizes.sum()

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from replearn import linalg, linear, maml, meta
+from replearn.theory import linalg, linear, maml, meta
 
 ALPHA = 0.25
 

@@ -3,8 +3,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from replearn import linalg, linear, maml_instances
-from replearn.maml_instances import PopulationSettings
+from replearn.theory import linalg, linear, maml_instances
+from replearn.theory.maml_instances import PopulationSettings
 
 SMALL = PopulationSettings(d=8, k=2, n=6, iterations=120)
 

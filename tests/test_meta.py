@@ -1,12 +1,12 @@
 import pytest
 import torch
 
-from replearn import federated, linear, meta
+from replearn.theory import linear_federated, linear, meta
 
 
 def test_arm_is_gd_on_the_average_risk(problem):
     traj = meta.arm(problem["B0"], problem["w0"], problem["tasks"], beta=0.1, iterations=3)
-    ref = federated.dgd(problem["B0"], problem["w0"], problem["tasks"], alpha=0.1, rounds=3)
+    ref = linear_federated.dgd(problem["B0"], problem["w0"], problem["tasks"], alpha=0.1, rounds=3)
     assert torch.equal(traj.B, ref.B) and torch.equal(traj.w, ref.w)
 
 
@@ -53,7 +53,7 @@ def test_subspace_floor_bounds_every_arm_iterate(problem):
     assert 0.0 < floor <= float(dist[0]) + 1e-12
     assert bool((dist >= floor - 1e-12).all())
     # the floor is not vacuous here: FedAvg with two local steps goes below it
-    fed = federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=0.1, tau=2, rounds=200)
+    fed = linear_federated.fedavg(problem["B0"], problem["w0"], problem["tasks"], alpha=0.1, tau=2, rounds=200)
     assert float(fed.dist(Bstar)[-1]) < floor
 
 

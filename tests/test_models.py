@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from replearn import models
+from replearn.neural import models
 
 
 def conv(c_in, c_out, k):

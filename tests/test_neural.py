@@ -7,7 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from replearn import models, neural
+from replearn.neural import engine
+from replearn.neural import models
+from replearn import neural
 from replearn.backend import make_generator
 from tiny_net import Tiny, authors_sgd
 
@@ -316,7 +318,7 @@ def test_from_partition_and_take_train():
 
 
 def _cifar_or_skip():
-    data = pytest.importorskip("replearn.data")
+    data = pytest.importorskip("replearn.neural.data")
     root = os.environ.get("REPLEARN_DATA") or (Path(__file__).resolve().parents[2] / "shared" / "data")
     try:
         return data, data.load_cifar("cifar10", root=root)
@@ -670,15 +672,15 @@ def test_finetune_and_fit_heads_batched_match_one_client_at_a_time(part, monkeyp
     """The batched path of fine-tuning and head fitting (``vmap_clients``, meant for a GPU) gives
     the per-client results to float64 rounding; clients of equal sizes are grouped, the others
     train alone, so any mix of sizes works."""
-    from replearn.personalisation import fit_heads
+    from replearn.neural.personalisation import fit_heads
 
     model = tiny_model().double()
     clients = tiny_clients(sizes=(12, 12, 12, 8))
     clients = neural.ClientData(tuple(x.double() for x in clients.x_train), clients.y_train,
                                 tuple(x.double() for x in clients.x_test), clients.y_test)
     state = params_of(model)
-    groups, real = [], neural._groups
-    monkeypatch.setattr(neural, "_groups", lambda *a: groups.append(real(*a)) or groups[-1])
+    groups, real = [], engine._groups
+    monkeypatch.setattr(engine, "_groups", lambda *a: groups.append(real(*a)) or groups[-1])
     one = neural.finetune(model, clients, state=state, epochs=2, part=part, lr=0.1, batch_size=4, seed=3)
     assert max(len(g) for g in groups[-1]) == 1
     batched = neural.finetune(model, clients, state=state, epochs=2, part=part, lr=0.1, batch_size=4, seed=3,

@@ -15,9 +15,9 @@ import pytest
 import torch
 from cifar_fixtures import fake_cifar
 
-from replearn import data as D
-from replearn import scales
-from replearn.algorithms import TABLE1
+from replearn.neural import data as D
+from replearn.book import scales
+from replearn.neural.algorithms import TABLE1
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
 from replearn.experiments.ch04_fedavg import s08_transfer as s48
 from replearn.experiments.ch04_fedavg import s09_cka as s49
@@ -118,7 +118,7 @@ def test_paper_49_slice_runs_and_shares_the_pretraining_of_48(c10, c100):
     s = slice_49()
     r = s49.run_cka(s, cifar10=c10, cifar100=c100)
     assert torch.isfinite(r.between).all() and all(torch.isfinite(v).all() for v in r.before_after.values())
-    from replearn import transfer
+    from replearn.neural import transfer
     assert transfer.pretrain_key(s) == transfer.pretrain_key(slice_48())
     assert transfer.pretrain(slice_48(), c100) is transfer.pretrain(s, c100)  # computed once
 
@@ -172,7 +172,7 @@ SECTIONS = {"4.7": (s47, s47.SimilaritySettings), "4.8": (s48, s48.TransferSetti
 
 @pytest.mark.parametrize("section", sorted(SECTIONS))
 def test_paper_profile_matches_every_setting_the_sources_state(section):
-    """Appendix B's table (:func:`replearn.scales.settings_table`): ``paper()`` equals every value
+    """Appendix B's table (:func:`replearn.book.scales.settings_table`): ``paper()`` equals every value
     the sources state, and every stated setting is a real field."""
     module, cls = SECTIONS[section]
     rows = scales.settings_table(cls, module.PAPER_SETTINGS)
@@ -192,7 +192,7 @@ def test_settings_table_flags_a_deviation_and_an_unknown_field():
 def test_launches_per_step_is_what_the_engine_dispatches():
     """The launch estimate's constant re-counted on the paper's CNN (float32, batch 10, momentum)."""
     from replearn import neural
-    from replearn.models import make_model
+    from replearn.neural.models import make_model
     model = make_model("fedavg_cnn", 10, 0, device="cpu", dtype=torch.float32, channels=(32, 64, 128),
                        hidden=(256, 128))
     worker = neural.LocalSGD(model)
@@ -217,7 +217,7 @@ def test_gpu_profiles_fit_eight_minutes_of_one_gpu():
                  "4.9": s49.work(s49.CKASettings.gpu()), "5.7": s57.work(s57.TableSettings.gpu()),
                  "5.8": s58.work(s58.EpochSettings.gpu()), "5.9": s59.work(s59.NewClientSettings.gpu())}
     assert sum(e["seconds"] for e in estimates.values()) < 0.8 * 480
-    from replearn import transfer
+    from replearn.neural import transfer
     assert transfer.pretrain_key(s48.TransferSettings.gpu()) == transfer.pretrain_key(s49.CKASettings.gpu())
     serial = sum(module.work(cls.gpu(), batched=False)["seconds"] for module, cls in SECTIONS.values())
     assert serial > 480  # why the batched engine matters

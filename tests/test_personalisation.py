@@ -1,4 +1,4 @@
-"""replearn.personalisation: CIFAR federations, their settings and new clients' heads (the library
+"""replearn.neural.personalisation: CIFAR federations, their settings and new clients' heads (the library
 side of book 5.7-5.9; the section drivers are tested in tests/experiments/ch05_fedrep).
 
 Most tests run on the small synthetic stand-in of :func:`cifar_fixtures.fake_cifar`; the partition
@@ -12,13 +12,13 @@ from cifar_fixtures import fake_cifar
 from settings_checks import check_composes_train, check_fields_type_checked, settings_with_train
 
 from replearn import neural
-from replearn import personalisation as P
+from replearn.neural import personalisation as P
 from replearn.backend import derive_seed
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
 from replearn.experiments.ch05_fedrep import s08_local_epochs as s58
 from replearn.experiments.ch05_fedrep import s09_new_clients_cifar as s59
-from replearn.profiles import differences
-from replearn.transfer import MatchedTraining
+from replearn.book.profiles import differences
+from replearn.neural.transfer import MatchedTraining
 
 
 def test_make_federation_gives_S_classes_and_matching_test_sets():
@@ -94,7 +94,7 @@ def test_paper_optimiser():
     assert (t.local_epochs, t.head_epochs, t.local_steps, t.head_steps) == (1, 10, None, None)
     assert (t.eval_every, t.last_rounds) == (1, 10)
     assert (p.train_per_client, p.test_per_client, p.variant, p.dtype) == (None, None, None, "float32")
-    from replearn import algorithms
+    from replearn.neural import algorithms
     assert tuple(P.ALGORITHMS) == algorithms.TABLE1 and len(P.ALGORITHMS) == 15  # Table 1's rows, in order
 
 

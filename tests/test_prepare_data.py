@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replearn import data
+from replearn.neural import data
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))

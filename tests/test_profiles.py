@@ -2,7 +2,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from replearn.profiles import Settings, profile_name
+from replearn.book.profiles import Settings, profile_name
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def test_profile_switch(monkeypatch):
 
 
 def test_differences_lists_the_fields_the_paper_profile_changes():
-    from replearn.profiles import differences
+    from replearn.book.profiles import differences
 
     assert differences(Demo) == [("d", 10, 100), ("T", 5, 500)]
     with pytest.raises(ValueError, match="Settings subclass"):
@@ -41,7 +41,7 @@ def test_differences_lists_the_fields_the_paper_profile_changes():
 
 def test_differences_look_inside_composed_configs():
     from replearn.neural import TrainConfig
-    from replearn.profiles import differences
+    from replearn.book.profiles import differences
 
     @dataclass(frozen=True)
     class WithConfig(Settings):
@@ -57,7 +57,7 @@ def test_differences_look_inside_composed_configs():
 
 def test_every_experiment_has_a_distinct_paper_profile():
     from replearn.experiments import settings_classes
-    from replearn.profiles import differences
+    from replearn.book.profiles import differences
 
     classes = settings_classes()
     assert "ch04_fedavg.s04_convergence.ConvergenceSettings" in classes and len(classes) >= 30

@@ -307,7 +307,7 @@ def test_allow_list_entries_are_used():
 # --- Sentences about the book's own results are bound to claim outcomes --------------------------
 #
 # A section that checks a paper's claim against the spread over seeds records the outcome with
-# ``replearn.claims.verdict``, which glues a phrase chosen by the outcome ("is above D-SGD's by more
+# ``replearn.book.claims.verdict``, which glues a phrase chosen by the outcome ("is above D-SGD's by more
 # than the spread" / "is not separated from D-SGD's ..."). In those sections every prose sentence
 # that states an ordering, separation or trend and quotes one of the section's glued results must
 # carry such a verdict phrase, or say that it is asserted by a ``claim()`` (which stops the notebook
@@ -326,7 +326,7 @@ BACKED = re.compile(r"\bassert(?:ed|s)?\b")
 
 def verdict_names(path: Path) -> set[str]:
     """The glue names whose outcome ``verdict`` recorded in a stored notebook."""
-    from replearn.claims import recorded_outcomes
+    from replearn.book.claims import recorded_outcomes
     return {rec["name"] for rec in recorded_outcomes(path)}
 
 
@@ -408,5 +408,5 @@ def test_verdict_notebooks_are_scanned():
 def test_ordering_sentences_carry_a_claim_outcome(path):
     bad = unbacked_orderings(path)
     assert not bad, ("sentences state an ordering or trend of the section's results without a glued claim "
-                     "outcome (glue the phrase of replearn.claims.verdict into the sentence, or assert the "
+                     "outcome (glue the phrase of replearn.book.claims.verdict into the sentence, or assert the "
                      "statement with claim() and say so):\n  " + "\n  ".join(bad))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from replearn import rates
+from replearn.theory import rates
 
 
 def test_geometric_curve_gives_its_rate_and_constant_exactly():

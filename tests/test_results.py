@@ -1,11 +1,11 @@
-"""replearn.results: reading committed results files back."""
+"""replearn.book.results: reading committed results files back."""
 
 import dataclasses
 import json
 
 import pytest
 
-from replearn import results
+from replearn.book import results
 
 
 def write(tmp_path, **over):

@@ -185,17 +185,18 @@ def test_command_line_refuses_seed_without_check_and_unknown_sections(capsys):
 
 
 def test_a_seed_cut_short_resumes_from_its_finished_engine_runs(tmp_path, monkeypatch):
-    """Within a seed, every finished engine run is stored (replearn.checkpoints): after an
+    """Within a seed, every finished engine run is stored (replearn.neural.checkpoints): after an
     interruption the driver starts again and the finished runs load instead of training."""
     from replearn import neural
+    from replearn.neural import engine
     from test_checkpoints import tiny_clients, tiny_model
 
     model, clients = tiny_model(), tiny_clients()
     cfgs = [neural.TrainConfig(rounds=1, lr=lr, batch_size=4, local_steps=1, eval_every=1, last_rounds=1)
             for lr in (0.05, 0.04)]
     trained, stop = [], [True]
-    real = neural._run_spec
-    monkeypatch.setattr(neural, "_run_spec", lambda *a, **k: trained.append(1) or real(*a, **k))
+    real = engine._run_spec
+    monkeypatch.setattr(engine, "_run_spec", lambda *a, **k: trained.append(1) or real(*a, **k))
 
     def driver(s):
         first = neural.fedavg(model, clients, cfgs[0])

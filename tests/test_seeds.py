@@ -1,11 +1,11 @@
-"""replearn.seeds: runs over seeds, mean ± sd with the decimals the spread supports, separation."""
+"""replearn.book.seeds: runs over seeds, mean ± sd with the decimals the spread supports, separation."""
 
 from dataclasses import dataclass
 
 import pytest
 
-from replearn import seeds as S
-from replearn.transfer import MatchedTraining
+from replearn.book import seeds as S
+from replearn.neural.transfer import MatchedTraining
 
 
 def test_mean_sd_decimals_and_pm():

@@ -17,8 +17,8 @@ from cifar_fixtures import fake_cifar
 from torch import nn
 from torch.nn import functional as F
 
-from replearn import personalisation
-from replearn.models import make_model
+from replearn.neural import personalisation
+from replearn.neural.models import make_model
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("authors_side_by_side", ROOT / "scripts" / "authors_side_by_side.py")

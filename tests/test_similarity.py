@@ -1,4 +1,4 @@
-"""Tests of replearn.similarity against independent NumPy / loop computations and CKA's invariances."""
+"""Tests of replearn.neural.similarity against independent NumPy / loop computations and CKA's invariances."""
 
 import itertools
 import math
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from replearn import similarity as sim
+from replearn.neural import similarity as sim
 from replearn.backend import check_finite
 
 

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from replearn import maml, sinusoid
-from replearn.linear import SampledTasks
+from replearn.theory import maml, sinusoid
+from replearn.theory.linear import SampledTasks
 
 
 # --------------------------------------------------------------------------- tasks

@@ -1,4 +1,4 @@
-"""replearn.specs: one network description and builder for every CIFAR section."""
+"""replearn.neural.specs: one network description and builder for every CIFAR section."""
 
 import json
 import sys
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from replearn import models
+from replearn.neural import models
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
-from replearn.specs import FederationSpec, NetworkSpec
+from replearn.neural.specs import FederationSpec, NetworkSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import run_results  # noqa: E402
@@ -74,7 +74,7 @@ def _fake10():
 
 def test_federation_spec_is_the_data_functions_composed():
     """Shards and Dirichlet: the spec's clients are exactly those of the partition functions."""
-    from replearn import data as D
+    from replearn.neural import data as D
     from replearn import neural
     c = _fake10()
     for spec, part in ((FederationSpec(5, classes_per_client=2), lambda y: D.shard_partition(y, 5, 2, seed=3)),

@@ -3,7 +3,7 @@ tests/experiments/ch01_arm/test_s03_lower_bound.py)."""
 
 import pytest
 
-from replearn.widgets import Menu, Slider, explorer
+from replearn.book.widgets import Menu, Slider, explorer
 
 CONTROLS = {"height": Slider(0.3, 0.05, 0.95, 0.05, "h"), "n": Slider(20, 10, 50, 10, "n", "int"),
             "scale": Slider(1.0, 0, 2, 0.1, "scale", "log"), "style": Menu("-", ("-", "--"), "style")}

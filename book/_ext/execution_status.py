@@ -51,7 +51,7 @@ NOT_RECORDED = "not recorded"
 #: The profile whose run times the prose quotes (what the stored outputs show).
 DEFAULT_PROFILE = "default"
 
-#: What :meth:`replearn.data.CifarData.describe` prints for each kind of data it serves
+#: What :meth:`replearn.neural.data.CifarData.describe` prints for each kind of data it serves
 #: (``source`` ``"full"`` and ``"subset"``), and the name the status table gives that kind.
 DESCRIBED_SOURCES = {"full official dataset": "full datasets",
                      "offline subset of the official images": "offline subsets"}
@@ -73,13 +73,13 @@ def _code_cells(nb) -> list:
 
 
 def uses_cifar(nb) -> bool:
-    """Whether a code cell of the notebook calls ``load_cifar`` (:func:`replearn.data.load_cifar`)."""
+    """Whether a code cell of the notebook calls ``load_cifar`` (:func:`replearn.neural.data.load_cifar`)."""
     return any("load_cifar(" in _text(c.get("source")) for c in _code_cells(nb))
 
 
 def data_kind(nb) -> str:
     """What data an executed notebook ran on: ``"none"`` unless a code cell calls ``load_cifar``;
-    else the kinds that :meth:`replearn.data.CifarData.describe` printed in its outputs,
+    else the kinds that :meth:`replearn.neural.data.CifarData.describe` printed in its outputs,
     ``"offline subsets"`` or ``"full datasets"`` (both, joined by ``" + "``, when a notebook was
     served both), or :data:`UNREPORTED_DATA` when it printed neither."""
     if not uses_cifar(nb):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import torch
 
-from .backend import check_finite
+from replearn.backend import check_finite
 
 __all__ = [
     "check_int", "check_number", "check_positive", "check_nonnegative", "check_fraction",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ..profiles import Settings
+from replearn.book.profiles import Settings
 
 
 def settings_classes() -> dict[str, type[Settings]]:
@@ -44,7 +44,7 @@ def settings_by_section() -> dict[str, list[type[Settings]]]:
 
 def paper_settings() -> dict[str, tuple[type[Settings], dict]]:
     """The sections whose driver states the sources' settings (a ``PAPER_SETTINGS`` dict, see
-    :func:`replearn.scales.settings_table`), keyed by section number: ``(settings class,
+    :func:`replearn.book.scales.settings_table`), keyed by section number: ``(settings class,
     PAPER_SETTINGS)``, the class being the driver's first settings class. In book order."""
     found = {}
     for section, classes in settings_by_section().items():

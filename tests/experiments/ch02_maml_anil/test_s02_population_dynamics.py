@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from replearn import maml
+from replearn.theory import maml
 from replearn.experiments.ch02_maml_anil import s02_population_dynamics as s02
 
 SMALL = s02.PopulationDynamicsSettings(d=8, k=2, n=6, iterations=120, conds=(1.0, 4.0), alphas=(0.1, 0.4),

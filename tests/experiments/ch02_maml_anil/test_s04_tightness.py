@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from replearn import maml
+from replearn.theory import maml
 from replearn.experiments.ch02_maml_anil import s04_tightness as s04
 
 

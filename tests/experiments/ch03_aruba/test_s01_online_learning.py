@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from replearn import aruba
+from replearn.theory import aruba
 from replearn.experiments.ch03_aruba import s01_online_learning as s01
 
 SMALL_ST = s01.SingleTaskSettings(ms=(10, 40, 160), tasks=5, runs=2, sign_runs=50)

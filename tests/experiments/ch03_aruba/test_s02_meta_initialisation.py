@@ -2,7 +2,7 @@ from dataclasses import replace
 
 import pytest
 
-from replearn import aruba
+from replearn.theory import aruba
 from replearn.experiments.ch03_aruba import s02_meta_initialisation as s02
 
 SMALL_MI = s02.MetaInitSettings(T=40, runs=2, spreads=(0.03, 1.0), rates=(0.01, 0.5))

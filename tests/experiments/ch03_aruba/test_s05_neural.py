@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from replearn import sinusoid
+from replearn.theory import sinusoid
 from replearn.experiments.ch03_aruba import s05_neural as s05
 
 TINY = s05.ArubaNeuralSettings(hidden=16, meta_iterations=60, meta_batch=4, eval_tasks=40,

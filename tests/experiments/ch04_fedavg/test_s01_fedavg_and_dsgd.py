@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from replearn import federated, linalg, linear
+from replearn.theory import linear_federated, linalg, linear
 from replearn.experiments.ch04_fedavg import s01_fedavg_and_dsgd as s01
 from replearn.experiments.ch04_fedavg.s01_fedavg_and_dsgd import FedAvgDsgdSettings as Cfg
 
@@ -21,8 +21,8 @@ def test_instance_is_the_normalised_random_start():
 def test_fedavg_learns_the_representation_and_dgd_does_not():
     cfg = Cfg(d=12, k=3, n=20, rounds=1000)
     pb = s01.make_problem(cfg)
-    fed = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds)
-    gd = federated.dgd(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, rounds=cfg.tau * cfg.rounds)
+    fed = linear_federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds)
+    gd = linear_federated.dgd(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, rounds=cfg.tau * cfg.rounds)
     assert float(fed.dist(pb.Bstar)[-1]) < 0.01 < 0.9 < float(gd.dist(pb.Bstar)[-1])
 
 

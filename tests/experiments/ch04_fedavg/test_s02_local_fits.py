@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from replearn import federated, linalg
+from replearn.theory import linear_federated, linalg
 from replearn.experiments.ch04_fedavg import s02_local_fits as s02
 
 SMALL = s02.LocalFitsSettings(d=6, rounds=120, taus=(1, 2, 20))
@@ -19,7 +19,7 @@ def test_local_fits_are_exact_but_their_average_is_useless(d, rotation_seed):
     for i in range(2):
         assert float(linalg.principal_angle_distance(inst.B_local[i], inst.tasks.theta[i][:, None])) < 1e-12
         assert torch.allclose(inst.B_local[i].T @ inst.B_local[i], torch.eye(2, dtype=torch.float64))
-    avg = federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=inst.W)
+    avg = linear_federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=inst.W)
     assert avg.B.shape == (d, 2) and avg.w.shape == (2,) and avg.losses.shape == (2,)
     assert abs(avg.dist - 1.0) < 1e-12
     assert int(torch.linalg.matrix_rank(avg.B)) == 2
@@ -28,9 +28,9 @@ def test_local_fits_are_exact_but_their_average_is_useless(d, rotation_seed):
 
 def test_unequal_weights_still_distance_one_and_agreeing_fits_average_well():
     inst = s02.local_fit_instance(5)
-    avg = federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, weights=torch.tensor([1.0, 3.0]))
+    avg = linear_federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, weights=torch.tensor([1.0, 3.0]))
     assert abs(avg.dist - 1.0) < 1e-12 and torch.isnan(avg.losses).all()
-    good = federated.average_local_fits(torch.stack([inst.Bstar, inst.Bstar]), inst.W, inst.Bstar, W=inst.W)
+    good = linear_federated.average_local_fits(torch.stack([inst.Bstar, inst.Bstar]), inst.W, inst.Bstar, W=inst.W)
     assert good.dist < 1e-12
 
 
@@ -56,17 +56,17 @@ def test_instance_rejects_bad_dimension(d):
 def test_average_rejects_bad_inputs():
     inst = s02.local_fit_instance(4)
     with pytest.raises(ValueError, match="B_local"):
-        federated.average_local_fits(inst.B_local[0], inst.w_local, inst.Bstar)
+        linear_federated.average_local_fits(inst.B_local[0], inst.w_local, inst.Bstar)
     with pytest.raises(ValueError, match="Bstar"):
-        federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar[:3])
+        linear_federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar[:3])
     with pytest.raises(ValueError, match="weights"):
-        federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, weights=torch.tensor([1.0, -1.0]))
+        linear_federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, weights=torch.tensor([1.0, -1.0]))
     with pytest.raises(ValueError, match="weights"):
-        federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, weights=torch.tensor([1.0, 1.0, 1.0]))
+        linear_federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, weights=torch.tensor([1.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match="NaN"):
-        federated.average_local_fits(inst.B_local * float("nan"), inst.w_local, inst.Bstar)
+        linear_federated.average_local_fits(inst.B_local * float("nan"), inst.w_local, inst.Bstar)
     with pytest.raises(ValueError, match="W must"):
-        federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=torch.eye(3, dtype=torch.float64))
+        linear_federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=torch.eye(3, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("change", [dict(taus=()), dict(taus=(0, 2)), dict(taus=(1.5,)), dict(perturbation=-0.1),

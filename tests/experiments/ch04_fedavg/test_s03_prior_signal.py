@@ -2,9 +2,9 @@ from dataclasses import replace
 
 import torch
 
-from replearn import federated, meta
+from replearn.theory import linear_federated, meta
 from replearn.experiments.ch04_fedavg import s03_prior_signal as s03
-from replearn.fedavg_problems import make_problem
+from replearn.theory.fedavg_problems import make_problem
 
 SMALL = s03.PriorSignalSettings(d=12, k=3, M=8, alpha=0.3, rounds=300)
 
@@ -17,7 +17,7 @@ def test_global_update_matches_local_steps_along_a_run():
 def test_tau_one_signal_is_the_arm_step_and_rank_one():
     pb = make_problem(SMALL, 0)
     w = 0.3 * torch.ones(SMALL.k, dtype=torch.float64)
-    prior, signal = federated.global_update_weights(pb.B0, w, pb.Bstar, pb.W, alpha=SMALL.alpha, tau=1)
+    prior, signal = linear_federated.global_update_weights(pb.B0, w, pb.Bstar, pb.W, alpha=SMALL.alpha, tau=1)
     prior_arm, signal_arm = meta.arm_decomposition(w, pb.W, SMALL.alpha)
     assert torch.allclose(prior, prior_arm, atol=1e-13) and torch.allclose(signal, signal_arm, atol=1e-13)
 

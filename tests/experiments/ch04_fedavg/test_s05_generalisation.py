@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from replearn import federated, linear
+from replearn.theory import linear_federated, linear
 from replearn.experiments.ch04_fedavg import s05_generalisation as s05
 
 TINY = s05.GeneralisationSettings(d=8, k=2, M=6, rounds=1500, ns=(3, 30), runs=2, clients=4, ft_steps=50)
@@ -15,13 +15,13 @@ def test_gradient_norms_match_the_library_and_dgd_reaches_a_stationary_point():
     v = Bstar @ W.mean(0)
     tasks = linear.population_tasks(Bstar, W)
     for tr in trajectories.values():
-        g = federated.global_gradient_norms(tr, v)
+        g = linear_federated.global_gradient_norms(tr, v)
         assert g.shape == (cfg.rounds + 1,)
         for t in (0, 1, 7, cfg.rounds):
-            assert float(g[t]) == pytest.approx(float(federated.global_gradient_norm(tr.B[t], tr.w[t], tasks)),
+            assert float(g[t]) == pytest.approx(float(linear_federated.global_gradient_norm(tr.B[t], tr.w[t], tasks)),
                                                 rel=1e-10, abs=1e-15)
-    g_dgd = federated.global_gradient_norms(trajectories["D-GD"], v)
-    g_fed = federated.global_gradient_norms(trajectories["FedAvg"], v)
+    g_dgd = linear_federated.global_gradient_norms(trajectories["D-GD"], v)
+    g_fed = linear_federated.global_gradient_norms(trajectories["FedAvg"], v)
     assert float(g_dgd[-1]) < 1e-6 * float(g_dgd[0])   # D-GD converges to a stationary point ...
     assert float(g_fed[-1]) > 1e-2 * float(g_fed[0])   # ... FedAvg's gradient levels off
 

@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from replearn import lower_bound
+from replearn.theory import lower_bound
 from replearn.experiments.ch04_fedavg import s06_dgd_lower_bound as s06
 
 SMALL = s06.DgdLowerBoundSettings(instances=4, d_range=(8, 12), k_range=(2, 3), clients=8, rounds=150)

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from replearn.experiments.ch04_fedavg import s09_cka as s09
-from replearn.transfer import PAPER_PRETRAIN, PretrainSettings
+from replearn.neural.transfer import PAPER_PRETRAIN, PretrainSettings
 
 # 16 clients x 5 classes: the 80 pre-training classes left after holding out 20
 TINY = dict(total_steps=4, n_pretrain=None, clients=16, classes_per_client=5,

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from replearn import fedrep
+from replearn.theory import linear_fedrep
 from replearn.experiments.ch05_fedrep import s03_theory as s03
 
 
@@ -30,7 +30,7 @@ def test_federation_small_grid():
     assert not bool(res.recovered[0, 0])      # m = 3 with 5 clients does not
     need = res.smallest_m()
     assert float(need[1]) <= float(need[0])
-    assert res.counting[0] == pytest.approx(fedrep.counting_bound(12, 2, 5))
+    assert res.counting[0] == pytest.approx(linear_fedrep.counting_bound(12, 2, 5))
     assert torch.allclose(res.local, res.local_formula, atol=0.15)
 
 

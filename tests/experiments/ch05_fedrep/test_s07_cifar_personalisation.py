@@ -7,12 +7,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from replearn.algorithms import TABLE1
+from replearn.neural.algorithms import TABLE1
 from cifar_fixtures import fake_cifar
 
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s07
 from replearn.neural import TrainConfig
-from replearn.personalisation import ALGORITHMS, PAPER_OPTIM, make_federation
+from replearn.neural.personalisation import ALGORITHMS, PAPER_OPTIM, make_federation
 
 TINY_TRAIN = TrainConfig(rounds=2, participation=0.4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1,
                          head_epochs=1, local_steps=None, head_steps=None, eval_every=2, last_rounds=1)

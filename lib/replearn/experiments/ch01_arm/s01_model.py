@@ -10,14 +10,14 @@ estimators fitted on ``m`` samples:
 - **from scratch**: minimum-norm least squares of ``y`` on ``x`` in ``R^d``.
 
 Both are instances of minimum-norm least squares in dimension ``p`` with Gaussian design,
-whose expected parameter error has the closed form of :func:`replearn.linear.expected_ls_error`:
+whose expected parameter error has the closed form of :func:`replearn.theory.linear.expected_ls_error`:
 
     E ||theta_hat - theta||^2 = sigma^2 p / (m - p - 1)                        (m >= p + 2)
     E ||theta_hat - theta||^2 = (1 - m/p) ||theta||^2 + sigma^2 m / (p - m - 1)  (m <= p - 2)
 
 with ``p = k`` for the known representation and ``p = d`` from scratch. :func:`run` estimates
-both errors by Monte Carlo (:func:`replearn.few_shot.new_task_errors`, vectorised over trials);
-the smallest m reaching a target error is :func:`replearn.linear.samples_to_reach`.
+both errors by Monte Carlo (:func:`replearn.theory.few_shot.new_task_errors`, vectorised over trials);
+the smallest m reaching a target error is :func:`replearn.theory.linear.samples_to_reach`.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ...backend import DTYPE, default_device, derive_seed, make_generator, randn
-from ...checks import check_int, check_ints, check_nonnegative
-from ...few_shot import KNOWN, SCRATCH, new_task_errors
-from ...linear import expected_ls_error, ground_truth_representation
-from ...profiles import Settings
+from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
+from replearn.checks import check_int, check_ints, check_nonnegative
+from replearn.theory.few_shot import KNOWN, SCRATCH, new_task_errors
+from replearn.theory.linear import expected_ls_error, ground_truth_representation
+from replearn.book.profiles import Settings
 
 METHODS = (KNOWN, SCRATCH)
 

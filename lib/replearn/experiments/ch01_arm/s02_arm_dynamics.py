@@ -2,13 +2,13 @@
 (Collins et al. 2022, Sec. 3 and Fig. 1).
 
 One instance of the multi-task linear representation model, population losses, the same
-initialisation for every method (:func:`replearn.linear.random_problem`): a Haar-random
+initialisation for every method (:func:`replearn.theory.linear.random_problem`): a Haar-random
 orthonormal B_0 scaled by 1/sqrt(beta) (so that beta B_0^T B_0 = I, the normalisation of
 Collins et al. 2022) and w_0 = 0. :func:`run` trains ARM (gradient descent on the average risk
-:func:`replearn.meta.average_risk`, step beta) and, as a preview of chapter 4, FedAvg with
+:func:`replearn.theory.meta.average_risk`, step beta) and, as a preview of chapter 4, FedAvg with
 ``tau`` local steps of the same size, and records along both trajectories the distance
 dist(B_t, B_*) and the average-risk gap; it also returns ARM's subspace floor
-:func:`replearn.meta.arm_subspace_floor` and, for every ARM iterate, how far col(B_t) sticks
+:func:`replearn.theory.meta.arm_subspace_floor` and, for every ARM iterate, how far col(B_t) sticks
 out of col(B_0) + span(v).
 """
 
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import federated, linalg, linear, meta
-from ...backend import default_device
-from ...checks import check_int, check_nonnegative, check_number, check_positive
-from ...profiles import Settings
+from replearn.theory import linear_federated, linalg, linear, meta
+from replearn.backend import default_device
+from replearn.checks import check_int, check_nonnegative, check_number, check_positive
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def run(cfg: ArmDynamicsSettings, device=None) -> ArmDynamicsResult:
     Bstar, W, B0, w0, tasks = pb.Bstar, pb.W, pb.B0, pb.w0, pb.tasks
     trajectories = {
         "ARM": meta.arm(B0, w0, tasks, beta=cfg.beta, iterations=cfg.iterations),
-        "FedAvg": federated.fedavg(B0, w0, tasks, alpha=cfg.beta, tau=cfg.tau, rounds=cfg.iterations),
+        "FedAvg": linear_federated.fedavg(B0, w0, tasks, alpha=cfg.beta, tau=cfg.tau, rounds=cfg.iterations),
     }
     risk_min = meta.average_risk_minimum(W)
     gap = {name: meta.average_risk(tr.B, tr.w, tasks.theta) - risk_min for name, tr in trajectories.items()}

@@ -5,13 +5,13 @@ Collins et al. (2022, Prop. 1; the same statement for D-GD in Collins et al. 202
 paper) show: for every delta in (0, 1/2], step size, horizon T, head set and full-rank B_0
 there is a B_* with dist(B_0, B_*) = delta and dist(B_T, B_*) > 0.7 delta for ARM. Book 1.3
 proves the sharper dist(B_t, B_*) >= delta for every t, using the construction of
-:func:`replearn.lower_bound.adversarial_ground_truth` (the mean regressor ``B_* wbar_*`` lies
+:func:`replearn.theory.lower_bound.adversarial_ground_truth` (the mean regressor ``B_* wbar_*`` lies
 in col(B_0), so col(B_t) never leaves col(B_0)).
 
 :func:`run_sweep` checks the bound on many random instances of
-:func:`replearn.lower_bound.make_instance`. The notebook's "generic tilt" comparison (every
+:func:`replearn.theory.lower_bound.make_instance`. The notebook's "generic tilt" comparison (every
 direction of col(B_0) tilted; ARM can improve at most one of them) measures all principal angles
-with :func:`replearn.linalg.principal_sines`. :func:`explorer` is the section's interactive panel
+with :func:`replearn.theory.linalg.principal_sines`. :func:`explorer` is the section's interactive panel
 (ARM versus FedAvg on one adversarial instance, :func:`explorer_curves`).
 """
 
@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ...backend import DTYPE, derive_seed, make_generator
-from ...checks import check_int, check_number, check_positive
-from ...federated import fedavg
-from ...lower_bound import make_instance, stable_step
-from ...meta import arm
-from ...plotting import plot_curves, to_numpy
-from ...profiles import Settings
+from replearn.backend import DTYPE, derive_seed, make_generator
+from replearn.checks import check_int, check_number, check_positive
+from replearn.theory.linear_federated import fedavg
+from replearn.theory.lower_bound import make_instance, stable_step
+from replearn.theory.meta import arm
+from replearn.book.plotting import plot_curves, to_numpy
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class LowerBoundSweepSettings(Settings):
     """Random adversarial instances: how many, the ranges of d (k is drawn in [2, min(k_max,
     d - 1)] and n in [k + 1, n_max]), the largest head condition number and mean norm, the
     largest horizon T, the range of the step as a fraction of
-    :func:`~replearn.lower_bound.stable_step`, and the seed. delta is uniform on (0, 1/2] as in
+    :func:`~replearn.theory.lower_bound.stable_step`, and the seed. delta is uniform on (0, 1/2] as in
     the theorem."""
 
     instances: int = 200
@@ -125,7 +125,7 @@ def run_sweep(cfg: LowerBoundSweepSettings) -> LowerBoundSweepResult:
     k in [2, min(k_max, d - 1)], n in [k + 1, n_max], delta uniform on (0, 1/2], a head
     condition number log-uniform on [1, cond_max], a mean-head norm uniform on
     [0, mean_norm_max], a Gaussian B_0 of random scale, a small random w_0, T in [1, T_max]
-    and beta a random fraction (``step_fraction``) of :func:`replearn.lower_bound.stable_step`.
+    and beta a random fraction (``step_fraction``) of :func:`replearn.theory.lower_bound.stable_step`.
     """
     rows = [_draw_and_run(cfg, i) for i in range(cfg.instances)]
     cols = list(zip(*rows))
@@ -141,7 +141,7 @@ def explorer_curves(delta: float, beta: float, T: int, cond: float, *, d: int = 
                     n: int = 20, tau: int = 2, seed: int = 0) -> dict:
     """dist(B_t, B_*) for ARM and for FedAvg with ``tau`` local steps on one adversarial instance.
 
-    The instance is :func:`replearn.lower_bound.make_instance` (Gaussian B_0 with
+    The instance is :func:`replearn.theory.lower_bound.make_instance` (Gaussian B_0 with
     N(0, 1/d) entries, w_0 = 0, heads with condition number ``cond`` and a unit-norm mean,
     B_* from the construction of book 1.3, Theorem ``arm-lb-thm``). Both methods use the
     step size ``beta`` for ``T`` iterations (rounds). ARM's curve is constant at ``delta``.
@@ -172,7 +172,7 @@ def draw_explorer(ax, curves: dict, delta: float) -> None:
 def explorer(**defaults):
     """An ipywidgets panel: sliders for delta, beta, T and the head condition number, and a
     plot of :func:`explorer_curves` (keyword ``defaults`` set the initial slider values)."""
-    from ...widgets import Slider, explorer as build_explorer
+    from replearn.book.widgets import Slider, explorer as build_explorer
 
     controls = {"delta": Slider(0.3, 0.05, 0.95, 0.05, "δ"), "beta": Slider(0.3, 0.05, 0.5, 0.05, "β"),
                 "T": Slider(200, 10, 500, 10, "T", "int"), "cond": Slider(4.0, 0, 2, 0.1, "cond", "log")}

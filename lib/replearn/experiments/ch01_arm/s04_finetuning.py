@@ -11,19 +11,19 @@ fine-tuning**: least squares of ``y`` on the ``k`` features ``B^T x`` with ``B``
     F = ||(I - P_B) B_*||_F^2,
 
 where ``E_ls(m, p, noise_var, signal_sqnorm)`` is the minimum-norm least-squares error of
-book 1.1 (:func:`replearn.linear.expected_ls_error`; the whole right-hand side is
-:func:`replearn.linear.expected_head_error`, F is :func:`replearn.linear.head_error_floor`).
+book 1.1 (:func:`replearn.theory.linear.expected_ls_error`; the whole right-hand side is
+:func:`replearn.theory.linear.expected_head_error`, F is :func:`replearn.theory.linear.head_error_floor`).
 The *floor* F does not shrink with m; it is zero only when col(B) = col(B_*).
 
 :func:`run` trains ARM (Collins et al. 2022, Sec. 3) and FedAvg with ``tau`` local steps
 from the same random B_0 on the population losses and compares head-only fine-tuning on
 B_ARM, on B_FedAvg and on B_* with minimum-norm least squares from scratch in R^d. The
 ground truth is either Haar-random or, by default, the construction of
-:func:`replearn.lower_bound.adversarial_ground_truth` (book 1.3), on which ARM stays at
+:func:`replearn.theory.lower_bound.adversarial_ground_truth` (book 1.3), on which ARM stays at
 distance ``delta`` from B_*. It also fine-tunes ARM's whole model (B, w) by gradient descent
 on the few-shot samples; Proposition ``arm-ft-prop-joint`` bounds that error below by
 ``(1 - m/(d - k)) F`` for m <= d - k, whatever the number of steps. The Monte-Carlo errors are
-:func:`replearn.few_shot.head_errors` and :func:`replearn.few_shot.joint_errors` (all trials of
+:func:`replearn.theory.few_shot.head_errors` and :func:`replearn.theory.few_shot.joint_errors` (all trials of
 one sample size solved in batched calls).
 """
 
@@ -34,16 +34,16 @@ from dataclasses import dataclass
 
 import torch
 
-from ...backend import DTYPE, default_device, derive_seed, make_generator
-from ...checks import check_int, check_ints, check_nonnegative, check_number, check_positive
-from ...federated import fedavg
-from ...few_shot import SCRATCH, head_errors, joint_errors
-from ...linalg import principal_angle_distance, random_orthonormal
-from ...linear import (expected_head_error, expected_ls_error, ground_truth_representation, head_error_floor,
+from replearn.backend import DTYPE, default_device, derive_seed, make_generator
+from replearn.checks import check_int, check_ints, check_nonnegative, check_number, check_positive
+from replearn.theory.linear_federated import fedavg
+from replearn.theory.few_shot import SCRATCH, head_errors, joint_errors
+from replearn.theory.linalg import principal_angle_distance, random_orthonormal
+from replearn.theory.linear import (expected_head_error, expected_ls_error, ground_truth_representation, head_error_floor,
                        make_heads, population_tasks)
-from ...lower_bound import adversarial_ground_truth
-from ...meta import arm
-from ...profiles import Settings
+from replearn.theory.lower_bound import adversarial_ground_truth
+from replearn.theory.meta import arm
+from replearn.book.profiles import Settings
 
 LEARNED = ("ARM", "FedAvg", "true representation")
 METHODS = LEARNED + (SCRATCH,)

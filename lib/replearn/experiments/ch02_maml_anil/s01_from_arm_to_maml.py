@@ -2,11 +2,11 @@
 meta-gradient is (Collins, Mokhtari, Oh & Shakkottai, ICML 2022, Sec. 2: the algorithms and
 their first-order versions).
 
-On the population instance of :mod:`replearn.maml_instances` (structured start),
+On the population instance of :mod:`replearn.theory.maml_instances` (structured start),
 :func:`hessian_term` measures the relative size of the Hessian term that FO-MAML and FO-ANIL
-drop (:func:`replearn.maml.relative_hessian_term`) along a MAML run and, early in training,
+drop (:func:`replearn.theory.maml.relative_hessian_term`) along a MAML run and, early in training,
 as the inner step alpha grows. The formulas themselves are checked in the notebook against
-:mod:`replearn.maml` (closed forms, :func:`replearn.maml.adapted_heads_autograd`).
+:mod:`replearn.theory.maml` (closed forms, :func:`replearn.theory.maml.adapted_heads_autograd`).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import maml
-from ...checks import check_positives
-from ...maml_instances import PopulationSettings, make_problem
+from replearn.theory import maml
+from replearn.checks import check_positives
+from replearn.theory.maml_instances import PopulationSettings, make_problem
 
 
 @dataclass(frozen=True)
 class HessianTermSettings(PopulationSettings):
-    """The population instance (:class:`~replearn.maml_instances.PopulationSettings`) and the
+    """The population instance (:class:`~replearn.theory.maml_instances.PopulationSettings`) and the
     inner step sizes ``hessian_alphas`` at which :func:`hessian_term` measures the Hessian term
     early in training."""
 
@@ -38,7 +38,7 @@ def hessian_term(cfg: HessianTermSettings, *, at: int = 10, device=None) -> dict
 
         ||G_exact - G_first-order|| / ||G_exact||   (G = (G_B, G_w) flattened),
 
-    for MAML vs FO-MAML and ANIL vs FO-ANIL (:func:`replearn.maml.relative_hessian_term`).
+    for MAML vs FO-MAML and ANIL vs FO-ANIL (:func:`replearn.theory.maml.relative_hessian_term`).
     ``"trajectory"`` maps each pair to a (T + 1,) tensor along the MAML run of ``cfg``
     (T = ``cfg.iterations``); ``"alphas"`` maps each pair to a tensor over
     ``cfg.hessian_alphas``, each measured at iterate ``at`` of a MAML run with that inner step

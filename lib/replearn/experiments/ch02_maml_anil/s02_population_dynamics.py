@@ -2,7 +2,7 @@
 main theorem (Collins, Mokhtari, Oh & Shakkottai, ICML 2022, Theorem 1 and Fig. 1, with
 population losses).
 
-On the population instance of :mod:`replearn.maml_instances` (structured start):
+On the population instance of :mod:`replearn.theory.maml_instances` (structured start):
 
 * :func:`run` trains ARM and the four meta-learners from the same start;
 * :func:`contraction_envelope` is the form of the theorem's bound with an explicit constant;
@@ -16,16 +16,16 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ... import linear, maml, meta, rates
-from ...checks import check_int, check_number, check_positives, check_sequence
-from ...maml_instances import PopulationSettings, make_problem
+from replearn.theory import linear, maml, meta, rates
+from replearn.checks import check_int, check_number, check_positives, check_sequence
+from replearn.theory.maml_instances import PopulationSettings, make_problem
 
 METHODS = ("ARM",) + maml.ALGORITHMS
 
 
 @dataclass(frozen=True)
 class PopulationDynamicsSettings(PopulationSettings):
-    """The population instance (:class:`~replearn.maml_instances.PopulationSettings`) and the
+    """The population instance (:class:`~replearn.theory.maml_instances.PopulationSettings`) and the
     rate sweep (:func:`rate_sweep`): ``sweep_iterations`` steps for every value in ``conds``
     (at alpha, beta), ``alphas`` (at beta, cond) and ``betas`` (at alpha, cond)."""
 
@@ -37,7 +37,7 @@ class PopulationDynamicsSettings(PopulationSettings):
     @classmethod
     def paper(cls):
         """The paper-size instance of :meth:`PopulationSettings.paper
-        <replearn.maml_instances.PopulationSettings.paper>` with longer sweep runs."""
+        <replearn.theory.maml_instances.PopulationSettings.paper>` with longer sweep runs."""
         return replace(super().paper(), sweep_iterations=1000)
 
     def validate(self) -> None:
@@ -51,7 +51,7 @@ class PopulationDynamicsSettings(PopulationSettings):
 @dataclass(frozen=True)
 class PopulationDynamicsResult:
     """The instance ``problem``, the trajectories and distances ``dist[method]`` (T + 1,) of ARM
-    and the four meta-learners, and ARM's subspace ``floor`` (:func:`replearn.meta.arm_subspace_floor`)."""
+    and the four meta-learners, and ARM's subspace ``floor`` (:func:`replearn.theory.meta.arm_subspace_floor`)."""
 
     problem: linear.Problem
     trajectories: dict
@@ -75,7 +75,7 @@ def run(cfg: PopulationSettings, *, degenerate: bool = False, device=None) -> Po
 
 
 def linear_rate(dist: torch.Tensor) -> float:
-    """The section's empirical linear rate of dist(B_t, B_*): :func:`replearn.rates.linear_rate`
+    """The section's empirical linear rate of dist(B_t, B_*): :func:`replearn.theory.rates.linear_rate`
     over the linear phase ``1e-8 < dist < 1e-1`` (above machine precision, past the transient),
     with at least 10 iterates in it. A per-step contraction factor rho gives the rate -log rho."""
     return rates.linear_rate(dist, low=1e-8, high=1e-1, min_points=10)

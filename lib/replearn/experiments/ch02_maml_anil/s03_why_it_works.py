@@ -2,12 +2,12 @@
 inductive hypotheses A1-A6 of the main theorem's proof (Collins, Mokhtari, Oh & Shakkottai,
 ICML 2022, Sec. 4), with diverse and with degenerate heads.
 
-On the population instance of :mod:`replearn.maml_instances` (structured start):
+On the population instance of :mod:`replearn.theory.maml_instances` (structured start):
 
 * :func:`decomposition_check` checks the identity B_{t+1} = B_t P_t + B_* S_t of
-  :func:`replearn.maml.fo_anil_decomposition` along the FO-ANIL run and compares the rank of
-  the signal weight with ARM's (:func:`replearn.meta.arm_decomposition`);
-* :func:`hypotheses_runs` tracks the quantities of A1-A6 (:func:`replearn.maml.hypotheses`)
+  :func:`replearn.theory.maml.fo_anil_decomposition` along the FO-ANIL run and compares the rank of
+  the signal weight with ARM's (:func:`replearn.theory.meta.arm_decomposition`);
+* :func:`hypotheses_runs` tracks the quantities of A1-A6 (:func:`replearn.theory.maml.hypotheses`)
   along the run of every meta-learner.
 """
 
@@ -17,21 +17,21 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import maml, meta
-from ...maml_instances import PopulationSettings, make_problem
+from replearn.theory import maml, meta
+from replearn.theory.maml_instances import PopulationSettings, make_problem
 
 
 @dataclass(frozen=True)
 class HypothesesSettings(PopulationSettings):
-    """The population instance of :class:`~replearn.maml_instances.PopulationSettings`: the
+    """The population instance of :class:`~replearn.theory.maml_instances.PopulationSettings`: the
     meta-learners run ``iterations`` steps from its structured start."""
 
 
 def decomposition_check(cfg: HypothesesSettings, device=None) -> dict:
     """Along the FO-ANIL run of ``cfg``: the largest entry of |B_t P_t + B_* S_t - B_{t+1}| with
-    (P_t, S_t) from :func:`replearn.maml.fo_anil_decomposition` (``"error"``); the smallest
+    (P_t, S_t) from :func:`replearn.theory.maml.fo_anil_decomposition` (``"error"``); the smallest
     singular value of S_t at every step (``"signal_min_sv"``, (T,)); and the singular values of
-    ARM's signal weight (:func:`replearn.meta.arm_decomposition`) at the same points
+    ARM's signal weight (:func:`replearn.theory.meta.arm_decomposition`) at the same points
     (``"arm_signal_sv"``, (T, k)), which has rank at most one."""
     pb = make_problem(cfg, device=device)
     traj = maml.meta_train(pb.B0, pb.w0, pb.tasks, algorithm="FO-ANIL", alpha=cfg.alpha, beta=cfg.beta,
@@ -48,7 +48,7 @@ def decomposition_check(cfg: HypothesesSettings, device=None) -> dict:
 
 
 def hypotheses_runs(cfg: HypothesesSettings, *, degenerate: bool = False, device=None) -> dict:
-    """:func:`replearn.maml.hypotheses` (the quantities of A1-A6) along the run of every
+    """:func:`replearn.theory.maml.hypotheses` (the quantities of A1-A6) along the run of every
     meta-learner for ``cfg.iterations`` steps from the structured start of ``cfg``
     (``degenerate=True``: heads without diversity). Returns ``{algorithm: {quantity: (T + 1,) tensor}}``."""
     pb = make_problem(cfg, degenerate=degenerate, device=device)

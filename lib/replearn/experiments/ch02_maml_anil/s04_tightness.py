@@ -4,8 +4,8 @@ experiment of Collins, Mokhtari, Oh & Shakkottai, ICML 2022, shown in the talk).
 
 - :func:`run_tightness`: every meta-learner and ARM from both starts on one instance; runs that
   blow up are kept up to the last iterate before the library's divergence error
-  (:func:`replearn.maml.train_or_diverge`). :func:`tightness_outcomes` repeats the experiment
-  over seeds (:func:`replearn.maml.outcome`).
+  (:func:`replearn.theory.maml.train_or_diverge`). :func:`tightness_outcomes` repeats the experiment
+  over seeds (:func:`replearn.theory.maml.outcome`).
 - The section's explorer: :func:`explorer_curves` (one meta-learner next to ARM),
   :func:`draw_explorer` and the ipywidgets front end :func:`explorer`.
 """
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ... import linear, maml
-from ...checks import check_choice, check_int, check_nonnegative, check_number, check_positive, check_seed
-from ...maml_instances import check_instance_settings
-from ...meta import arm
-from ...plotting import plot_curves, to_numpy
-from ...profiles import Settings
-from ...widgets import Menu, Slider
-from ...widgets import explorer as build_explorer
+from replearn.theory import linear, maml
+from replearn.checks import check_choice, check_int, check_nonnegative, check_number, check_positive, check_seed
+from replearn.theory.maml_instances import check_instance_settings
+from replearn.theory.meta import arm
+from replearn.book.plotting import plot_curves, to_numpy
+from replearn.book.profiles import Settings
+from replearn.book.widgets import Menu, Slider
+from replearn.book.widgets import explorer as build_explorer
 
 INITS = ("structured", "random")
 
@@ -75,8 +75,8 @@ class TightnessProblem:
 def make_tightness_problem(d: int, k: int, n: int, *, cond: float, mean_norm: float, alpha: float,
                            delta0: float = 0.5, seed: int = 0) -> TightnessProblem:
     """Haar-random B_* (d, k), heads with mean norm ``mean_norm`` and centred condition number
-    ``cond``, and both starts: :func:`replearn.maml.structured_init` (distance ``delta0``,
-    alpha B_0^T B_0 = I, w_0 = 0) and :func:`replearn.maml.random_init` (dist ~ 1)."""
+    ``cond``, and both starts: :func:`replearn.theory.maml.structured_init` (distance ``delta0``,
+    alpha B_0^T B_0 = I, w_0 = 0) and :func:`replearn.theory.maml.random_init` (dist ~ 1)."""
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in (d, k, n)) or not 1 <= k < d:
         raise ValueError(f"need integers 1 <= k < d, got d={d!r}, k={k!r}")
     if not 0 < delta0 < 1:
@@ -91,7 +91,7 @@ def make_tightness_problem(d: int, k: int, n: int, *, cond: float, mean_norm: fl
 
 @dataclass(frozen=True)
 class TightnessResult:
-    """``runs[init][algorithm]``: a :class:`replearn.maml.TrainingRun` for each start and each of
+    """``runs[init][algorithm]``: a :class:`replearn.theory.maml.TrainingRun` for each start and each of
     MAML, FO-MAML, ANIL, FO-ANIL and ARM; ``problem``: the instance."""
 
     runs: dict
@@ -109,7 +109,7 @@ def run_tightness(cfg: TightnessSettings, seed: int | None = None) -> TightnessR
 
 
 def tightness_outcomes(cfg: TightnessSettings) -> dict:
-    """``{init: {algorithm: [outcome per seed]}}`` (:func:`replearn.maml.outcome`) over seeds
+    """``{init: {algorithm: [outcome per seed]}}`` (:func:`replearn.theory.maml.outcome`) over seeds
     cfg.seed, ..., cfg.seed + seeds - 1 (a different B_*, heads and start each time; ARM left out)."""
     table = {init: {alg: [] for alg in maml.ALGORITHMS} for init in INITS}
     for s in range(cfg.seed, cfg.seed + cfg.seeds):

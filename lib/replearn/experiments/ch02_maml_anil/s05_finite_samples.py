@@ -3,8 +3,8 @@ samples per task and iteration as m and the number of tasks n vary (Collins, Mok
 Shakkottai, ICML 2022, Sec. 5: m = Omega((d/n + 1) k^3) suffices, far below d).
 
 :func:`run_finite_samples` runs the grids of :class:`FiniteSampleSettings`;
-:func:`finite_sample_distance` is one run (:func:`replearn.maml.meta_train` on a
-:class:`replearn.linear.FreshSamples` sampler from the structured start).
+:func:`finite_sample_distance` is one run (:func:`replearn.theory.maml.meta_train` on a
+:class:`replearn.theory.linear.FreshSamples` sampler from the structured start).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ... import linear, maml
-from ...checks import check_choice, check_int, check_ints, check_nonnegative, check_sequence
-from ...maml_instances import check_instance_settings
-from ...profiles import Settings
+from replearn.theory import linear, maml
+from replearn.checks import check_choice, check_int, check_ints, check_nonnegative, check_sequence
+from replearn.theory.maml_instances import check_instance_settings
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,12 @@
 Theorem 1: the optimality gap is bounded by a stationarity and an expressivity term.)
 
 - :class:`FixedFeatureSettings`: MAML with a fixed tanh feature map on the section's sine tasks
-  (:func:`sine_tasks`), a convex quadratic (:func:`replearn.sinusoid.linear_maml_quadratic`);
+  (:func:`sine_tasks`), a convex quadratic (:func:`replearn.theory.sinusoid.linear_maml_quadratic`);
 - :func:`run_neural_optimality`: MAML on a small tanh network for few-shot sine regression, and
   the terms of the optimality-gap bound at the points it reaches, over widths and restarts.
 
 The network, its MAML objective, the bound's terms and the fixed-feature quadratic are in
-:mod:`replearn.sinusoid`; this driver only turns the settings into those arrays.
+:mod:`replearn.theory.sinusoid`; this driver only turns the settings into those arrays.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ... import sinusoid
-from ...checks import check_int, check_ints, check_positive
-from ...profiles import Settings
+from replearn.theory import sinusoid
+from replearn.checks import check_int, check_ints, check_positive
+from replearn.book.profiles import Settings
 
 
 # --------------------------------------------------------------------------- a neural feature map
@@ -60,7 +60,7 @@ class NeuralMamlSettings(Settings):
 def sine_tasks(n: int, m_in: int, m_out: int, *, seed: int = 0) -> sinusoid.SinusoidTasks:
     """The sine tasks of this section (see :class:`NeuralMamlSettings`): n tasks
     y = a sin(x + phi), a ~ U[0.5, 2], phi ~ U[0, pi], x ~ U[-5, 5], with ``m_in`` support and
-    ``m_out`` query points (:func:`replearn.sinusoid.sinusoid_tasks` with phase b = -phi, whose
+    ``m_out`` query points (:func:`replearn.theory.sinusoid.sinusoid_tasks` with phase b = -phi, whose
     ends (0, -pi) are given in draw order)."""
     return sinusoid.sinusoid_tasks(n, m_in, m_out, amplitude=(0.5, 2.0), phase=(0.0, -math.pi), seed=seed)
 
@@ -71,7 +71,7 @@ def sine_tasks(n: int, m_in: int, m_out: int, *, seed: int = 0) -> sinusoid.Sinu
 class FixedFeatureSettings(Settings):
     """MAML with a fixed feature map on the sine tasks of :class:`NeuralMamlSettings`: the hidden
     layer of a width-``width`` tanh network frozen at its random draw
-    (:func:`replearn.sinusoid.random_features`), inner step ``eta``, then ``steps`` of GD with
+    (:func:`replearn.theory.sinusoid.random_features`), inner step ``eta``, then ``steps`` of GD with
     step 1 / lambda_max(H) from theta = 0."""
 
     n: int = 10
@@ -127,9 +127,9 @@ class NeuralOptimalityResult:
 
 
 def run_neural_optimality(cfg: NeuralMamlSettings) -> NeuralOptimalityResult:
-    """Train MAML (:func:`replearn.sinusoid.train_neural_maml`) for every width and restart (init
+    """Train MAML (:func:`replearn.theory.sinusoid.train_neural_maml`) for every width and restart (init
     seed cfg.seed + restart) on one set of :func:`sine_tasks`, then evaluate
-    :func:`replearn.sinusoid.optimality_terms` at every final point against the best final point
+    :func:`replearn.theory.sinusoid.optimality_terms` at every final point against the best final point
     of all runs. The global minimiser of a neural MAML objective is unknown; the bound holds for
     any comparator, and the best point found is the sharpest one available (its own gap is 0)."""
     threads = torch.get_num_threads()

@@ -1,13 +1,13 @@
 """Book 3.1: single-task online learning, OGD's regret grows like D G sqrt m (Khodak, Balcan and
 Talwalkar 2019, blog "Adaptive gradient-based meta-learning", first bound).
 
-:func:`single_task` runs online gradient descent (OGD, :func:`replearn.aruba.ogd`) from phi = 0
+:func:`single_task` runs online gradient descent (OGD, :func:`replearn.theory.aruba.ogd`) from phi = 0
 with the single-task rate eta = D/(G sqrt m) on tasks with m rounds, for a grid of m. It records
 the regret R_t, the sharp OGD bound ||phi - u||^2/(2 eta) + (eta/2) sum_i ||g_i||^2 (the blog's
 first bound, with the constant 1/2 of the textbook proof), the library's U_t (gradient term
-doubled, as in the blog; :func:`replearn.aruba.regret_upper_bound`) and the worst-case level
+doubled, as in the blog; :func:`replearn.theory.aruba.regret_upper_bound`) and the worst-case level
 D G sqrt m. :func:`sign_regrets` runs OGD on the random sign sequences of the Omega(D G sqrt m)
-lower bound (:func:`replearn.aruba.rademacher_regret`).
+lower bound (:func:`replearn.theory.aruba.rademacher_regret`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ... import aruba
-from ...backend import DTYPE
-from ...checks import check_int, check_ints
-from ...profiles import Settings
+from replearn.theory import aruba
+from replearn.backend import DTYPE
+from replearn.checks import check_int, check_ints
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)
 class SingleTaskSettings(Settings):
-    """The task ``family`` (:class:`replearn.aruba.TaskFamily`: dimension, ball radius D,
+    """The task ``family`` (:class:`replearn.theory.aruba.TaskFamily`: dimension, ball radius D,
     per-coordinate spread and label noise; its ``m`` is replaced by each value of ``ms`` and its
     loss by the ``loss`` given to :func:`single_task`), the grid ``ms`` of task lengths,
     ``tasks`` x ``runs`` independent tasks per m, the number ``sign_runs`` of random sign
@@ -97,5 +97,5 @@ def single_task(cfg: SingleTaskSettings, loss: str | None = None) -> SingleTaskR
 def sign_regrets(cfg: SingleTaskSettings) -> dict[int, torch.Tensor]:
     """Per m of ``cfg.ms``: the regrets (sign_runs,) of OGD on ``cfg.sign_runs`` random sign
     sequences of length m in the ball of the family's radius
-    (:func:`replearn.aruba.rademacher_regret`, seed ``cfg.seed + m``)."""
+    (:func:`replearn.theory.aruba.rademacher_regret`, seed ``cfg.seed + m``)."""
     return {m: aruba.rademacher_regret(m, cfg.family.radius, cfg.sign_runs, seed=cfg.seed + m) for m in cfg.ms}

@@ -3,11 +3,11 @@
 
 :func:`meta_init` runs, for several task similarities V, OGD whose initialisation is learned by
 follow-the-leader on U_t (the running mean of the optima theta*_t;
-:func:`replearn.aruba.meta_learn`) against single-task OGD; a sweep over fixed rates eta
-(:func:`replearn.aruba.fixed_rate_sweep`); the bound
+:func:`replearn.theory.aruba.meta_learn`) against single-task OGD; a sweep over fixed rates eta
+(:func:`replearn.theory.aruba.fixed_rate_sweep`); the bound
 R-bar_T <= 4 D^2 (1 + ln T)/(eta T) + V^2/(2 eta) + eta G^2 m / 2
-(:func:`replearn.aruba.average_regret_bound`) and the meta-level regret of follow-the-leader
-(:func:`replearn.aruba.ftl_meta_regret`).
+(:func:`replearn.theory.aruba.average_regret_bound`) and the meta-level regret of follow-the-leader
+(:func:`replearn.theory.aruba.ftl_meta_regret`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ... import aruba
-from ...backend import DTYPE
-from ...checks import check_int, check_positives
-from ...profiles import Settings
+from replearn.theory import aruba
+from replearn.backend import DTYPE
+from replearn.checks import check_int, check_positives
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)
 class MetaInitSettings(Settings):
-    """The least-squares task ``family`` (:class:`replearn.aruba.TaskFamily`: dimension d, m
+    """The least-squares task ``family`` (:class:`replearn.theory.aruba.TaskFamily`: dimension d, m
     rounds per task, ball radius, ||phi*||, label noise; its ``spread`` is replaced by each value
     of ``spreads``, so V = spread sqrt(d)), T tasks per run, ``runs`` independent sequences, the
     grid ``rates`` of fixed rates for the sweep, and the seed."""

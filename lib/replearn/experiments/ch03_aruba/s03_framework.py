@@ -2,10 +2,10 @@
 gradient-based meta-learning", Reptile and the learned rate).
 
 :func:`framework` compares Reptile's last-iterate target with the optimum target for the
-learned initialisation (``target=`` of :func:`replearn.aruba.meta_learn`), and ARUBA's learned
+learned initialisation (``target=`` of :func:`replearn.theory.aruba.meta_learn`), and ARUBA's learned
 scalar rate (``rate="aruba_scalar"``) with the best fixed rate in hindsight
-(:func:`replearn.aruba.fixed_rate_sweep`). The joint convexity of U_t(phi, eta) for eta > 0 is
-checked by :func:`replearn.aruba.convexity_gaps`.
+(:func:`replearn.theory.aruba.fixed_rate_sweep`). The joint convexity of U_t(phi, eta) for eta > 0 is
+checked by :func:`replearn.theory.aruba.convexity_gaps`.
 """
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ... import aruba
-from ...backend import DTYPE
-from ...checks import check_int, check_nonnegative, check_positive, check_positives, check_sequence
-from ...profiles import Settings
+from replearn.theory import aruba
+from replearn.backend import DTYPE
+from replearn.checks import check_int, check_nonnegative, check_positive, check_positives, check_sequence
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)
 class FrameworkSettings(Settings):
-    """The least-squares task ``family`` (:class:`replearn.aruba.TaskFamily`, as in 3.2) of the
+    """The least-squares task ``family`` (:class:`replearn.theory.aruba.TaskFamily`, as in 3.2) of the
     Reptile comparison; its ``spread`` is replaced by each value of ``spreads`` for the learned
     scalar rate; T tasks per run, ``runs`` independent sequences; the fixed within-task rates
     ``reptile_rates`` (0 stands for the single-task rate D/(G sqrt m)); the grid ``rates`` of
-    fixed rates; ARUBA's ``smoothing`` (see :func:`replearn.aruba.meta_learn`) and the seed."""
+    fixed rates; ARUBA's ``smoothing`` (see :func:`replearn.theory.aruba.meta_learn`) and the seed."""
 
     family: aruba.TaskFamily = aruba.TaskFamily(m=40, spread=0.1)
     T: int = 300

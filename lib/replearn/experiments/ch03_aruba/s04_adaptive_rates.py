@@ -18,8 +18,8 @@ learned initialisation (running mean of the theta*_t):
 
 :func:`rate_profile` runs ARUBA on a family with graded spreads and returns the learned rates
 next to the spreads and to the per-coordinate minimiser of the summed bounds in hindsight.
-The smoothing constant of :func:`replearn.aruba.meta_learn` is a field here (``smoothing``);
-see the module docstring of :mod:`replearn.aruba` for its form. The section's interactive
+The smoothing constant of :func:`replearn.theory.aruba.meta_learn` is a field here (``smoothing``);
+see the module docstring of :mod:`replearn.theory.aruba` for its form. The section's interactive
 explorer: :func:`explorer_curves` (the curves), :func:`draw_explorer` and :func:`explorer`
 (the ipywidgets panel).
 """
@@ -32,12 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ... import aruba
-from ...checks import check_int, check_number, check_positive, check_positives, check_seed
-from ...plotting import plot_curves, to_numpy
-from ...profiles import Settings
-from ...widgets import Menu, Slider
-from ...widgets import explorer as build_explorer
+from replearn.theory import aruba
+from replearn.checks import check_int, check_number, check_positive, check_positives, check_seed
+from replearn.book.plotting import plot_curves, to_numpy
+from replearn.book.profiles import Settings
+from replearn.book.widgets import Menu, Slider
+from replearn.book.widgets import explorer as build_explorer
 
 METHODS = ("single-task OGD", "oracle scalar rate", "AdaGrad (tuned)", "learned scalar rate", "ARUBA")
 
@@ -185,7 +185,7 @@ def explorer_curves(V: float, anisotropy: float, m: int, T: int, method: str, *,
                     seed: int = 0) -> dict:
     """Task-averaged regret R-bar_t of one meta-learner and of single-task OGD, t = 1..T.
 
-    The family (:class:`replearn.aruba.TaskFamily`, squared loss) has its task optima spread
+    The family (:class:`replearn.theory.aruba.TaskFamily`, squared loss) has its task optima spread
     ``anisotropy`` times more along its first max(1, d // 5) coordinates than along the
     others, with total similarity ||spread|| = ``V``. ``method``: "ARUBA" (per-coordinate rate),
     "learned scalar rate", "oracle scalar rate" (V / (G sqrt m)) or "AdaGrad" (base rate 0.3),

@@ -5,16 +5,16 @@ The blog of Khodak, Balcan and Talwalkar (2019) meta-learns, with Reptile, an in
 and a per-coordinate learning rate for a convolutional network and reports that the learned
 rates are smaller for the lower layers than for the classification head. This driver repeats
 the experiment on a CPU scale, on the sinusoid family of Finn et al. (2017), with the
-algorithms of :mod:`replearn.sinusoid`:
+algorithms of :mod:`replearn.theory.sinusoid`:
 
 - task: y = a sin(x - b) with amplitude a ~ U[0.1, 5] and phase b ~ U[0, pi]; x ~ U[-5, 5];
   ``shots`` support points for adaptation, ``query`` points to measure the adapted model
-  (:func:`replearn.sinusoid.sinusoid_tasks`);
-- model: an MLP 1 -> hidden -> hidden -> 1 with ReLU (:func:`replearn.sinusoid.relu_mlp`);
+  (:func:`replearn.theory.sinusoid.sinusoid_tasks`);
+- model: an MLP 1 -> hidden -> hidden -> 1 with ReLU (:func:`replearn.theory.sinusoid.relu_mlp`);
 - within-task learner: ``inner_steps`` full-batch gradient steps on the mean squared error of
   the support set, with one learning rate per parameter tensor (the six groups W1, b1, W2, b2,
-  W3, b3; :func:`replearn.sinusoid.adapt`); the last iterate theta_hat_t is the task's model;
-- meta-learner: Reptile with ARUBA's per-group rates (:func:`replearn.sinusoid.reptile`, whose
+  W3, b3; :func:`replearn.theory.sinusoid.adapt`); the last iterate theta_hat_t is the task's model;
+- meta-learner: Reptile with ARUBA's per-group rates (:func:`replearn.theory.sinusoid.reptile`, whose
   docstring gives the update and the smoothing constants ``smoothing``, ``power``, ``eta0``).
 
 Held-out comparison (:func:`run`): on fresh tasks, adapt with the ``inner_steps`` steps from
@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import sinusoid
-from ...backend import SeedLike, make_generator
-from ...checks import check_int, check_number, check_positive, check_positives
-from ...profiles import Settings
+from replearn.theory import sinusoid
+from replearn.backend import SeedLike, make_generator
+from replearn.checks import check_int, check_number, check_positive, check_positives
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class ArubaNeuralSettings(Settings):
 
 
 def reptile(cfg: ArubaNeuralSettings, *, learn_rate: bool = True, seed: SeedLike = 0) -> sinusoid.MetaTraining:
-    """:func:`replearn.sinusoid.reptile` with the network, tasks and meta-training of ``cfg``:
+    """:func:`replearn.theory.sinusoid.reptile` with the network, tasks and meta-training of ``cfg``:
     ARUBA's per-group rates with ``learn_rate``, otherwise the fixed rate ``cfg.eta0``."""
     return sinusoid.reptile(hidden=cfg.hidden, shots=cfg.shots, inner_steps=cfg.inner_steps,
                             meta_iterations=cfg.meta_iterations, meta_batch=cfg.meta_batch,

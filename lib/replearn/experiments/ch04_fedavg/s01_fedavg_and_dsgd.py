@@ -1,9 +1,9 @@
 """Book 4.1: FedAvg (Collins et al. 2022, Algorithm 1; McMahan et al. 2017) and D-GD on the
 clients of the linear representation model, and FedAvg's objective inconsistency (Wang et al. 2020).
 
-The instance is the one of book 1.2 (:func:`replearn.linear.random_problem` with the same sizes
+The instance is the one of book 1.2 (:func:`replearn.theory.linear.random_problem` with the same sizes
 and seed): n = M clients with population losses, a Haar-random B_0 with alpha B_0^T B_0 = I_k and
-w_0 = 0. The notebook runs :func:`replearn.federated.fedavg` and :func:`replearn.federated.dgd`
+w_0 = 0. The notebook runs :func:`replearn.theory.linear_federated.fedavg` and :func:`replearn.theory.linear_federated.dgd`
 on it for ``rounds`` rounds and compares their global-gradient norms, distances to B_* and
 fine-tuned errors on new clients.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import linear
-from ...checks import check_int, check_nonnegative, check_number, check_positive
-from ...profiles import Settings
+from replearn.theory import linear
+from replearn.checks import check_int, check_nonnegative, check_number, check_positive
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)

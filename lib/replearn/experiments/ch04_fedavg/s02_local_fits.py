@@ -13,7 +13,7 @@ orthogonal to col(B_*), so dist(B_bar, B_*) = 1. Optionally everything is rotate
 Haar-random orthogonal Q (distances and losses are rotation invariant).
 
 :func:`local_fit_instance` builds the instance and the local fits (their average and its
-measurements: :func:`replearn.federated.average_local_fits`), and :func:`run` contrasts this
+measurements: :func:`replearn.theory.linear_federated.average_local_fits`), and :func:`run` contrasts this
 with FedAvg (Collins et al. 2022, Alg. 1) on the same two clients for several numbers of
 local steps tau, from a generic start and from the averaged local fits.
 """
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import federated, linalg, linear
-from ...backend import DTYPE, default_device, make_generator, randn
-from ...checks import check_int, check_ints, check_nonnegative, check_positive
-from ...federated import AveragedModel
-from ...linear import PopulationTasks
-from ...profiles import Settings
+from replearn.theory import linear_federated, linalg, linear
+from replearn.backend import DTYPE, default_device, make_generator, randn
+from replearn.checks import check_int, check_ints, check_nonnegative, check_positive
+from replearn.theory.linear_federated import AveragedModel
+from replearn.theory.linear import PopulationTasks
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def _local_loss_after(traj, tasks: PopulationTasks, alpha: float, tau: int) -> t
     """Mean client loss after the tau local steps taken from every global iterate of traj."""
     out = []
     for B, w in zip(traj.B, traj.w):
-        B_loc, w_loc = federated.local_updates(B, w, tasks, None, alpha=alpha, tau=tau)
+        B_loc, w_loc = linear_federated.local_updates(B, w, tasks, None, alpha=alpha, tau=tau)
         out.append(linear.losses(B_loc, w_loc, tasks).mean())
     return torch.stack(out)
 
@@ -138,7 +138,7 @@ def run(cfg: LocalFitsSettings, device=None) -> LocalFitsResult:
     of size ``cfg.perturbation``."""
     device = default_device() if device is None else torch.device(device)
     inst = local_fit_instance(cfg.d, device=device)
-    avg = federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=inst.W)
+    avg = linear_federated.average_local_fits(inst.B_local, inst.w_local, inst.Bstar, W=inst.W)
     gen = make_generator(cfg.seed)
     B0 = linalg.random_orthonormal(cfg.d, 2, seed=gen, device=device) / cfg.alpha**0.5
     w0 = torch.zeros(2, dtype=DTYPE, device=device)
@@ -146,14 +146,14 @@ def run(cfg: LocalFitsSettings, device=None) -> LocalFitsResult:
     w_kick = avg.w + cfg.perturbation * randn(2, generator=gen, device=device)
     dist, dist_avg, dist_kick, local_loss, start_loss = {}, {}, {}, {}, {}
     for tau in cfg.taus:
-        traj = federated.fedavg(B0, w0, inst.tasks, alpha=cfg.alpha, tau=tau, rounds=cfg.rounds)
+        traj = linear_federated.fedavg(B0, w0, inst.tasks, alpha=cfg.alpha, tau=tau, rounds=cfg.rounds)
         dist[tau] = traj.dist(inst.Bstar).cpu()
         local_loss[tau] = _local_loss_after(traj, inst.tasks, cfg.alpha, tau).cpu()
         residual = linear.predict(traj.B, traj.w).unsqueeze(-2) - inst.tasks.theta
         start_loss[tau] = (0.5 * residual.pow(2).sum(-1).mean(-1)).cpu()
-        run_avg = federated.fedavg(avg.B, avg.w, inst.tasks, alpha=cfg.alpha, tau=tau, rounds=cfg.rounds)
+        run_avg = linear_federated.fedavg(avg.B, avg.w, inst.tasks, alpha=cfg.alpha, tau=tau, rounds=cfg.rounds)
         dist_avg[tau] = run_avg.dist(inst.Bstar).cpu()
-        run_kick = federated.fedavg(B_kick, w_kick, inst.tasks, alpha=cfg.alpha, tau=tau, rounds=cfg.rounds)
+        run_kick = linear_federated.fedavg(B_kick, w_kick, inst.tasks, alpha=cfg.alpha, tau=tau, rounds=cfg.rounds)
         dist_kick[tau] = run_kick.dist(inst.Bstar).cpu()
     return LocalFitsResult(instance=inst, averaged=avg, dist=dist, dist_avg=dist_avg, dist_kick=dist_kick,
                            local_loss=local_loss, start_loss=start_loss)

@@ -1,6 +1,6 @@
 """Book 4.4: FedAvg learns B_*: Fig. 1 and the linear rate of Theorem 1 (Collins et al. 2022).
 
-On the problems of :func:`replearn.fedavg_problems.make_problem`: :func:`figure1` reproduces
+On the problems of :func:`replearn.theory.fedavg_problems.make_problem`: :func:`figure1` reproduces
 the paper's Fig. 1 (FedAvg against D-GD on Fig. 1 problems), :func:`participation` runs FedAvg
 with part of the clients per round, and :func:`rate_sweep` measures the empirical linear rate
 (:func:`linear_rate`: the slope of -log dist(B_t, B_*) per round in the linear phase) on rate
@@ -16,18 +16,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ... import federated, linear, rates
-from ...backend import DTYPE, derive_seed
-from ...checks import check_fraction, check_int, check_ints, check_number, check_sequence
-from ...fedavg_problems import FedAvgProblemSettings, make_problem
-from ...plotting import plot_curves, to_numpy
-from ...widgets import Slider
-from ...widgets import explorer as build_explorer
+from replearn.theory import linear_federated, linear, rates
+from replearn.backend import DTYPE, derive_seed
+from replearn.checks import check_fraction, check_int, check_ints, check_number, check_sequence
+from replearn.theory.fedavg_problems import FedAvgProblemSettings, make_problem
+from replearn.book.plotting import plot_curves, to_numpy
+from replearn.book.widgets import Slider
+from replearn.book.widgets import explorer as build_explorer
 
 
 @dataclass(frozen=True)
 class ConvergenceSettings(FedAvgProblemSettings):
-    """The problem and FedAvg run of :class:`replearn.fedavg_problems.FedAvgProblemSettings`
+    """The problem and FedAvg run of :class:`replearn.theory.fedavg_problems.FedAvgProblemSettings`
     (``d``, ``k``, ``M``, ``alpha``, ``tau``, ``rounds``), averaged over ``seeds`` problem
     instances (instance j drawn from the seed :func:`replearn.backend.derive_seed`
     ``(seed, j)``).
@@ -88,8 +88,8 @@ def figure1(cfg: ConvergenceSettings, device=None) -> CurvesResult:
     for j in range(cfg.seeds):
         s = derive_seed(cfg.seed, j)
         pb = make_problem(cfg, s, device=device)
-        fed = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds)
-        gd = federated.dgd(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, rounds=cfg.rounds)
+        fed = linear_federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds)
+        gd = linear_federated.dgd(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, rounds=cfg.rounds)
         curves["FedAvg"].append(fed.dist(pb.Bstar).cpu())
         curves["D-GD"].append(gd.dist(pb.Bstar).cpu())
     return CurvesResult({name: torch.stack(c) for name, c in curves.items()})
@@ -105,7 +105,7 @@ def participation(cfg: ConvergenceSettings, device=None) -> CurvesResult:
         for j in range(cfg.seeds):
             s = derive_seed(cfg.seed, j)
             pb = make_problem(cfg, s, device=device)
-            tr = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds,
+            tr = linear_federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds,
                                   clients_per_round=m, seed=s + 5)
             runs.append(tr.dist(pb.Bstar).cpu())
         curves[f"m = {m}"] = torch.stack(runs)
@@ -167,7 +167,7 @@ def _rate_runs(cfg, cond, tau, device):
     measured, first, mu2s = [], None, []
     for j in range(cfg.sweep_seeds):
         pb = make_problem(cfg, derive_seed(cfg.seed, j), cond=cond, delta0=cfg.delta0, device=device)
-        dist = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=tau,
+        dist = linear_federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=cfg.alpha, tau=tau,
                                 rounds=cfg.sweep_rounds).dist(pb.Bstar).cpu()
         measured.append(linear_rate(dist))
         mu2s.append(linear.head_diversity(pb.W, centred=True)[0])
@@ -205,14 +205,14 @@ def explorer_curves(tau: int, alpha: float, cond: float, participation: float, *
                     k: int = 3, M: int = 20, rounds: int = 300, seed: int = 0) -> dict:
     """dist(B_t, B_*) of FedAvg with ``tau`` local steps and of D-GD (tau = 1), t = 0..rounds.
 
-    One problem of :func:`replearn.fedavg_problems.make_problem`: Haar-random B_* (d, k), M
+    One problem of :func:`replearn.theory.fedavg_problems.make_problem`: Haar-random B_* (d, k), M
     heads whose centred covariance has condition number ``cond`` (``make_heads(exact=True)``),
     random B_0 with alpha B_0^T B_0 = I_k and w_0 = 0. Each round samples
     m = max(1, round(participation M)) clients; both methods use the same step ``alpha``, the
     same start and the same client samples, so with ``tau = 1`` the two curves are identical.
     Returns numpy arrays ``{"round", "FedAvg", "D-GD"}``, each (rounds + 1,). Raises ValueError
     on bad input (the sizes, tau, alpha, rounds and seed are checked by
-    :class:`~replearn.fedavg_problems.FedAvgProblemSettings`) and when the iterates diverge
+    :class:`~replearn.theory.fedavg_problems.FedAvgProblemSettings`) and when the iterates diverge
     (step size too large).
     """
     check_number(cond, "cond (a condition number)", low=1.0)
@@ -220,9 +220,9 @@ def explorer_curves(tau: int, alpha: float, cond: float, participation: float, *
     cfg = FedAvgProblemSettings(d=d, k=k, M=M, alpha=alpha, tau=tau, rounds=rounds, seed=seed)
     pb = make_problem(cfg, seed, cond=float(cond))
     m = max(1, round(participation * M))
-    fed = federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=float(alpha), tau=tau, rounds=rounds,
+    fed = linear_federated.fedavg(pb.B0, pb.w0, pb.tasks, alpha=float(alpha), tau=tau, rounds=rounds,
                            clients_per_round=m, seed=seed)
-    gd = federated.dgd(pb.B0, pb.w0, pb.tasks, alpha=float(alpha), rounds=rounds, clients_per_round=m, seed=seed)
+    gd = linear_federated.dgd(pb.B0, pb.w0, pb.tasks, alpha=float(alpha), rounds=rounds, clients_per_round=m, seed=seed)
     return {"round": np.arange(rounds + 1), "FedAvg": to_numpy(fed.dist(pb.Bstar)),
             "D-GD": to_numpy(gd.dist(pb.Bstar))}
 

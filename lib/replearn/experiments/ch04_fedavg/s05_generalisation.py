@@ -6,7 +6,7 @@ i.i.d. N(0, 1) entries. FedAvg with ``tau`` local steps and D-GD (tau = 1) are t
 clients' population losses with full participation, from the same B_0 (orthonormal columns
 scaled by 1/sqrt(alpha), so that alpha B_0^T B_0 = I) and w_0 = 0, with the same step size.
 
-**Left panel.** Along both trajectories :func:`replearn.federated.global_gradient_norms`
+**Left panel.** Along both trajectories :func:`replearn.theory.linear_federated.global_gradient_norms`
 records the norm of the gradient of the global objective with equal weights (Collins et al.
 2022, eq. (6), written with the book's 1/2: (1/M) sum_i 1/2 ||B w - B_* w_*_i||^2), from the
 mean regressor v = B_* wbar_* alone (book 1.2, Prop. ``arm-dyn-prop-avg``).
@@ -14,13 +14,13 @@ mean regressor v = B_* wbar_* alone (book 1.2, Prop. ``arm-dyn-prop-avg``).
 **Right panel.** A new client M+1 has head w_*_{M+1} ~ N(0, I_k) (drawn like the training
 heads), ``n`` samples x ~ N(0, I_d) and y = <B_* w_*_{M+1}, x> + zeta, zeta ~ N(0, noise_std^2)
 (the paper: variance 0.01). Each method's final global model (B_T, w_T) is fine-tuned by
-``ft_steps`` full-batch GD steps jointly in (B, w) (:func:`replearn.linear.finetune_joint`, the
-batched form of :func:`replearn.linear.finetune_gd` with ``update_representation=True``) and the
+``ft_steps`` full-batch GD steps jointly in (B, w) (:func:`replearn.theory.linear.finetune_joint`, the
+batched form of :func:`replearn.theory.linear.finetune_gd` with ``update_representation=True``) and the
 error ||B w - B_* w_*_{M+1}||^2 is recorded. The step size of a fine-tuning problem is
-:func:`replearn.linear.stable_finetune_step`: a fraction ``ft_lr`` of the inverse of the
+:func:`replearn.theory.linear.stable_finetune_step`: a fraction ``ft_lr`` of the inverse of the
 curvature of the fine-tuning loss at the start. For comparison the
 driver also fits the head alone by exact least squares on the frozen B_T
-(:func:`replearn.linear.finetune_head`) and on B_* (the oracle). All runs and new clients of
+(:func:`replearn.theory.linear.finetune_head`) and on B_* (the oracle). All runs and new clients of
 one sample size are fine-tuned in one batch.
 """
 
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import federated, linalg, linear
-from ...backend import DTYPE, default_device, derive_seed, make_generator, randn
-from ...checks import check_int, check_ints, check_nonnegative, check_number, check_positive
-from ...profiles import Settings
+from replearn.theory import linear_federated, linalg, linear
+from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
+from replearn.checks import check_int, check_ints, check_nonnegative, check_number, check_positive
+from replearn.book.profiles import Settings
 
 METHODS = ("FedAvg", "D-GD")
 HEAD_ONLY = {"FedAvg": "FedAvg, head only", "D-GD": "D-GD, head only"}
@@ -47,7 +47,7 @@ class GeneralisationSettings(Settings):
     ``tau`` local steps, ``rounds`` communication rounds for both methods), the new clients
     (label ``noise_std``, the sample sizes ``ns``, ``runs`` independent training instances and
     ``clients`` new clients per run and sample size), fine-tuning (``ft_steps`` GD steps with
-    step size the fraction ``ft_lr`` of :func:`replearn.linear.stable_finetune_step`) and the seed."""
+    step size the fraction ``ft_lr`` of :func:`replearn.theory.linear.stable_finetune_step`) and the seed."""
 
     d: int = 50
     k: int = 5
@@ -123,8 +123,8 @@ def train(cfg: GeneralisationSettings, run: int, device=None) -> tuple[torch.Ten
     w0 = torch.zeros(cfg.k, dtype=DTYPE, device=device)
     tasks = linear.population_tasks(Bstar, W)
     trajectories = {
-        "FedAvg": federated.fedavg(B0, w0, tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds),
-        "D-GD": federated.dgd(B0, w0, tasks, alpha=cfg.alpha, rounds=cfg.rounds),
+        "FedAvg": linear_federated.fedavg(B0, w0, tasks, alpha=cfg.alpha, tau=cfg.tau, rounds=cfg.rounds),
+        "D-GD": linear_federated.dgd(B0, w0, tasks, alpha=cfg.alpha, rounds=cfg.rounds),
     }
     return Bstar, W, trajectories
 
@@ -155,7 +155,7 @@ def run(cfg: GeneralisationSettings, device=None) -> GeneralisationResult:
         v = Bstar @ W.mean(0)
         Bstars.append(Bstar)
         for m, tr in trajectories.items():
-            grad_norm[m].append(federated.global_gradient_norms(tr, v))
+            grad_norm[m].append(linear_federated.global_gradient_norms(tr, v))
             dist[m].append(linalg.principal_angle_distance(tr.B[-1], Bstar))
             floor[m].append(linear.head_error_floor(tr.B[-1], Bstar))
             finals[m][0].append(tr.B[-1])

@@ -2,7 +2,7 @@
 
 On population losses, D-GD on the weighted global objective ``sum_i p_i f_i`` is ARM with the
 weighted mean head ``sum_i p_i w_*_i``, so the construction of book 1.3 applied to the heads
-rescaled by ``M p_i`` (:func:`replearn.lower_bound.weighted_adversarial_instance`) gives a B_*
+rescaled by ``M p_i`` (:func:`replearn.theory.lower_bound.weighted_adversarial_instance`) gives a B_*
 at distance delta from col(B_0) that D-GD never approaches, for any client weights.
 :func:`run_sweep` checks this on random weighted federated instances and runs FedAvg with
 ``tau`` local steps on the same instances; :func:`participation_curves` follows both methods
@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import federated
-from ...backend import DTYPE, derive_seed, make_generator
-from ...checks import check_int, check_nonnegative, check_number, check_positive
-from ...linear import Problem
-from ...lower_bound import weighted_adversarial_instance
-from ...profiles import Settings
+from replearn.theory import linear_federated
+from replearn.backend import DTYPE, derive_seed, make_generator
+from replearn.checks import check_int, check_nonnegative, check_number, check_positive
+from replearn.theory.linear import Problem
+from replearn.theory.lower_bound import weighted_adversarial_instance
+from replearn.book.profiles import Settings
 
 
 @dataclass(frozen=True)
@@ -100,9 +100,9 @@ def run_sweep(cfg: DgdLowerBoundSettings) -> DgdLowerBoundResult:
         inst, sizes, delta = _instance(cfg, i)
         alpha = cfg.alpha
         tasks = inst.tasks
-        d_dgd = federated.dgd(inst.B0, inst.w0, tasks, alpha=alpha, rounds=cfg.rounds,
+        d_dgd = linear_federated.dgd(inst.B0, inst.w0, tasks, alpha=alpha, rounds=cfg.rounds,
                               weights=sizes).dist(inst.Bstar)
-        d_fed = federated.fedavg(inst.B0, inst.w0, tasks, alpha=alpha, tau=cfg.tau, rounds=cfg.rounds,
+        d_fed = linear_federated.fedavg(inst.B0, inst.w0, tasks, alpha=alpha, tau=cfg.tau, rounds=cfg.rounds,
                                  weights=sizes).dist(inst.Bstar)
         rows.append((inst.B0.shape[0], inst.B0.shape[1], delta, float(d_dgd[-1]), float(d_dgd.min()),
                      float(d_fed[-1])))
@@ -121,7 +121,7 @@ def participation_curves(inst: Problem, *, alpha: float, rounds: int, tau: int,
     curves = {}
     for m in clients_per_round:
         for name, t in (("D-GD", 1), ("FedAvg", tau)):
-            run = federated.fedavg(inst.B0, inst.w0, inst.tasks, alpha=alpha, tau=t, rounds=rounds,
+            run = linear_federated.fedavg(inst.B0, inst.w0, inst.tasks, alpha=alpha, tau=t, rounds=rounds,
                                    clients_per_round=m, seed=seed)
             curves[name, m] = run.dist(inst.Bstar)
     return curves

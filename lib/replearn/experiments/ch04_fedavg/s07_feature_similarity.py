@@ -2,9 +2,9 @@
 
 CIFAR-10 over ``clients`` clients with Dirichlet(``alpha``) label skew; FedAvg with each
 ``tau`` in ``taus`` (``tau = 1``: D-SGD) for the same number of local updates
-(:func:`replearn.transfer.train_matched`); per ``tau`` the 10 x 10 matrix of average cosine
+(:func:`replearn.neural.transfer.train_matched`); per ``tau`` the 10 x 10 matrix of average cosine
 similarity between the body features (the input of the last layer) of test images of each pair
-of classes (:func:`replearn.similarity.class_cosine_similarity`) and its intra- minus
+of classes (:func:`replearn.neural.similarity.class_cosine_similarity`) and its intra- minus
 inter-class gap.
 """
 
@@ -15,17 +15,18 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from ... import data as D
-from ... import neural, similarity
-from ...backend import derive_seed
-from ...checks import check_int
-from ...plotting import to_numpy
-from ... import scales
-from ...scales import require_data, require_images
-from ...specs import FederationSpec
-from ...transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
-from ...widgets import Menu
-from ...widgets import explorer as build_explorer
+from replearn.neural import data as D
+from replearn import neural
+from replearn.neural import similarity
+from replearn.backend import derive_seed
+from replearn.checks import check_int
+from replearn.book.plotting import to_numpy
+from replearn.book import scales
+from replearn.book.scales import require_data, require_images
+from replearn.neural.specs import FederationSpec
+from replearn.neural.transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
+from replearn.book.widgets import Menu
+from replearn.book.widgets import explorer as build_explorer
 
 
 #: What the paper states of Fig. 4's setting, by settings field: (value, where it says so).
@@ -87,7 +88,7 @@ class SimilaritySettings(MatchedTraining):
 
 
 def work(s: SimilaritySettings, *, batched: bool = True) -> dict:
-    """:func:`replearn.scales.launch_estimate` of :func:`run_similarity` with ``s``: every tau
+    """:func:`replearn.book.scales.launch_estimate` of :func:`run_similarity` with ``s``: every tau
     makes ``total_steps`` local steps on each of the round's ``m`` clients; the final
     evaluation tests every client and the probe set (``batched``: ``train.vmap_clients`` clients
     per launch sequence, as the run does; else one client at a time)."""

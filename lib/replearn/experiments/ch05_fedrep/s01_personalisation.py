@@ -3,7 +3,7 @@ Sec. 2.1, objectives (3) and (4)).
 
 n clients with samples ``x ~ N(0, I_d)``, ``y = <B_* w_*_i, x>``: the single shared regressor that
 minimises the pooled objective (4) has the global error (1/2n) sum_i ||theta_*_i - theta_bar_*||^2
-(:func:`replearn.fedrep.single_model_error_formula`), which grows with the spread of the heads,
+(:func:`replearn.theory.linear_fedrep.single_model_error_formula`), which grows with the spread of the heads,
 while the personalised objective (3) has minimum zero (FedRep on the same data reaches it);
 local-only least squares needs m >= d samples per client.
 """
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import fedrep, linear
-from ...backend import default_device
-from ...checks import check_int, check_ints, check_nonnegative, check_positive, check_positives
-from ...fedrep import InstanceSettings
+from replearn.theory import linear_fedrep, linear
+from replearn.backend import default_device
+from replearn.checks import check_int, check_ints, check_nonnegative, check_positive, check_positives
+from replearn.theory.linear_fedrep import InstanceSettings
 
 
 @dataclass(frozen=True)
@@ -81,19 +81,19 @@ def run_personalisation(cfg: PersonalisationSettings, device=None) -> Personalis
                               seed=cfg.seed + 1, device=device)
         theta_star = linear.targets(Bstar, W)
         data = linear.sample_tasks(Bstar, W, cfg.m, seed=cfg.seed + 2 + j)
-        theta = fedrep.single_model_least_squares(data)
-        single.append(fedrep.global_error(theta, theta_star))
-        formula.append(fedrep.single_model_error_formula(theta_star))
+        theta = linear_fedrep.single_model_least_squares(data)
+        single.append(linear_fedrep.global_error(theta, theta_star))
+        formula.append(linear_fedrep.single_model_error_formula(theta_star))
         to_mean.append((theta - theta_star.mean(0)).norm())
-        res = fedrep.fedrep(fedrep.method_of_moments_init(data, cfg.k), data, eta=cfg.eta, rounds=cfg.rounds)
+        res = linear_fedrep.fedrep(linear_fedrep.method_of_moments_init(data, cfg.k), data, eta=cfg.eta, rounds=cfg.rounds)
         fr.append(res.global_error(Bstar, W))
         fr_dist.append(res.dist(Bstar)[-1])
-    W = fedrep.paper_heads(cfg.n, cfg.k, seed=cfg.seed + 1, device=device)
+    W = linear_fedrep.paper_heads(cfg.n, cfg.k, seed=cfg.seed + 1, device=device)
     theta_star = linear.targets(Bstar, W)
     local, local_formula = [], []
     for j, m in enumerate(cfg.local_ms):
         data = linear.sample_tasks(Bstar, W, m, seed=cfg.seed + 100 + j)
-        local.append(fedrep.global_error(fedrep.local_only(data), theta_star))
+        local.append(linear_fedrep.global_error(linear_fedrep.local_only(data), theta_star))
         local_formula.append(max(0.0, 1.0 - m / cfg.d) * 0.5 * float(theta_star.square().sum(-1).mean()))
     stack = lambda xs: torch.stack(xs).cpu()  # noqa: E731
     return PersonalisationResult(

@@ -3,7 +3,7 @@ ICML 2021, Algorithm 2).
 
 The method-of-moments initialisation of Algorithm 2: the distance of its estimate from col(B_*)
 as the number of clients n and samples m grow (:func:`run_moments`; the expectation of the
-moment matrix is :func:`replearn.fedrep.expected_moment_matrix`), and one FedRep run from the
+moment matrix is :func:`replearn.theory.linear_fedrep.expected_moment_matrix`), and one FedRep run from the
 method-of-moments start and from a random one (:func:`run_trajectory`).
 """
 
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import fedrep, linalg, linear
-from ...backend import default_device
-from ...checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive
-from ...fedrep import InstanceSettings
+from replearn.theory import linear_fedrep, linalg, linear
+from replearn.backend import default_device
+from replearn.checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive
+from replearn.theory.linear_fedrep import InstanceSettings
 
 
 # --------------------------------------------------------------------------- method of moments
@@ -62,10 +62,10 @@ def run_moments(cfg: MomentSettings, device=None) -> MomentResult:
         seed = cfg.seed + 1000 * rep
         Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=seed, device=device)
         for b, n in enumerate(cfg.ns):
-            W = fedrep.paper_heads(n, cfg.k, seed=seed + 1, device=device)
+            W = linear_fedrep.paper_heads(n, cfg.k, seed=seed + 1, device=device)
             for a, m in enumerate(cfg.ms):
                 data = linear.sample_tasks(Bstar, W, m, noise_std=cfg.noise_std, seed=seed + 2 + 10 * a + 100 * b)
-                B0 = fedrep.method_of_moments_init(data, cfg.k)
+                B0 = linear_fedrep.method_of_moments_init(data, cfg.k)
                 out[a, b, rep] = float(linalg.principal_angle_distance(B0, Bstar))
     return MomentResult(ns=torch.tensor(cfg.ns), ms=torch.tensor(cfg.ms), dist=out.mean(-1),
                         spread=out.std(-1) if cfg.repeats > 1 else torch.zeros_like(out[..., 0]))
@@ -113,11 +113,11 @@ def run_trajectory(cfg: TrajectorySettings, device=None) -> TrajectoryResult:
     """FedRep with fresh samples from the method-of-moments start and from a random one (book 5.2)."""
     device = default_device() if device is None else torch.device(device)
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
-    W = fedrep.paper_heads(cfg.n, cfg.k, seed=cfg.seed + 1, device=device)
+    W = linear_fedrep.paper_heads(cfg.n, cfg.k, seed=cfg.seed + 1, device=device)
     data = linear.FreshSamples(Bstar, W, cfg.m, noise_std=cfg.noise_std)
-    B0 = fedrep.method_of_moments_init(
+    B0 = linear_fedrep.method_of_moments_init(
         linear.sample_tasks(Bstar, W, cfg.m, noise_std=cfg.noise_std, seed=cfg.seed + 2), cfg.k)
     Brand = linalg.random_orthonormal(cfg.d, cfg.k, cfg.seed + 3, device=device)
     kw = dict(eta=cfg.eta, rounds=cfg.rounds, r=cfg.r, seed=cfg.seed + 4)
-    return TrajectoryResult(mom=fedrep.fedrep(B0, data, **kw).dist(Bstar).cpu(),
-                            random=fedrep.fedrep(Brand, data, **kw).dist(Bstar).cpu(), B0=B0.cpu())
+    return TrajectoryResult(mom=linear_fedrep.fedrep(B0, data, **kw).dist(Bstar).cpu(),
+                            random=linear_fedrep.fedrep(Brand, data, **kw).dist(Bstar).cpu(), B0=B0.cpu())

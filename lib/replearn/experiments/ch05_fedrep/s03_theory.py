@@ -2,11 +2,11 @@
 ICML 2021, Theorem 1).
 
 :func:`run_rates`: the measured per-round contraction of dist(B_t, B_*)
-(:func:`replearn.fedrep.fit_rate`) against the factor (1 - eta E_0 sigma_min^2 / 2)^(1/2) of
-Theorem 1 (:func:`replearn.fedrep.theorem_factor`) and the first-order factor
+(:func:`replearn.theory.linear_fedrep.fit_rate`) against the factor (1 - eta E_0 sigma_min^2 / 2)^(1/2) of
+Theorem 1 (:func:`replearn.theory.linear_fedrep.theorem_factor`) and the first-order factor
 1 - eta sigma_min^2; :func:`run_federation`: final distance of FedRep over a grid of (n, m),
 against local-only learning with the same m and the counting bound
-(:func:`replearn.fedrep.counting_bound`), i.e. when federation lowers the samples each client needs.
+(:func:`replearn.theory.linear_fedrep.counting_bound`), i.e. when federation lowers the samples each client needs.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import fedrep, linalg, linear
-from ...backend import default_device
-from ...checks import check_int, check_ints, check_number, check_positive, check_positives, check_sequence
-from ...fedrep import InstanceSettings
+from replearn.theory import linear_fedrep, linalg, linear
+from replearn.backend import default_device
+from replearn.checks import check_int, check_ints, check_number, check_positive, check_positives, check_sequence
+from replearn.theory.linear_fedrep import InstanceSettings
 
 
 # --------------------------------------------------------------------------- rates
@@ -86,11 +86,11 @@ def run_rates(cfg: RateSettings, device=None) -> RateResult:
         sigma2[cond] = (smin, smax)
         data = linear.FreshSamples(Bstar, W, cfg.m)
         for eta in cfg.etas:
-            res = fedrep.fedrep(B0, data, eta=eta, rounds=cfg.rounds, orthonormalize=True, seed=cfg.seed + 4)
+            res = linear_fedrep.fedrep(B0, data, eta=eta, rounds=cfg.rounds, orthonormalize=True, seed=cfg.seed + 4)
             curve = res.dist(Bstar).cpu()
             dist[cond, eta] = curve
-            rate[cond, eta], r2[cond, eta] = fedrep.fit_rate(curve, cfg.window)
-            thm[cond, eta] = fedrep.theorem_factor(eta, E0, smin)
+            rate[cond, eta], r2[cond, eta] = linear_fedrep.fit_rate(curve, cfg.window)
+            thm[cond, eta] = linear_fedrep.theorem_factor(eta, E0, smin)
             first[cond, eta] = 1.0 - eta * smin
     return RateResult(dist=dist, rate=rate, theorem=thm, first_order=first, r2=r2, sigma2=sigma2, E0=E0)
 
@@ -165,18 +165,18 @@ def run_federation(cfg: FederationSettings, device=None) -> FederationResult:
     dist = torch.zeros(len(cfg.ms), len(cfg.ns), dtype=torch.float64)
     error = torch.zeros_like(dist)
     for b, n in enumerate(cfg.ns):
-        W = fedrep.paper_heads(n, cfg.k, seed=cfg.seed + 1, device=device)
+        W = linear_fedrep.paper_heads(n, cfg.k, seed=cfg.seed + 1, device=device)
         for a, m in enumerate(cfg.ms):
             data = linear.sample_tasks(Bstar, W, m, seed=cfg.seed + 2 + 10 * a + 1000 * b)
-            res = fedrep.fedrep(fedrep.method_of_moments_init(data, cfg.k), data, eta=cfg.eta, rounds=cfg.rounds)
+            res = linear_fedrep.fedrep(linear_fedrep.method_of_moments_init(data, cfg.k), data, eta=cfg.eta, rounds=cfg.rounds)
             dist[a, b] = float(res.dist(Bstar)[-1])
             error[a, b] = float(res.global_error(Bstar, W))
-    W = fedrep.paper_heads(cfg.ns[-1], cfg.k, seed=cfg.seed + 1, device=device)
+    W = linear_fedrep.paper_heads(cfg.ns[-1], cfg.k, seed=cfg.seed + 1, device=device)
     theta_star = linear.targets(Bstar, W)
-    local = torch.tensor([float(fedrep.global_error(fedrep.local_only(
+    local = torch.tensor([float(linear_fedrep.global_error(linear_fedrep.local_only(
         linear.sample_tasks(Bstar, W, m, seed=cfg.seed + 7 + a)), theta_star)) for a, m in enumerate(cfg.ms)],
         dtype=torch.float64)
     local_formula = torch.tensor([max(0.0, 1 - m / cfg.d) * cfg.k / 2 for m in cfg.ms], dtype=torch.float64)
-    counting = torch.tensor([fedrep.counting_bound(cfg.d, cfg.k, n) for n in cfg.ns], dtype=torch.float64)
+    counting = torch.tensor([linear_fedrep.counting_bound(cfg.d, cfg.k, n) for n in cfg.ns], dtype=torch.float64)
     return FederationResult(ns=torch.tensor(cfg.ns), ms=torch.tensor(cfg.ms), dist=dist, error=error,
                             local=local, local_formula=local_formula, counting=counting, tol=cfg.tol)

@@ -2,13 +2,13 @@
 Shakkottai 2021, Sec. 5.1, Fig. 1).
 
 Every client ``i`` has ``m`` fixed samples ``x ~ N(0, I_d)``, ``y = <B_* w_*_i, x> + N(0, noise_std^2)``
-with a Haar-random ``B_*`` and heads of norm ``sqrt(k)`` (:func:`replearn.fedrep.paper_instance`).
+with a Haar-random ``B_*`` and heads of norm ``sqrt(k)`` (:func:`replearn.theory.linear_fedrep.paper_instance`).
 :func:`run_fig1` measures the global error of eq. (3), ``(1/2n) sum_i ||theta_i - theta_*_i||^2``,
 of local-only ridge regression, of the single shared model minimising objective (4) (FedAvg's
-objective; we use its exact minimiser :func:`replearn.fedrep.single_model_least_squares` in place
-of running FedAvg) and of FedRep (:func:`replearn.fedrep.train_fedrep`: Algorithm 2 on the fixed
+objective; we use its exact minimiser :func:`replearn.theory.linear_fedrep.single_model_least_squares` in place
+of running FedAvg) and of FedRep (:func:`replearn.theory.linear_fedrep.train_fedrep`: Algorithm 2 on the fixed
 data, method-of-moments start, heads refitted on the final B). The paper's label noise
-N(., 10^-3) is read as a variance (:data:`replearn.fedrep.PAPER_NOISE_STD`).
+N(., 10^-3) is read as a variance (:data:`replearn.theory.linear_fedrep.PAPER_NOISE_STD`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import fedrep
-from ...backend import DTYPE, default_device, derive_seed
-from ...checks import check_fraction, check_int, check_ints, check_nonnegative
-from ...fedrep import FigureSettings
-from ...linear import predict, targets
+from replearn.theory import linear_fedrep
+from replearn.backend import DTYPE, default_device, derive_seed
+from replearn.checks import check_fraction, check_int, check_ints, check_nonnegative
+from replearn.theory.linear_fedrep import FigureSettings
+from replearn.theory.linear import predict, targets
 
 FIG1_METHODS = ("local only", "single model", "FedRep")
 
@@ -82,17 +82,17 @@ def run_fig1(cfg: Fig1Settings, device=None) -> Fig1Result:
     dist = torch.zeros_like(dist0)
     floor = torch.zeros(cfg.seeds, dtype=DTYPE)
     for s in range(cfg.seeds):
-        Bstar, W = fedrep.paper_instance(cfg.d, cfg.k, cfg.n, derive_seed(cfg.seed, s), device)
+        Bstar, W = linear_fedrep.paper_instance(cfg.d, cfg.k, cfg.n, derive_seed(cfg.seed, s), device)
         theta = targets(Bstar, W)
-        floor[s] = float(fedrep.single_model_error_formula(theta))
+        floor[s] = float(linear_fedrep.single_model_error_formula(theta))
         for j, m in enumerate(cfg.ms):
-            data, res, heads = fedrep.train_fedrep(Bstar, W, m, noise_std=cfg.noise_std, eta=cfg.eta,
+            data, res, heads = linear_fedrep.train_fedrep(Bstar, W, m, noise_std=cfg.noise_std, eta=cfg.eta,
                                                    rounds=cfg.rounds, r=cfg.r, seed=derive_seed(cfg.seed, s, m))
-            fits = {"local only": fedrep.local_only(data, cfg.ridge),
-                    "single model": fedrep.single_model_least_squares(data),
+            fits = {"local only": linear_fedrep.local_only(data, cfg.ridge),
+                    "single model": linear_fedrep.single_model_least_squares(data),
                     "FedRep": predict(res.B[-1], heads)}
             for name, fit in fits.items():
-                errors[name][s, j] = float(fedrep.global_error(fit, theta))
+                errors[name][s, j] = float(linear_fedrep.global_error(fit, theta))
             d_t = res.dist(Bstar)
             dist0[s, j], dist[s, j] = float(d_t[0]), float(d_t[-1])
     return Fig1Result(tuple(cfg.ms), errors, dist0, dist, floor)

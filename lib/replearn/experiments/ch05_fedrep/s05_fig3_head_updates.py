@@ -4,7 +4,7 @@ Shakkottai 2021, Sec. 5.1, Fig. 3).
 :func:`run_fig3`: fresh samples every round (Algorithm 2), participation ``r``; dist(B_t, B_*)
 (Definition 1) along FedRep (exact head), 10GD-GD and GD-GD (K = 10 or 1 gradient steps on the
 head), for several numbers of clients ``n``, from one shared method-of-moments start per
-(n, seed) (:func:`replearn.fedrep.dist_curves`).
+(n, seed) (:func:`replearn.theory.linear_fedrep.dist_curves`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import fedrep
-from ...backend import default_device, derive_seed
-from ...checks import check_fraction, check_int, check_ints, check_positive
-from ...fedrep import PAPER_NOISE_STD, FigureSettings
+from replearn.theory import linear_fedrep
+from replearn.backend import default_device, derive_seed
+from replearn.checks import check_fraction, check_int, check_ints, check_positive
+from replearn.theory.linear_fedrep import PAPER_NOISE_STD, FigureSettings
 
 FIG3_METHODS = ("FedRep", "10GD-GD", "GD-GD")
 HEAD_STEPS = {"FedRep": None, "10GD-GD": 10, "GD-GD": 1}
@@ -75,7 +75,7 @@ def run_fig3(cfg: Fig3Settings, device=None) -> Fig3Result:
     for n in cfg.ns:
         runs = {name: [] for name in FIG3_METHODS}
         for s in range(cfg.seeds):
-            curves = fedrep.dist_curves(n, cfg.m, cfg.r, {name: HEAD_STEPS[name] for name in FIG3_METHODS},
+            curves = linear_fedrep.dist_curves(n, cfg.m, cfg.r, {name: HEAD_STEPS[name] for name in FIG3_METHODS},
                                         d=cfg.d, k=cfg.k, rounds=cfg.rounds, eta=cfg.eta, head_lr=cfg.head_lr,
                                         noise_std=cfg.noise_std, seed=derive_seed(cfg.seed, s, n), device=device)
             for name in FIG3_METHODS:

@@ -1,13 +1,13 @@
 """Book 5.6: new clients fit only a head on a learned representation (Collins, Hassani, Mokhtari,
 Shakkottai 2021, Sec. 5.1, Fig. 4), and the explorer of FedRep's convergence.
 
-:func:`run_fig4`: train FedRep as in Fig. 1 (:func:`replearn.fedrep.train_fedrep`), and FedAvg
+:func:`run_fig4`: train FedRep as in Fig. 1 (:func:`replearn.theory.linear_fedrep.train_fedrep`), and FedAvg
 (``fedavg_tau`` local steps of size ``fedavg_alpha``) on the same data from B_0 = Q/sqrt(alpha)
 (the start of Collins et al. 2022, Theorem 1 (ii)) and from the unscaled B_0 = Q, w_0 = 0; then
 new clients with ``m_new`` samples fit only a k-dimensional head on each learned B
-(:func:`replearn.fedrep.new_client_head`); compared with local-only least squares in R^d and
+(:func:`replearn.theory.linear_fedrep.new_client_head`); compared with local-only least squares in R^d and
 with the head fitted on the true B_*. :func:`explorer` redraws dist(B_t, B_*) of FedRep with
-fresh samples (:func:`explorer_curves`, :func:`replearn.fedrep.dist_curves`) as the number of
+fresh samples (:func:`explorer_curves`, :func:`replearn.theory.linear_fedrep.dist_curves`) as the number of
 clients, the samples per round, the participation and the head rule vary.
 """
 
@@ -18,15 +18,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ... import federated, fedrep
-from ...backend import DTYPE, default_device, derive_seed, make_generator, randn
-from ...checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive, check_seed
-from ...fedrep import FigureSettings
-from ...linalg import principal_angle_distance, random_orthonormal
-from ...linear import SampledTasks, targets
-from ...plotting import plot_curves, to_numpy
-from ...widgets import Slider
-from ...widgets import explorer as build_explorer
+from replearn.theory import linear_federated, linear_fedrep
+from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
+from replearn.checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive, check_seed
+from replearn.theory.linear_fedrep import FigureSettings
+from replearn.theory.linalg import principal_angle_distance, random_orthonormal
+from replearn.theory.linear import SampledTasks, targets
+from replearn.book.plotting import plot_curves, to_numpy
+from replearn.book.widgets import Slider
+from replearn.book.widgets import explorer as build_explorer
 
 FIG4_METHODS = ("FedRep", "FedAvg", "FedAvg, unscaled start", "local only", "true representation")
 #: The methods of Fig. 4 that learn a representation on the training clients.
@@ -89,7 +89,7 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
     """New clients fit a head on FedRep's B versus local-only least squares in R^d (Fig. 4).
 
     Local only is the min-norm least-squares fit (no ridge), whose expected error has the
-    closed form of book 1.1 (:func:`replearn.linear.expected_ls_error` with p = d); the head on
+    closed form of book 1.1 (:func:`replearn.theory.linear.expected_ls_error` with p = d); the head on
     the true B_* is the oracle with p = k. FedAvg (Algorithm 1 of Collins et al. 2022 on the
     clients' least-squares losses, full participation) runs ``rounds`` rounds from w_0 = 0 and a
     Haar-random Q, scaled to B_0 = Q/sqrt(fedavg_alpha) ("FedAvg") or not ("FedAvg, unscaled
@@ -101,16 +101,16 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
     leak = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
     cond = {name: torch.zeros(cfg.seeds, dtype=DTYPE) for name in FIG4_LEARNED}
     for s in range(cfg.seeds):
-        Bstar, W = fedrep.paper_instance(cfg.d, cfg.k, cfg.n, derive_seed(cfg.seed, s), device)
-        data, res, _ = fedrep.train_fedrep(Bstar, W, cfg.m, noise_std=cfg.noise_std, eta=cfg.eta,
+        Bstar, W = linear_fedrep.paper_instance(cfg.d, cfg.k, cfg.n, derive_seed(cfg.seed, s), device)
+        data, res, _ = linear_fedrep.train_fedrep(Bstar, W, cfg.m, noise_std=cfg.noise_std, eta=cfg.eta,
                                            rounds=cfg.rounds, seed=derive_seed(cfg.seed, s, cfg.m))
         Q0 = random_orthonormal(cfg.d, cfg.k, seed=derive_seed(cfg.seed, s, 7), device=device)
         w0 = torch.zeros(cfg.k, dtype=DTYPE, device=device)
         learned = {"FedRep": res.B[-1]}
         for name, B0 in (("FedAvg", Q0 / cfg.fedavg_alpha**0.5), ("FedAvg, unscaled start", Q0)):
-            learned[name] = federated.fedavg(B0, w0, data, alpha=cfg.fedavg_alpha, tau=cfg.fedavg_tau,
+            learned[name] = linear_federated.fedavg(B0, w0, data, alpha=cfg.fedavg_alpha, tau=cfg.fedavg_tau,
                                              rounds=cfg.rounds).final[0]
-        W_new = fedrep.paper_heads(cfg.new, cfg.k, seed=derive_seed(cfg.seed, s, 5), device=device)
+        W_new = linear_fedrep.paper_heads(cfg.new, cfg.k, seed=derive_seed(cfg.seed, s, 5), device=device)
         theta = targets(Bstar, W_new)
         for name, B in learned.items():
             dist[name][s] = float(principal_angle_distance(B, Bstar))
@@ -124,9 +124,9 @@ def run_fig4(cfg: Fig4Settings, device=None) -> Fig4Result:
             y = torch.einsum("cmd,cd->cm", X, theta) + cfg.noise_std * randn(cfg.new, m_new, generator=gen,
                                                                              device=device)
             for name, rep in (*learned.items(), ("true representation", Bstar)):
-                heads = fedrep.new_client_head(rep, X, y)
-                errors[name][s, j] = fedrep.new_client_error(rep, heads, theta).cpu()
-            local = fedrep.local_only(SampledTasks(X, y), 0.0)
+                heads = linear_fedrep.new_client_head(rep, X, y)
+                errors[name][s, j] = linear_fedrep.new_client_error(rep, heads, theta).cpu()
+            local = linear_fedrep.local_only(SampledTasks(X, y), 0.0)
             errors["local only"][s, j] = (local - theta).square().sum(-1).cpu()
     return Fig4Result(tuple(cfg.m_news), errors, dist, leak, cond)
 
@@ -139,7 +139,7 @@ def explorer_curves(n: int, m: int, r: float, head_steps: int | None, *, d: int 
                     noise_std: float = 0.0) -> dict:
     """dist(B_t, B_*) of FedRep (Algorithm 2, fresh samples) on one instance, t = 0..rounds.
 
-    ``n`` clients with heads of norm sqrt(k) (:func:`replearn.fedrep.paper_heads`), Haar-random
+    ``n`` clients with heads of norm sqrt(k) (:func:`replearn.theory.linear_fedrep.paper_heads`), Haar-random
     B_* (d, k), ``m`` fresh samples per selected client per round, a fraction ``r`` of the
     clients per round, the method-of-moments start and representation step ``eta``.
     ``head_steps`` chooses the head update: ``0`` or ``None`` is FedRep's exact least-squares
@@ -163,7 +163,7 @@ def explorer_curves(n: int, m: int, r: float, head_steps: int | None, *, d: int 
     check_seed(seed)
     K = None if not head_steps else head_steps
     variants = {"exact": None} if K is None else {"exact": None, "dist": K}
-    curves = fedrep.dist_curves(n, m, float(r), variants, d=d, k=k, rounds=rounds, eta=float(eta),
+    curves = linear_fedrep.dist_curves(n, m, float(r), variants, d=d, k=k, rounds=rounds, eta=float(eta),
                                 head_lr=float(head_lr), noise_std=float(noise_std), seed=seed)
     out = {"round": np.arange(rounds + 1), "exact": to_numpy(curves["exact"])}
     out["dist"] = out["exact"].copy() if K is None else to_numpy(curves["dist"])

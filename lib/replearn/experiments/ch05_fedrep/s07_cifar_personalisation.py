@@ -1,10 +1,10 @@
 """Book 5.7: personalised accuracy on CIFAR, Table 1 of Collins, Hassani, Mokhtari, Shakkottai (2021).
 
 For each partition (dataset, n clients, S classes per client) of
-:func:`replearn.personalisation.make_federation`, every method of ``methods`` (CPU default:
-:data:`TABLE_METHODS`; paper profile: all 15 of Table 1, :data:`replearn.algorithms.TABLE1`) trains
+:func:`replearn.neural.personalisation.make_federation`, every method of ``methods`` (CPU default:
+:data:`TABLE_METHODS`; paper profile: all 15 of Table 1, :data:`replearn.neural.algorithms.TABLE1`) trains
 from one initial network, one seed and one optimiser, each from the registry
-:mod:`replearn.algorithms`; a +FT method is its base method's global model with each client's
+:mod:`replearn.neural.algorithms`; a +FT method is its base method's global model with each client's
 head fine-tuned for ``ft_epochs`` epochs (:func:`replearn.neural.finetune`). Accuracies are as
 in the paper: the mean over clients (weighted by test-set size) of the local test accuracy,
 averaged over the evaluations in the final ``last_rounds`` rounds, except for the +FT methods,
@@ -17,18 +17,18 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ... import data as D
-from ... import neural
-from ...backend import derive_seed
-from ...checks import check_int
-from ... import scales
-from ... import algorithms
-from ...algorithms import TABLE1
-from ...scales import require_data
-from ...personalisation import ALGORITHMS, PAPER_OPTIM, FederationSettings, first_protocol, make_federation
+from replearn.neural import data as D
+from replearn import neural
+from replearn.backend import derive_seed
+from replearn.checks import check_int
+from replearn.book import scales
+from replearn.neural import algorithms
+from replearn.neural.algorithms import TABLE1
+from replearn.book.scales import require_data
+from replearn.neural.personalisation import ALGORITHMS, PAPER_OPTIM, FederationSettings, first_protocol, make_federation
 
 #: Methods of Table 1 that the CPU default runs, in the paper's order (the paper and gpu
-#: profiles run all 15 of :data:`replearn.algorithms.TABLE1`).
+#: profiles run all 15 of :data:`replearn.neural.algorithms.TABLE1`).
 TABLE_METHODS = ("Local only", "FedAvg", "FedAvg+FT", "FedPer", "LG-FedAvg", "FedRep")
 
 #: Table 1 of Collins et al. (2021): average test accuracy (%) of all 15 methods for (dataset,
@@ -124,7 +124,7 @@ class TableSettings(FederationSettings):
         (the reported accuracy is the mean of the evaluations in the last 10 rounds, as in the
         paper); one seed (about 70 minutes of one core here; the spread of a comparison is over
         the 100 clients). Until its results are re-run it keeps the protocol of the book's first
-        near-paper runs (:func:`replearn.personalisation.first_protocol`: disjoint shard split,
+        near-paper runs (:func:`replearn.neural.personalisation.first_protocol`: disjoint shard split,
         no weight decay or augmentation; Local only trained in its sampled rounds; LG-FedAvg
         sharing the head only)."""
         p = first_protocol(cls.paper())
@@ -159,7 +159,7 @@ class TableSettings(FederationSettings):
 
 
 def work(s: TableSettings, *, batched: bool = True) -> dict:
-    """:func:`replearn.scales.launch_estimate` of :func:`run_table` with ``s``: per partition,
+    """:func:`replearn.book.scales.launch_estimate` of :func:`run_table` with ``s``: per partition,
     every method's rounds (FedRep: head and body epochs; the others: the body epochs; a +FT
     method adds ``ft_epochs`` head epochs per client, batched like training; methods with two models, such as Ditto
     and APFL, count twice), and the evaluations every ``eval_every`` rounds; a method's clients

@@ -1,7 +1,7 @@
 """Book 5.8: more local epochs help FedRep and hurt FedAvg (Collins, Hassani, Mokhtari,
 Shakkottai 2021, Fig. 5).
 
-CIFAR-10 over clients holding S classes each (:func:`replearn.personalisation.make_federation`);
+CIFAR-10 over clients holding S classes each (:func:`replearn.neural.personalisation.make_federation`);
 FedRep with ``E`` head epochs (and ``local_epochs`` body epochs) and FedAvg with ``E`` local
 epochs, for every ``E`` in ``epochs``, from one initial network and one seed.
 """
@@ -12,13 +12,13 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ... import data as D
-from ... import neural
-from ...backend import derive_seed
-from ...checks import check_int
-from ... import scales
-from ...scales import require_data
-from ...personalisation import PAPER_OPTIM, FederationSettings, first_protocol, make_federation
+from replearn.neural import data as D
+from replearn import neural
+from replearn.backend import derive_seed
+from replearn.checks import check_int
+from replearn.book import scales
+from replearn.book.scales import require_data
+from replearn.neural.personalisation import PAPER_OPTIM, FederationSettings, first_protocol, make_federation
 
 
 #: What the FedRep paper states of Fig. 5's setting, by settings field: (value, where it says so).
@@ -85,7 +85,7 @@ class EpochSettings(FederationSettings):
 
 
 def work(s: EpochSettings, *, batched: bool = True) -> dict:
-    """:func:`replearn.scales.launch_estimate` of :func:`run_epochs` with ``s``: FedRep with E
+    """:func:`replearn.book.scales.launch_estimate` of :func:`run_epochs` with ``s``: FedRep with E
     head epochs and ``local_epochs`` body epochs, FedAvg with E epochs, for every E."""
     per_round = sum(2 * e + s.train.local_epochs for e in s.epochs)
     steps, m = scales.federated_steps(s.dataset, s.full_data, s.clients, s.train_per_client, s.train, per_round)

@@ -2,8 +2,8 @@
 Hassani, Mokhtari, Shakkottai 2021, Fig. 6, which uses FEMNIST).
 
 FedRep and FedAvg are trained on the classes left after holding out ``n_new`` classes
-(:func:`replearn.data.class_split`); new clients holding held-out classes keep the trained body
-fixed and fit only a fresh head (:func:`replearn.personalisation.fit_heads`); the same for the
+(:func:`replearn.neural.data.class_split`); new clients holding held-out classes keep the trained body
+fixed and fit only a fresh head (:func:`replearn.neural.personalisation.fit_heads`); the same for the
 untrained (random) body as a baseline; accuracy after every head epoch.
 """
 
@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ... import data as D
-from ... import neural
-from ...backend import derive_seed
-from ...checks import check_int
-from ... import scales
-from ...scales import require_data
-from ...personalisation import PAPER_OPTIM, FederationSettings, first_protocol, fit_heads, make_federation
+from replearn.neural import data as D
+from replearn import neural
+from replearn.backend import derive_seed
+from replearn.checks import check_int
+from replearn.book import scales
+from replearn.book.scales import require_data
+from replearn.neural.personalisation import PAPER_OPTIM, FederationSettings, first_protocol, fit_heads, make_federation
 
 NEW_METHODS = ("FedRep", "FedAvg", "random body")
 
@@ -100,7 +100,7 @@ class NewClientSettings(FederationSettings):
 
 
 def work(s: NewClientSettings, *, batched: bool = True) -> dict:
-    """:func:`replearn.scales.launch_estimate` of :func:`run_new_clients` with ``s``: FedRep (head
+    """:func:`replearn.book.scales.launch_estimate` of :func:`run_new_clients` with ``s``: FedRep (head
     epochs + body epochs) and FedAvg on the training classes, then three heads per new client
     (the new clients batched like the training clients)."""
     cfg = s.train

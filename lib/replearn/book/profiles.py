@@ -1,0 +1,177 @@
+"""Experiment scales: a CPU-sized ``default`` and the papers' ``paper`` settings.
+
+Each experiment's settings are a frozen dataclass whose field defaults are the CPU profile
+(what CI runs and what the stored notebook outputs show) and whose ``paper()`` classmethod
+returns the paper-scale settings. Readers switch every experiment at once with the
+environment variable ``REPLEARN_PROFILE=paper`` (``default`` when unset). A third profile,
+``long``, is a CPU run of up to about half an hour per section (``long()``; the CPU default
+unless a settings class defines it), for the committed results files of ``make results``; a
+fourth, ``gpu``, sizes the CIFAR sections for a few minutes of one GPU (``gpu()``; the paper
+profile unless a settings class defines it)::
+
+    @dataclass(frozen=True)
+    class StallSettings(Settings):
+        d: int = 30
+        @classmethod
+        def paper(cls):
+            return cls(d=100)
+
+    cfg = StallSettings.current()
+"""
+
+from __future__ import annotations
+
+
+import os
+import sys
+from dataclasses import dataclass, fields, is_dataclass, replace
+
+from replearn.checks import check_bool, check_count, check_int, check_number, check_seed, check_sequence
+
+__all__ = ["PROFILES", "Settings", "differences", "profile_name"]
+
+PROFILES = ("default", "long", "paper", "gpu")
+
+
+def profile_name() -> str:
+    """The active profile from ``REPLEARN_PROFILE`` (``default`` when unset)."""
+    name = os.environ.get("REPLEARN_PROFILE", "default").strip().lower() or "default"
+    if name not in PROFILES:
+        raise ValueError(f"REPLEARN_PROFILE={name!r} is not a known profile; use one of {PROFILES}")
+    return name
+
+
+def public_name(kind: type) -> str:
+    """``kind``'s dotted name through the shortest package that exports it (e.g.
+    ``replearn.neural.TrainConfig`` for the engine's class re-exported by ``replearn.neural``)."""
+    parts = kind.__module__.split(".")
+    for k in range(1, len(parts) + 1):
+        module = sys.modules.get(".".join(parts[:k]))
+        if module is not None and getattr(module, kind.__qualname__, None) is kind:
+            return f"{'.'.join(parts[:k])}.{kind.__qualname__}"
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Base class of experiment settings: field defaults are the CPU profile.
+
+    Construction validates (``__post_init__`` calls :meth:`validate`), so a bad setting fails
+    where it is written, not rounds later inside an experiment. The base :meth:`validate`
+    checks every field that is not None against its annotation (``int``: an integer >= 0,
+    bools rejected, at most :data:`replearn.checks.MAX_COUNT` (a seed field: a seed a torch
+    generator accepts, :func:`replearn.checks.check_seed`); ``float``: a finite real number;
+    ``bool``; ``str``; ``tuple``: a non-empty tuple, a list is converted, whose entries have the
+    types of the default's entries, integer entries at most ``MAX_COUNT`` except seeds; a field
+    whose default is a dataclass, such as a composed ``neural.TrainConfig``: an instance of
+    that class, which validated itself when it was built).
+    Subclasses extend :meth:`validate` with their ranges (calling ``super().validate()``).
+    """
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Type checks of every field from its annotation and default (see the class docstring)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if is_dataclass(f.default) and not isinstance(value, type(f.default)):
+                kind = type(f.default)
+                raise ValueError(f"{f.name} must be a {public_name(kind)}, got {value!r}")
+            if value is None:
+                continue  # None stands for "not set" / "use all" where a subclass allows it
+            kinds = _annotated_kinds(f.type)
+            if kinds == {"bool"}:
+                check_bool(value, f.name)
+            elif kinds == {"int"}:
+                (check_seed if "seed" in f.name else check_count)(value, f.name)
+            elif kinds <= {"int", "float"} and "float" in kinds:
+                check_number(value, f.name)
+            elif kinds == {"str"}:
+                if not isinstance(value, str):
+                    raise ValueError(f"{f.name} must be a string, got {value!r}")
+            elif kinds == {"tuple"} and isinstance(f.default, tuple) and f.default:
+                object.__setattr__(self, f.name, _check_tuple(value, f.name, f.default))
+                if "seed" in f.name:
+                    for k in getattr(self, f.name):
+                        check_seed(k, f"every entry of {f.name}")
+
+
+    def __str__(self) -> str:
+        """The settings as ``print`` shows them: the ``repr`` broken into lines of about 100
+        characters at the commas between fields (:func:`replearn.book.plotting.wrap_repr`), so that a
+        printed settings object fits the page."""
+        from replearn.book.plotting import wrap_repr
+        return wrap_repr(self)
+
+    @classmethod
+    def default(cls):
+        return cls()
+
+    @classmethod
+    def paper(cls):
+        return cls()
+
+    @classmethod
+    def long(cls):
+        """A longer CPU run (default: the CPU default itself)."""
+        return cls.default()
+
+    @classmethod
+    def gpu(cls):
+        """A run sized for a few minutes of one GPU (the CIFAR sections define theirs; default:
+        the paper profile, which the linear sections run in seconds anyway)."""
+        return cls.paper()
+
+    @classmethod
+    def profile(cls, name: str):
+        """The settings of profile ``name`` (one of :data:`PROFILES`)."""
+        if name not in PROFILES:
+            raise ValueError(f"unknown profile {name!r}; use one of {PROFILES}")
+        return getattr(cls, name)()
+
+    @classmethod
+    def current(cls, **overrides):
+        """Settings of the active profile, with optional field overrides."""
+        return replace(cls.profile(profile_name()), **overrides)
+
+
+def _annotated_kinds(annotation) -> set[str]:
+    """The simple types a field annotation allows, e.g. ``"float | None"`` -> {"float"},
+    ``"tuple[int, ...]"`` -> {"tuple"}; an empty set for anything else (then unchecked)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    kinds = {part.strip().split("[")[0] for part in text.split("|")} - {"None"}
+    return kinds if kinds <= {"bool", "int", "float", "str", "tuple"} else set()
+
+
+def _check_tuple(value, name: str, default: tuple) -> tuple:
+    """A non-empty tuple whose entries have the types of ``default``'s entries (ints stay ints)."""
+    kinds, label = {type(v) for v in default}, f"{name} (a tuple)"
+    if kinds <= {int}:
+        return check_sequence(value, label, lambda v, n: check_int(v, n, None) if "seed" in name
+                              else check_count(v, n, None))
+    if kinds <= {int, float}:
+        return check_sequence(value, label, lambda v, n: v if isinstance(v, int) and not isinstance(v, bool)
+                              else check_number(v, n))
+    return check_sequence(value, label, lambda v, n: v)
+
+
+def differences(cls: type[Settings]) -> list[tuple[str, object, object]]:
+    """``(field, default value, paper value)`` for every field of the settings class ``cls``
+    whose ``paper()`` value differs from its CPU default, in declaration order; a field that
+    holds a dataclass (e.g. a ``neural.TrainConfig``) is compared field by field, named
+    ``"train.lr"`` and so on."""
+    if not (isinstance(cls, type) and issubclass(cls, Settings)):
+        raise ValueError(f"expected a Settings subclass, got {cls!r}")
+    return _differences(cls.default(), cls.paper(), "")
+
+
+def _differences(default, paper, prefix: str) -> list[tuple[str, object, object]]:
+    out = []
+    for f in fields(default):
+        a, b = getattr(default, f.name), getattr(paper, f.name)
+        if is_dataclass(a) and type(a) is type(b):
+            out += _differences(a, b, f"{prefix}{f.name}.")
+        elif a != b:
+            out.append((prefix + f.name, a, b))
+    return out

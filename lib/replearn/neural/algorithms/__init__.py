@@ -1,0 +1,120 @@
+"""Federated algorithms as open units: every method of Table 1 of Collins et al. (2021) in its
+own module, registered by discovery.
+
+Each module of this package defines ``ALGORITHM`` (or ``ALGORITHMS``), instances of
+:class:`replearn.neural.algorithms.base.Algorithm`: a name (Table 1's), an ``Options`` dataclass of
+hyper-parameters and ``run(model, clients, cfg, options) -> neural.FedResult``. The registry
+:data:`REGISTRY` is filled from the modules found in the package, so adding an algorithm means
+adding one file (and its test). :func:`run` is the single entry point:
+``algorithms.run("Ditto", model, clients, cfg, algorithms.get("Ditto").Options(lam=1.0))``;
+``FedResult.final`` is the evaluation of what each client would use (its personal, mixed,
+adapted or fine-tuned model). :func:`methods_table` lists them all: what each shares, keeps
+personal and adds to its local objective, and its paper (each algorithm's ``summary``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import NamedTuple
+
+from replearn import neural
+from replearn.neural.algorithms.base import Algorithm
+
+__all__ = ["REGISTRY", "TABLE1", "MethodRow", "MethodsTable", "get", "methods_table", "names", "run"]
+
+#: The methods of Table 1 of Collins et al. (2021), in the paper's order.
+TABLE1 = ("Local only", "FedAvg", "FedAvg+FT", "FedProx", "FedProx+FT", "SCAFFOLD", "SCAFFOLD+FT", "Fed-MTL",
+          "Per-FedAvg", "LG-FedAvg", "L2GD", "APFL", "Ditto", "FedPer", "FedRep")
+
+
+def _discover() -> dict[str, Algorithm]:
+    found: dict[str, Algorithm] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name == "base":
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        algs = getattr(module, "ALGORITHMS", ()) + ((module.ALGORITHM,) if hasattr(module, "ALGORITHM") else ())
+        for alg in algs:
+            if not isinstance(alg, Algorithm) or not alg.name:
+                raise TypeError(f"{module.__name__}: ALGORITHM(S) must be named replearn.neural.algorithms.base.Algorithm s")
+            if alg.name in found:
+                raise ValueError(f"two algorithms named {alg.name!r} ({module.__name__})")
+            alg.module = module.__name__
+            found[alg.name] = alg
+    return dict(sorted(found.items(), key=lambda kv: (kv[1].row, kv[0])))
+
+
+#: Every algorithm of the package by name, in Table 1's order (then others by name).
+REGISTRY: dict[str, Algorithm] = _discover()
+
+
+def names() -> tuple[str, ...]:
+    """The registered algorithms' names (Table 1's order first)."""
+    return tuple(REGISTRY)
+
+
+def get(name: str) -> Algorithm:
+    """The algorithm called ``name`` (see :func:`names`)."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {names()}")
+    return REGISTRY[name]
+
+
+def run(name: str, model, clients: neural.ClientData, cfg: neural.TrainConfig, options=None, *, state=None,
+        callback=None, workers: int | None = None) -> neural.FedResult:
+    """Train ``name`` on ``clients`` from ``model`` (its parameters, or ``state``) with ``cfg``
+    and the algorithm's ``options`` (default: its ``Options()``); ``workers``: client threads
+    (see :func:`replearn.neural.run_spec`). Returns the run's :class:`~replearn.neural.FedResult`."""
+    return get(name).run(model, clients, cfg, options, state=state, callback=callback, workers=workers)
+
+
+class MethodRow(NamedTuple):
+    """One row of :func:`methods_table`: an algorithm's name and its ``summary``'s fields."""
+
+    method: str
+    shares: str
+    personal: str
+    local_objective: str
+    cite: str
+
+
+class MethodsTable(tuple):
+    """The rows of :func:`methods_table` (a tuple of :class:`MethodRow`), shown in a notebook as
+    the book's other tables (:meth:`table`, a :class:`replearn.book.plotting.Table`); :meth:`to_frame`
+    makes a pandas DataFrame (pandas needed)."""
+
+    #: The column headers, in the order of :class:`MethodRow`'s fields.
+    COLUMNS = ("method", "shares", "keeps personal", "local objective adds", "citation key")
+
+    def table(self, caption: str | None = None):
+        """A :class:`replearn.book.plotting.Table` of the rows without their citation keys, which the
+        page's prose cites as links (``display(...)`` it, with a caption)."""
+        from replearn.book.plotting import Table
+        shown = self.COLUMNS[:-1]
+        return Table(shown, [row[:-1] for row in self], caption=caption, align="l" * len(shown))
+
+    def to_frame(self):
+        import pandas as pd
+        return pd.DataFrame(list(self), columns=list(self.COLUMNS))
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def __repr__(self) -> str:
+        return repr(self.table())
+
+
+def methods_table(algorithms=None) -> MethodsTable:
+    """What each algorithm shares, keeps personal and adds to its local objective, and its
+    paper's key in ``references.bib``: one :class:`MethodRow` per algorithm of ``algorithms``
+    (names; default: every registered one, in the registry's order, Table 1's), from its
+    ``summary`` (:class:`~replearn.neural.algorithms.base.Summary`)."""
+    rows = []
+    for name in (names() if algorithms is None else algorithms):
+        alg = get(name)
+        if alg.summary is None:
+            raise ValueError(f"{name}: the algorithm has no summary")
+        s = alg.summary
+        rows.append(MethodRow(alg.name, s.shares, s.personal, s.local_objective, s.cite))
+    return MethodsTable(rows)

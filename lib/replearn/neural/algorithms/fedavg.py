@@ -1,0 +1,20 @@
+"""FedAvg (McMahan et al., 2017, Alg. 1; Collins et al., 2022, eqs. 2-3).
+
+Each round the sampled clients run ``local_steps`` (tau) SGD steps or ``local_epochs`` epochs
+on the whole model from the server's model, which becomes their n_i-weighted average. Runs on
+the engine's :func:`replearn.neural.run_spec` (``algorithm_spec("fedavg")``); no options.
+"""
+
+from replearn.neural.algorithms.base import SpecAlgorithm, Summary
+
+
+class FedAvg(SpecAlgorithm):
+    name, row, key = "FedAvg", 1, "fedavg"
+    summary = Summary(
+        shares="the whole model (weighted average)",
+        personal="nothing",
+        local_objective="nothing: local SGD on its loss from the server's model",
+        cite="mcmahan2017fedavg")
+
+
+ALGORITHM = FedAvg()

@@ -1,0 +1,85 @@
+"""The +FT variants of Table 1 (Collins et al., 2021, Sec. 5.2, "Baselines"): FedAvg+FT,
+FedProx+FT and SCAFFOLD+FT.
+
+"To obtain fine-tuning results, we first train the global model for the full training period,
+then each client then fine-tunes only the head on its local training data for 10 epochs of SGD
+before computing the final test accuracy." :class:`FineTuned` wraps a base algorithm: it runs
+the base for ``cfg.rounds`` rounds, then every client fine-tunes ``part`` (``"head"``) of the
+server's final model for ``epochs`` epochs with :func:`replearn.neural.finetune` (the run's
+lr, momentum, weight decay, batch size and augmentation) and is tested. The result's
+``final`` and ``accuracy`` are the fine-tuned evaluation (``test_accuracy`` is NaN except in
+the last round, which holds it), ``local`` the fine-tuned parameters, ``train_loss`` and
+``participants`` the base run's; ``extras["base"]`` and ``extras["finetune"]`` keep both runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from replearn import neural
+from replearn.backend import derive_seed
+from replearn.checks import check_count, check_seed
+from replearn.neural.algorithms.base import Algorithm, Summary
+
+
+@dataclass(frozen=True)
+class FineTuneOptions:
+    """``epochs``: fine-tuning epochs (default 10, the paper's); ``part``: ``"head"`` (the
+    paper's) or ``"all"``; ``seed``: the fine-tuning's seed (default None: derived from the
+    run's ``cfg.seed``); ``base``: the base algorithm's options (None: its defaults)."""
+
+    epochs: int = 10
+    part: str = "head"
+    seed: int | None = None
+    base: object = None
+
+    def __post_init__(self):
+        check_count(self.epochs, "epochs", 1)
+        if self.part not in ("head", "all"):
+            raise ValueError(f"part must be 'head' or 'all', got {self.part!r}")
+        if self.seed is not None:
+            check_seed(self.seed, "seed")
+
+
+def fine_tuned_summary(base: Summary) -> Summary:
+    """The base's summary with the default fine-tuning (``part="head"``, 10 epochs) added: the
+    server shares what the base's shares; each client then keeps a fine-tuned head."""
+    return Summary(shares=base.shares,
+                   personal="the head, fine-tuned on its data after training",
+                   local_objective=f"{base.local_objective}; after the last round, 10 epochs of SGD on "
+                                   "the head alone",
+                   cite=base.cite)
+
+
+class FineTuned(Algorithm):
+    """``base`` (an :class:`~replearn.neural.algorithms.base.Algorithm`), then fine-tuning."""
+
+    Options = FineTuneOptions
+
+    def __init__(self, base: Algorithm, row: int):
+        self.base, self.name, self.row = base, f"{base.name}+FT", row
+        self.batched = base.batched  # the fine-tuning is batched whenever cfg.vmap_clients > 1
+        self.summary = fine_tuned_summary(base.summary)
+
+    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
+        options = self.check_options(options)
+        base = self.base.run(model, clients, cfg, options.base, state=state, callback=callback, workers=workers)
+        seed = derive_seed(cfg.seed, 5) if options.seed is None else options.seed
+        ft = neural.finetune(model, clients, state=base.state, epochs=options.epochs, part=options.part, lr=cfg.lr,
+                             momentum=cfg.momentum, weight_decay=cfg.weight_decay, batch_size=cfg.batch_size,
+                             augment=cfg.augment, seed=seed, vmap_clients=cfg.vmap_clients)
+        acc = torch.full_like(base.test_accuracy, float("nan"))
+        acc[-1] = ft.final.average
+        return replace(base, algorithm=self.name, local=ft.local, local_names=ft.local_names,
+                       shared_names=tuple(n for n in base.state if n not in ft.local_names), test_accuracy=acc,
+                       final=ft.final, extras={"base": base, "finetune": ft})
+
+
+def _bases():
+    from replearn.neural.algorithms import fedavg, fedprox, scaffold
+    return fedavg.ALGORITHM, fedprox.ALGORITHM, scaffold.ALGORITHM
+
+
+ALGORITHMS = tuple(FineTuned(b, b.row + 1) for b in _bases())

@@ -1,0 +1,39 @@
+"""LG-FedAvg (Liang et al., 2020), as compared in the FedRep paper: each client keeps its own
+lower layers (a local representation) and the server averages the top layers; joint local
+updates. Which layers are shared follows the FedRep authors' code (``main_fedrep.py`` of
+lgcollins/FedRep, ``--alg lg``: ``w_glob_keys`` are ``fc2`` and ``fc3`` of their CIFAR CNN, the
+top two layers). Runs on :func:`replearn.neural.run_spec` (``algorithm_spec("lg_fedavg")``).
+"""
+
+from dataclasses import dataclass
+
+from replearn import neural
+from replearn.checks import check_int
+from replearn.neural.algorithms.base import SpecAlgorithm, Summary
+
+
+@dataclass(frozen=True)
+class LGOptions:
+    """``shared_layers``: how many of the top layers the server averages (default 2, the
+    authors' split; 1 shares only the head, as the book's first near-paper runs did)."""
+
+    shared_layers: int = 2
+
+    def __post_init__(self):
+        check_int(self.shared_layers, "shared_layers", 1)
+
+
+class LGFedAvg(SpecAlgorithm):
+    name, row, key = "LG-FedAvg", 9, "lg_fedavg"
+    Options = LGOptions
+    summary = Summary(
+        shares="the top two layers: the head and the layer below it (the authors' fc2, fc3)",
+        personal="the layers below (a local representation)",
+        local_objective="nothing: all layers trained jointly",
+        cite="liang2020lgfedavg")
+
+    def spec(self, model, cfg, options):
+        return neural.algorithm_spec(self.key, model, cfg, lg_shared_layers=options.shared_layers)
+
+
+ALGORITHM = LGFedAvg()

@@ -1,0 +1,75 @@
+"""SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, 2020, Alg. 1, control variates of
+option II).
+
+Server state: the model ``x`` and the control variate ``c``; client state: its control variate
+``c_i`` (both start at 0). A sampled client starts from ``y_i = x`` and takes its K local steps
+(line 10) with the corrected gradient ``g_i(y_i) - c_i + c`` (the engine's SGD: same
+minibatches, momentum and weight decay as FedAvg); then (line 12, option II)
+``c_i+ = c_i - c + (x - y_i) / (K eta_l)`` with ``eta_l = lr`` and K its number of steps, and it
+sends ``y_i`` and ``Delta c_i = c_i+ - c_i`` (the server forms ``mean(Delta y_i) = mean(y_i) - x``). The server (lines 16-17):
+``x <- x + eta_g * mean(Delta y_i)`` and ``c <- c + (|S| / N) * mean(Delta c_i)``, where the
+means are weighted by n_i (the paper's uniform means when the clients hold equal amounts of
+data, as in Table 1's partitions), and ``x <- mean(y_i)`` when ``eta_g = 1``. With ``c = c_i =
+0`` (round 0) a client's steps are FedAvg's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from replearn import neural
+from replearn.neural.algorithms.base import ProtocolAlgorithm, Summary, set_real
+
+
+@dataclass(frozen=True)
+class ScaffoldOptions:
+    """``global_lr``: the server's step size eta_g (default 1, the paper's choice in its
+    experiments, Sec. 7)."""
+
+    global_lr: float = 1.0
+    step_scales: ClassVar[tuple[str, ...]] = ("global_lr",)  # the server's step size
+
+    def __post_init__(self):
+        set_real(self, "global_lr", low=0, low_open=True)
+
+
+class Scaffold(ProtocolAlgorithm):
+    name, row, Options = "SCAFFOLD", 5, ScaffoldOptions
+    summary = Summary(
+        shares="the whole model and a control variate c (clients send the change of theirs)",
+        personal="no model; its control variate cᵢ",
+        local_objective="a gradient correction c − cᵢ in every step (control variates, against client drift)",
+        cite="karimireddy2020scaffold")
+    batched = True  # client_update also runs batched (ProtocolAlgorithm)
+
+    def init_server(self, params, options):
+        return {"c": {n: torch.zeros_like(p) for n, p in params.items()}}
+
+    def init_client(self, initial, options):
+        return {"c": {n: torch.zeros_like(p) for n, p in initial.items()}}
+
+    def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
+        names = tuple(ctx.global_params)
+        c, c_i = ctx.server["c"], ctx.state["c"]
+        correction = [c[n] - c_i[n] for n in names]
+        batches = ctx.batches[0]
+        y, loss = ctx.worker.train(ctx.global_params, names, ctx.x, ctx.y, batches, ctx.cfg, ctx.generator,
+                                   extra_grad=lambda theta: correction)
+        K, lr = len(batches), ctx.cfg.lr
+        c_new = {n: c_i[n] - c[n] + (ctx.global_params[n] - y[n]) / (K * lr) for n in names}
+        upload = {**{f"y:{n}": y[n] for n in names}, **{f"dc:{n}": c_new[n] - c_i[n] for n in names}}
+        return neural.ClientUpdate(upload, {"c": c_new}, loss, K)
+
+    def server_update(self, params, server, mean_upload, selected, n_clients, options):
+        eta = options.global_lr
+        new = {n: (mean_upload[f"y:{n}"] if eta == 1 else p + eta * (mean_upload[f"y:{n}"] - p))
+               for n, p in params.items()}
+        share = len(selected) / n_clients
+        c = {n: v + share * mean_upload[f"dc:{n}"] for n, v in server["c"].items()}
+        return new, {"c": c}
+
+
+ALGORITHM = Scaffold()

@@ -1,0 +1,164 @@
+"""Personalised federated learning on CIFAR (Collins, Hassani, Mokhtari, Shakkottai 2021,
+Sec. 5.2; the set-up shared by book 5.7-5.9).
+
+:func:`make_federation` partitions (a subset of) CIFAR over ``n`` clients holding ``S`` classes
+each (``split``: :func:`replearn.neural.data.shard_partition`, the pathological non-IID split of the
+LG-FedAvg and FedRep code, by default) with per-client test sets of the same classes and proportions
+(:func:`replearn.neural.data.client_test_split`); :class:`FederationSettings` hold the partition, the
+network (the authors' CNN, :class:`replearn.neural.models.FedRepCNN`, whose head is the last linear
+layer) and a :class:`~replearn.neural.TrainConfig` (composed, not copied);
+:data:`ALGORITHMS` are the federated algorithms of :mod:`replearn.neural` the sections compare;
+:func:`fit_heads` lets new clients fit a head on a frozen body, evaluated after every epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import partial
+
+import torch
+
+from replearn.neural import algorithms
+from replearn.neural import data as D
+from replearn import neural
+from replearn.backend import derive_seed
+from replearn.checks import check_int
+from replearn.neural.specs import Federation, FederationSpec, NetworkSpec
+from replearn.book.profiles import Settings
+from replearn.book.seeds import check_seeds
+from replearn.neural.transfer import DTYPES
+
+__all__ = ["ALGORITHMS", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
+
+#: The federated algorithms the CIFAR sections compare, by their names in the FedRep paper's
+#: Table 1 (:data:`replearn.neural.algorithms.TABLE1`, in its order): ``ALGORITHMS[name](model, clients,
+#: cfg, options=None, *, state=None, callback=None, workers=None)`` is
+#: :func:`replearn.neural.algorithms.run` for that name, returning a :class:`~replearn.neural.FedResult`
+#: whose ``final`` evaluates what each client uses (for the +FT methods: after fine-tuning).
+ALGORITHMS = {name: partial(algorithms.run, name) for name in algorithms.names()}
+
+
+@dataclass(frozen=True)
+class FederationSettings(Settings):
+    """Data, network and training settings of a personalised-FL experiment on CIFAR.
+
+    ``clients`` n with ``classes_per_client`` S classes each; ``train_per_client``: training
+    images per client (``None``: the whole training set is partitioned, 50,000/n in the paper);
+    ``test_per_client``: test images per client (``None``: the whole test set is spread over
+    the clients); ``train``: rounds T, participation r, optimiser, local epochs or steps of
+    every method's joint local update and FedRep's body update (``local_epochs`` /
+    ``local_steps``), FedRep's head phase (``head_epochs`` / ``head_steps``), evaluation every
+    ``eval_every`` rounds, and the reported accuracy is the mean of the evaluations in the last
+    ``last_rounds`` rounds (paper: every round, final 10); its ``seed`` is derived from
+    ``seed`` per run (:meth:`config`); ``variant``: the network widths (``None``: the authors'
+    widths for the dataset); ``dtype``: ``"float64"`` on the CPU (printed results independent
+    of the CPU's kernels and thread count), ``"float32"`` on a GPU; ``seeds``: the seeds
+    :func:`replearn.book.seeds.over_seeds` runs; ``split``: the shard split (``"authors"``:
+    :func:`replearn.neural.data.shard_partition`; ``"disjoint"``: the disjoint class groups of the
+    book's first near-paper runs); ``full_data``: the run needs the full official
+    dataset and stops before training on the offline subsets (:func:`replearn.book.scales.require_data`;
+    set by the paper profiles, whose ``None`` counts mean the paper's whole training and test sets).
+
+    CPU default: 5 clients with 200 training images each, 4 sampled per round for 20 rounds
+    (16 rounds per client), 10 local steps of 10 images per round (FedRep's head: 10 steps
+    before them), evaluated after the last round, the narrow (16/32 channel) network in float64.
+    """
+
+    clients: int = 5
+    classes_per_client: int = 2
+    train_per_client: int | None = 200
+    test_per_client: int | None = 100
+    train: neural.TrainConfig = neural.TrainConfig(rounds=20, participation=0.8, lr=0.05, momentum=0.5,
+                                                   batch_size=10, local_epochs=1, head_epochs=5, local_steps=10,
+                                                   head_steps=10, eval_every=20, last_rounds=1)
+    variant: str | None = "narrow"
+    dtype: str = "float64"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    seed: int = 0
+    full_data: bool = False
+    split: str = "authors"
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.clients, "clients", 1)
+        if self.split not in D.SHARD_SPLITS:
+            raise ValueError(f"split must be one of {tuple(D.SHARD_SPLITS)}, got {self.split!r}")
+        check_int(self.classes_per_client, "classes_per_client", 1)
+        for name in ("train_per_client", "test_per_client"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), name, 1)
+        check_seeds(self.seeds)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+
+    def config(self, **overrides) -> neural.TrainConfig:
+        """``train`` with the run's seed (derived from ``seed``) and ``overrides``."""
+        return replace(self.train, seed=derive_seed(self.seed, 4), **overrides)
+
+    def network_spec(self, dataset: str) -> NetworkSpec:
+        """The FedRep CNN for ``dataset``, resolved: ``variant`` widths (``None``: the authors'
+        widths for the dataset) in ``dtype`` (:class:`replearn.neural.specs.NetworkSpec`)."""
+        variant = self.variant or ("cifar100" if dataset == "cifar100" else "cifar10")
+        return NetworkSpec.fedrep_cnn(variant, self.dtype)
+
+    def networks(self) -> dict[str, NetworkSpec]:
+        """The resolved network of every dataset these settings train on, as results files record it."""
+        datasets = [p[0] for p in getattr(self, "partitions", ())] or [getattr(self, "dataset", "cifar10")]
+        return {d: self.network_spec(d) for d in dict.fromkeys(datasets)}
+
+    def network(self, dataset: str, n_classes: int, seed: int, device):
+        """The network of :meth:`network_spec` for ``n_classes`` classes, initialised from ``seed``."""
+        return self.network_spec(dataset).build(n_classes, seed, device)
+
+
+#: Sec. 5.2 of the FedRep paper and the authors' code (lgcollins/FedRep): full datasets, the
+#: authors' shard split, r = 0.1, T = 100 rounds, 10 head epochs and 1 representation epoch, SGD
+#: with lr 0.01, momentum 0.5, weight decay 1e-4 on the weights (``models/Update.py``), batch 10,
+#: RandomCrop(32, padding 4) and horizontal flips (``utils/train_utils.py``), evaluated every
+#: round (final 10 averaged), the authors' widths, float32 on a GPU.
+PAPER_OPTIM = dict(train_per_client=None, test_per_client=None, variant=None, dtype="float32", full_data=True,
+                   split="authors",
+                   train=neural.TrainConfig(rounds=100, participation=0.1, lr=0.01, momentum=0.5, weight_decay=1e-4,
+                                            batch_size=10, local_epochs=1, head_epochs=10, augment=True,
+                                            eval_every=1, last_rounds=10))
+
+
+def first_protocol(s):
+    """``s`` with the protocol of the book's first near-paper runs, which the committed ``long``
+    results files used and keep until they are re-run: the disjoint shard split
+    (:func:`replearn.neural.data.disjoint_shard_partition`), no weight decay and no augmentation."""
+    return replace(s, split="disjoint", train=replace(s.train, weight_decay=0.0, augment=False))
+
+
+def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int, *,
+                    train_per_client: int | None, test_per_client: int | None, seed: int,
+                    classes=None, split: str = "authors") -> Federation:
+    """``n_clients`` clients with ``classes_per_client`` classes each, from the classes
+    ``classes`` of ``cifar`` (default: all, relabelled ``0..K-1``). With ``train_per_client``,
+    a random balanced subset of ``train_per_client * n_clients`` training images is partitioned
+    (every client gets that many); otherwise all training images of those classes. The
+    :class:`~replearn.neural.specs.FederationSpec` of these arguments (``split``: the shard split),
+    built with seeds derived from ``seed``."""
+    check_int(n_clients, "clients", 1)
+    check_int(classes_per_client, "classes_per_client", 1)
+    spec = FederationSpec(n_clients, classes_per_client=classes_per_client, train_per_client=train_per_client,
+                          test_per_client=test_per_client, split=split,
+                          classes=None if classes is None else tuple(int(c) for c in torch.as_tensor(classes)))
+    return spec.build(cifar, subset_seed=derive_seed(seed, 10), partition_seed=derive_seed(seed, 11),
+                      test_seed=derive_seed(seed, 12))
+
+
+def fit_heads(model, clients: neural.ClientData, state: dict, *, epochs: int, lr: float, momentum: float,
+              batch_size: int, seed: int, vmap_clients: int = 1) -> neural.FedResult:
+    """Each client fits its own head on the frozen body of ``state`` (the SGD of
+    :func:`replearn.neural.finetune` with ``part="head"``), one epoch per round, evaluated after
+    every epoch: ``test_accuracy[e]`` is the accuracy after ``e + 1`` epochs. The momentum buffer
+    restarts every epoch (it does within ``finetune`` only once); with ``epochs = 1`` this is
+    exactly ``finetune(..., epochs=1, part="head")``. ``vmap_clients``: clients with equal data
+    sizes fit their heads together as one batched computation (for a GPU), 1: one after another."""
+    check_int(epochs, "epochs", 1)
+    head = tuple(n for n, _ in model.named_parameters() if n.startswith("head."))
+    cfg = neural.TrainConfig(rounds=epochs, lr=lr, momentum=momentum, batch_size=batch_size, local_epochs=1,
+                             eval_every=1, last_rounds=1, seed=seed, vmap_clients=vmap_clients)
+    return neural.run_rounds("finetune_head", model, clients, cfg, shared=(), local=head,
+                             phases=[(head, None, 1)], state=state)

@@ -1,0 +1,330 @@
+"""FedAvg against D-SGD on CIFAR at a matched number of local updates, and what their networks
+transfer (Collins, Hassani, Mokhtari, Shakkottai 2022, Sec. 5.2; the training shared by book
+4.7-4.9).
+
+FedAvg runs ``T`` rounds of ``tau`` local SGD steps per participating client; D-SGD
+(:data:`DSGD`, FedAvg with ``tau = 1``) runs ``T tau`` rounds of one step, so that both take
+the same ``total_steps`` local updates per participating client from the same initial network
+and seed (:func:`train_matched`). :func:`pretrain` trains both on CIFAR-100 clients holding a
+few of the classes left after holding out ``n_new`` classes (the pre-training of the paper's
+Figs. 2 and 5); :func:`new_clients` and :func:`finetune_all` build new clients from held-out
+classes (or another dataset) and fine-tune a pre-trained body with a fresh head on them.
+
+Settings compose the library's :class:`~replearn.neural.TrainConfig` (``train``: optimiser,
+batch size, participation) instead of copying its fields; :meth:`MatchedTraining.config` sets
+the rounds and local steps of one ``tau``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from replearn.neural import data as D
+from replearn.neural import checkpoints, similarity
+from replearn import neural
+from replearn.backend import default_device, derive_seed
+from replearn.checks import check_int
+from replearn.book.profiles import Settings
+from replearn.book.scales import require_data
+from replearn.book.seeds import check_seeds
+from replearn.neural.specs import FederationSpec, NetworkSpec
+
+__all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "MatchedTraining", "PretrainSettings", "Pretrained",
+           "accuracy", "finetune_all", "layer_activations", "method_name", "new_clients", "new_model",
+           "pretrain", "pretrain_key", "pretrain_work", "probe_set", "train_matched"]
+
+DSGD = 1  # tau of D-SGD
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def method_name(tau: int) -> str:
+    """``"D-SGD"`` for tau = 1, else ``"FedAvg, τ = tau"``."""
+    return "D-SGD" if tau == DSGD else f"FedAvg, τ = {tau}"
+
+
+@dataclass(frozen=True)
+class MatchedTraining(Settings):
+    """Network and federated-training settings of a matched FedAvg / D-SGD comparison.
+
+    ``model``: ``"fedavg_cnn"`` (the paper's CNN) with ``channels``/``hidden`` widths, or
+    ``"fedrep_cnn"`` with widths ``variant`` (CPU default ``"narrow"``: the FedRep authors'
+    network with 16/32 channels); ``clients``: number of training clients; ``total_steps``:
+    local SGD steps per participating client over the whole of training (FedAvg:
+    ``total_steps / tau`` rounds of ``tau`` steps; D-SGD: ``total_steps`` rounds of one step);
+    ``train``: the optimiser (lr, momentum, batch size) and the participation r of every run
+    (its ``rounds``, ``local_steps``, ``eval_every``, ``last_rounds`` and ``seed`` are set per
+    run by :meth:`config`); ``dtype``: ``"float64"`` on the CPU (float32 SGD turns last-bit
+    differences between CPUs and thread counts into visible accuracy changes over hundreds of
+    steps; float64 keeps them near 1e-16), ``"float32"`` on a GPU; ``seeds``: the seeds
+    :func:`replearn.book.seeds.over_seeds` runs (``seed``: the one a single run uses); ``full_data``:
+    the run needs the full official datasets and stops before training on the offline subsets
+    (:func:`replearn.book.scales.require_data`; set by the paper profiles).
+    """
+
+    model: str = "fedrep_cnn"
+    channels: tuple[int, int, int] = (16, 32, 64)
+    hidden: tuple[int, int] = (128, 64)
+    variant: str = "narrow"
+    clients: int = 10
+    total_steps: int = 400
+    train: neural.TrainConfig = neural.TrainConfig(lr=0.02, momentum=0.5, batch_size=10, participation=0.3)
+    dtype: str = "float64"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    seed: int = 0
+    full_data: bool = False
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.clients, "clients", 1)
+        check_int(self.total_steps, "total_steps", 1)
+        check_seeds(self.seeds)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+
+    def check_taus(self, taus) -> None:
+        """Every ``tau`` must be a positive int dividing ``total_steps`` (equal local updates)."""
+        for tau in taus:
+            check_int(tau, "tau", 1)
+            if self.total_steps % tau:
+                raise ValueError(f"total_steps = {self.total_steps} must be a multiple of every tau "
+                                 f"(equal local updates for all methods); tau = {tau} does not divide it")
+
+    def config(self, tau: int) -> neural.TrainConfig:
+        """The run with ``tau`` local steps: ``total_steps / tau`` rounds, evaluated once at the end."""
+        rounds = self.total_steps // tau
+        return replace(self.train, rounds=rounds, local_steps=tau, eval_every=rounds, last_rounds=1, seed=self.seed)
+
+    def network_spec(self) -> NetworkSpec:
+        """The network of these settings, resolved (:class:`replearn.neural.specs.NetworkSpec`)."""
+        if self.model == "fedavg_cnn":
+            return NetworkSpec.fedavg_cnn(self.channels, self.hidden, self.dtype)
+        if self.model == "fedrep_cnn":
+            return NetworkSpec.fedrep_cnn(self.variant, self.dtype)
+        raise ValueError(f"model must be 'fedavg_cnn' or 'fedrep_cnn', got {self.model!r}")
+
+    def networks(self) -> dict[str, NetworkSpec]:
+        """The resolved network by dataset (one for all here), as results files record it."""
+        return {"all": self.network_spec()}
+
+    def make(self, n_classes: int, seed: int, device):
+        """The network of these settings for ``n_classes`` classes, initialised from ``seed``."""
+        return self.network_spec().build(n_classes, seed, device)
+
+
+def train_matched(model_fn, clients: neural.ClientData, taus, s: MatchedTraining) -> dict[int, neural.FedResult]:
+    """FedAvg for every tau in ``taus`` (tau = 1: D-SGD) with ``s.total_steps`` local steps per
+    participating client, all from ``model_fn()`` and one seed; evaluated once, after the last round."""
+    s.check_taus(taus)
+    out = {}
+    for tau in taus:
+        run = neural.dsgd if tau == DSGD else neural.fedavg
+        out[tau] = run(model_fn(), clients, s.config(tau))
+    return out
+
+
+def probe_set(x: torch.Tensor, y: torch.Tensor, per_class: int, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``per_class`` test images of each class (a fixed, balanced probe set), indices and labels."""
+    check_int(per_class, "per_class (probe images per class)", 1)
+    short = [c for c in range(n_classes) if int((y == c).sum()) < per_class]
+    if short:
+        raise ValueError(f"classes {short} have fewer than {per_class} test images for the probe set")
+    idx = torch.cat([torch.nonzero(y == c).flatten()[:per_class] for c in range(n_classes)])
+    return idx, y[idx]
+
+
+@torch.no_grad()
+def accuracy(model, state: dict, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Accuracy of ``model`` loaded with ``state`` on images ``x`` with labels ``y``."""
+    model = model.eval()
+    for n, p in model.named_parameters():
+        p.copy_(state[n])
+    return float((model(x).argmax(1) == y).float().mean())
+
+
+# --------------------------------------------------------------------------- CIFAR-100 pre-training
+
+
+@dataclass(frozen=True)
+class PretrainSettings(MatchedTraining):
+    """Training on CIFAR-100 for Figs. 2 and 5: ``n_new`` classes are held out
+    (:func:`replearn.neural.data.class_split`); of the others, the first ``n_pretrain`` (all when
+    ``None``) are cut into shards of single classes and each of ``clients`` clients gets
+    ``classes_per_client`` of them (``split``: :func:`replearn.neural.data.shard_partition`, the
+    LG-FedAvg/FedRep code's split, or ``"disjoint"``, :func:`replearn.neural.data.disjoint_shard_partition`);
+    FedAvg with ``tau``
+    local steps vs D-SGD with the same ``total_steps``. Fine-tuning: ``ft_epochs`` epochs of SGD
+    on the whole model (a fresh head for the new label set) with ``ft_lr`` in batches of
+    ``ft_batch_size`` (momentum: ``train.momentum``). CPU default: 20 pre-training classes
+    (chance 1/20), so that the short CPU pre-training learns a task instead of sitting near 1/80."""
+
+    n_new: int = 20
+    n_pretrain: int | None = 20
+    classes_per_client: int = 4
+    tau: int = 10
+    ft_epochs: int = 10
+    ft_lr: float = 0.01
+    ft_batch_size: int = 10
+    split: str = "authors"
+
+    def validate(self) -> None:
+        super().validate()
+        self.check_taus((self.tau,))
+        if self.split not in D.SHARD_SPLITS:
+            raise ValueError(f"split must be one of {tuple(D.SHARD_SPLITS)}, got {self.split!r}")
+        check_int(self.n_new, "n_new", 1)
+        if self.n_pretrain is not None:
+            check_int(self.n_pretrain, "n_pretrain", 2)
+        check_int(self.classes_per_client, "classes_per_client", 1)
+        check_int(self.ft_epochs, "ft_epochs", 1)
+        check_int(self.ft_batch_size, "ft_batch_size", 1)
+        if self.tau < 2:
+            raise ValueError(f"FedAvg's tau must be >= 2 (tau = 1 is D-SGD), got {self.tau}")
+        if not self.ft_lr > 0:
+            raise ValueError(f"ft_lr must be positive, got {self.ft_lr!r}")
+
+    @classmethod
+    def long(cls):
+        """Near-paper on a CPU: the paper profile (:data:`PAPER_PRETRAIN`: the paper's CNN, 80
+        clients of 5 of the 80 training classes, tau = 50, the authors' optimiser, float32) on the
+        offline subset (250 images of each CIFAR-100 class, so 250 per client, not 500), with
+        750 local updates (T = 15 rounds of tau = 50; the paper: 125,000, which would take about
+        two weeks of one core), 2 seeds (a seed of 4.8 takes about 40 minutes of one core here). One
+        pre-training per seed serves 4.8 and 4.9. Until its results are re-run it keeps the disjoint
+        shard split (:func:`replearn.neural.data.disjoint_shard_partition`) its committed results used."""
+        return replace(cls.paper(), total_steps=750, seeds=(0, 1), full_data=False, split="disjoint")
+
+    @classmethod
+    def paper(cls):
+        """The paper-scale pre-training of :data:`PAPER_PRETRAIN`."""
+        return cls(**PAPER_PRETRAIN)
+
+    @classmethod
+    def gpu(cls):
+        """The paper profile sized for a minute of one GPU on the offline subset (250 images of
+        each CIFAR-100 class): 10,000 local updates (2,000 x fewer rounds than the paper's
+        125,000), one seed; a round's 8 clients trained as one batched computation."""
+        p = cls.paper()
+        return replace(p, total_steps=10_000, seeds=(0,), full_data=False, train=replace(p.train, vmap_clients=8))
+
+
+#: The paper-scale pre-training: the paper's CNN (our widths), 80 clients of C = 5 of the 80
+#: training classes, tau = 50, 125,000 local updates (the book's design notes), the authors'
+#: optimiser (lr 0.01, momentum 0.5, batch 10, 10% participation), float32 on a GPU.
+PAPER_PRETRAIN = dict(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128), clients=80,
+                      train=neural.TrainConfig(lr=0.01, momentum=0.5, batch_size=10, participation=0.1),
+                      tau=50, total_steps=125_000, dtype="float32", n_pretrain=None, classes_per_client=5,
+                      ft_lr=0.01, ft_batch_size=10, full_data=True)
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """FedAvg's and D-SGD's CIFAR-100 models (``states[tau]``, tau = 1 for D-SGD), the classes
+    they were trained on, the held-out classes, each model's test accuracy on its training
+    clients (``client_accuracy[tau]``) and which data ran."""
+
+    states: dict[int, dict]
+    train_classes: torch.Tensor
+    new_classes: torch.Tensor
+    client_accuracy: dict[int, float]
+    data: str
+
+
+#: The latest pre-trainings of this process by (settings key, device, digest of the data): 4.8
+#: and 4.9 run the same pre-training per seed, and ``scripts/run_results.py`` runs them one after
+#: the other (every seed of 4.8, then every seed of 4.9) in one process, each loading its own data.
+_PRETRAINED: dict = {}
+_PRETRAINED_KEEP = 8
+
+
+def pretrain_key(s: PretrainSettings) -> PretrainSettings:
+    """The settings that determine :func:`pretrain`'s result: ``s`` as a plain
+    :class:`PretrainSettings` with the fine-tuning fields at their defaults (fine-tuning does
+    not change the pre-training), so that the sections sharing a pre-training compare equal."""
+    keep = {f.name for f in fields(MatchedTraining)} | {"n_new", "n_pretrain", "classes_per_client", "tau"}
+    return PretrainSettings(**{name: getattr(s, name) for name in keep})
+
+
+def pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
+    """Train FedAvg (tau = ``s.tau``) and D-SGD on the CIFAR-100 training classes.
+
+    The result is reused when one of the last few calls had the same :func:`pretrain_key`,
+    device and data (the same images and labels, by :func:`replearn.neural.checkpoints.digest`, so a
+    fresh load of the same files counts): 4.8 and 4.9 share their pre-training. The states are
+    returned as read-only values (:func:`new_model` copies them)."""
+    key = (pretrain_key(s), str(default_device()), checkpoints.digest(cifar100))
+    if key not in _PRETRAINED:
+        _PRETRAINED[key] = _pretrain(s, cifar100)
+        while len(_PRETRAINED) > _PRETRAINED_KEEP:
+            del _PRETRAINED[next(iter(_PRETRAINED))]
+    return _PRETRAINED[key]
+
+
+def _pretrain(s: PretrainSettings, cifar100: D.CifarData) -> Pretrained:
+    require_data(cifar100, s.full_data, type(s).__name__)
+    train_cls, new_cls = D.class_split(cifar100.n_classes, s.n_new, seed=derive_seed(s.seed, 10))
+    if s.n_pretrain is not None:
+        if s.n_pretrain > len(train_cls):
+            raise ValueError(f"n_pretrain = {s.n_pretrain} exceeds the {len(train_cls)} classes left after "
+                             f"holding out n_new = {s.n_new}")
+        train_cls = train_cls[:s.n_pretrain]
+    spec = FederationSpec(s.clients, classes_per_client=s.classes_per_client, test_per_client=50,
+                          classes=tuple(int(c) for c in train_cls), split=s.split)
+    clients = spec.build(cifar100, partition_seed=derive_seed(s.seed, 11), test_seed=derive_seed(s.seed, 12)).clients
+    n_out = len(train_cls)
+
+    def model_fn():
+        return s.make(n_out, derive_seed(s.seed, 13), clients.device)
+
+    results = train_matched(model_fn, clients, (DSGD, s.tau), s)
+    return Pretrained({t: r.state for t, r in results.items()}, train_cls, new_cls,
+                      {t: r.final.average for t, r in results.items()}, cifar100.describe())
+
+
+def pretrain_work(s: PretrainSettings) -> tuple[int, int]:
+    """Client SGD steps and participating clients per round of :func:`pretrain` (FedAvg and
+    D-SGD, ``total_steps`` each), for :func:`replearn.book.scales.launch_estimate`."""
+    m = max(1, round(s.train.participation * s.clients))
+    return 2 * s.total_steps * m, m
+
+
+def new_model(s: MatchedTraining, state: dict, n_classes: int, seed: int, device):
+    """The pre-trained body of ``state`` with a fresh (seeded) head for ``n_classes`` classes:
+    the model and its full state."""
+    model = s.make(n_classes, seed, device)
+    own = {n: p.detach().clone() for n, p in model.named_parameters()}
+    full = {n: (state[n].to(device).clone() if not n.startswith("head.") else own[n]) for n in own}
+    return model, full
+
+
+def new_clients(cifar: D.CifarData, classes: torch.Tensor | None, n_clients: int, classes_per_client: int,
+                test_per_client: int, seed: int, split: str = "authors") -> neural.ClientData:
+    """New clients holding ``classes_per_client`` of ``classes`` (all classes when ``None``) each,
+    labels renumbered 0..len(classes)-1, ``test_per_client`` test images each: the first
+    ``n_clients`` of a shard partition into the smallest number of clients >= ``n_clients`` that
+    cuts every class into equally many shards (``split``: the shard split)."""
+    check_int(n_clients, "n_clients", 1)
+    check_int(classes_per_client, "classes_per_client", 1)
+    spec = FederationSpec(n_clients, classes_per_client=classes_per_client, test_per_client=test_per_client,
+                          classes=None if classes is None else tuple(int(c) for c in torch.as_tensor(classes)),
+                          shard_pool=True, split=split)
+    return spec.build(cifar, partition_seed=derive_seed(seed, 1), test_seed=derive_seed(seed, 2)).clients
+
+
+def finetune_all(s: PretrainSettings, state: dict, clients: neural.ClientData, n_classes: int, seed: int):
+    """Fine-tune the whole pre-trained model (fresh head) on every new client: the model and the
+    :class:`~replearn.neural.FedResult` of :func:`replearn.neural.finetune`."""
+    model, full = new_model(s, state, n_classes, derive_seed(seed, 5), clients.device)
+    return model, neural.finetune(model, clients, state=full, epochs=s.ft_epochs, part="all", lr=s.ft_lr,
+                                  momentum=s.train.momentum, batch_size=s.ft_batch_size, seed=derive_seed(seed, 6),
+                                  vmap_clients=s.train.vmap_clients)
+
+
+def layer_activations(model, state: dict, x: torch.Tensor, layers) -> dict[str, torch.Tensor]:
+    """Activations of ``layers`` of ``model`` loaded with ``state`` on ``x``."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(state[n])
+    return similarity.capture_activations(model, x, layers)

@@ -564,15 +564,12 @@ def _with_kind(kind):
     return run
 
 
-#: The PFLlib-style loop of every method (+FT: the fine-tuning stage alone, see finetune_runs).
+#: The PFLlib-style loop of each base method, by registry name (+FT methods: :func:`reference`).
 REFERENCES = {
     "Local only": _with_kind("local_only"),
     "FedAvg": _with_kind("fedavg"),
-    "FedAvg+FT": ref_finetune,
     "FedProx": _with_kind("fedprox"),
-    "FedProx+FT": ref_finetune,
     "SCAFFOLD": ref_scaffold,
-    "SCAFFOLD+FT": ref_finetune,
     "Fed-MTL": ref_fed_mtl,
     "Per-FedAvg": ref_per_fedavg,
     "LG-FedAvg": _with_kind("lg_fedavg"),
@@ -582,6 +579,14 @@ REFERENCES = {
     "FedPer": _with_kind("fedper"),
     "FedRep": ref_fedrep,
 }
+
+
+def reference(name: str):
+    """The reference loop of a registered method: ``ref_finetune`` (the fine-tuning stage alone,
+    see finetune_runs) for a +FT method, else its entry of :data:`REFERENCES`; None when the
+    method (e.g. one a reader registered) has no reference written."""
+    from replearn.neural.algorithms.fine_tuning import FineTuned
+    return ref_finetune if isinstance(algorithms.get(name), FineTuned) else REFERENCES.get(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -605,7 +610,7 @@ def run_ours(name, model, clients, cfg, opts):
 
 
 def run_reference(name, model, pairs, cfg, opts):
-    evaluated, clients = REFERENCES[name](model, pairs, cfg, opts)
+    evaluated, clients = reference(name)(model, pairs, cfg, opts)
     return test_models(evaluated, clients)
 
 
@@ -728,7 +733,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="rounds per run R")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved timed repeats (median reported)")
     parser.add_argument("--dtypes", default="float32,float64")
-    parser.add_argument("--methods", default=",".join(algorithms.TABLE1), help="comma-separated Table 1 names")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated registry names (default: every registered method with a reference loop)")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--per-client", type=int, default=100, help="training images per client")
     parser.add_argument("--test-per-client", type=int, default=25)
@@ -736,10 +742,14 @@ def main() -> None:
     parser.add_argument("--head-steps", type=int, default=5, help="FedRep's head steps per round (the book's: 10)")
     parser.add_argument("--ft-epochs", type=int, default=2, help="+FT head epochs (the paper's: 10)")
     args = parser.parse_args()
-    methods = [m.strip() for m in args.methods.split(",")]
+    known = [m for m in algorithms.names() if reference(m) is not None]
+    methods = known if args.methods is None else [m.strip() for m in args.methods.split(",")]
     for m in methods:
-        if m not in REFERENCES:
-            parser.error(f"unknown method {m!r}; choose from {', '.join(REFERENCES)}")
+        if m not in known:
+            parser.error(f"no reference loop for {m!r}; choose from {', '.join(known)}")
+    missing = [m for m in algorithms.names() if m not in known]
+    if missing and args.methods is None:
+        print(f"registered without a reference loop (not measured): {', '.join(missing)}")
     torch.set_num_threads(1)
     print(f"Table 1 methods, CPU, one torch thread (ours: workers=1), torch {torch.__version__}")
     start = time.perf_counter()

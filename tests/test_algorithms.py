@@ -6,6 +6,7 @@ the clients' whole data), the registry, and the engine's bit-identity with its s
 import hashlib
 import importlib
 import inspect
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -422,7 +423,7 @@ def test_batched_path_refuses_augmentation_and_non_tensor_states():
 
 
 def test_batched_flag_of_every_method():
-    assert all(A.get(name).batched for name in A.TABLE1)  # every Table 1 method has a batched path
+    assert all(A.get(name).batched for name in A.table1())  # every Table 1 method has a batched path
     assert not A.base.ProtocolAlgorithm.batched  # a new algorithm opts in
 
 
@@ -430,10 +431,16 @@ def test_batched_flag_of_every_method():
 # The registry
 
 
-def test_registry_holds_the_fifteen_methods_of_table_1_in_order():
-    assert A.names() == A.TABLE1 and len(A.TABLE1) == 15
-    assert tuple(personalisation.ALGORITHMS) == A.TABLE1
-    r = personalisation.ALGORITHMS["FedProx"](tiny(), CLIENTS, CFG)
+def test_registry_holds_table_1_in_its_row_order_with_its_numbers():
+    rows = [A.get(n).table1_row for n in A.table1()]
+    assert rows == list(range(len(rows)))  # Table 1's rows, each once, in order, first in the registry
+    assert A.names()[:len(rows)] == A.table1()
+    paper = A.paper_table1()
+    assert tuple(paper) == A.TABLE1_COLUMNS and all(tuple(col) == A.table1() for col in paper.values())
+    assert paper[("cifar10", 100, 2)]["FedRep"] == 87.70 and paper[("cifar100", 100, 20)]["Ditto"] == 56.34
+    assert paper[("cifar10", 100, 2)]["FedAvg+FT"] == 87.65 and paper[("cifar100", 100, 5)]["Local only"] == 75.29
+    assert {A.get(n).models for n in A.table1()} == {1, 2} and A.get("Ditto").models == 2
+    r = A.run("FedProx", tiny(), CLIENTS, CFG)
     assert isinstance(r, neural.FedResult) and r.algorithm == "FedProx"
     with pytest.raises(ValueError, match="unknown algorithm"):
         A.get("FedSGD")
@@ -441,16 +448,14 @@ def test_registry_holds_the_fifteen_methods_of_table_1_in_order():
 
 def test_every_method_has_its_own_file_citing_its_paper():
     package = Path(A.__file__).parent
-    cites = {"FedProx": "Li, Sahu", "SCAFFOLD": "Karimireddy", "Ditto": "Li, Hu, Beirami", "APFL": "Deng",
-             "L2GD": "Hanzely", "Per-FedAvg": "Fallah", "Fed-MTL": "Smith", "FedPer": "Arivazhagan",
-             "LG-FedAvg": "Liang", "FedRep": "Collins", "FedAvg": "McMahan"}
     modules = {}
     for name in A.names():
         alg = A.get(name)
         module = importlib.import_module(alg.module)
         modules.setdefault(alg.module, []).append(name)
         doc = module.__doc__
-        assert doc and (cites.get(name, "") if "+FT" not in name else "Collins") in doc, name
+        author = re.match(r"[a-z]+", alg.summary.cite).group(0).capitalize()  # its paper's first author
+        assert doc and (author if "+FT" not in name else "Collins") in doc, name
         assert Path(module.__file__).parent == package
     ft = [m for m, ns in modules.items() if len(ns) > 1]
     assert ft == ["replearn.neural.algorithms.fine_tuning"] and sorted(modules[ft[0]]) == ["FedAvg+FT", "FedProx+FT",
@@ -606,7 +611,7 @@ def test_every_algorithm_has_a_complete_summary_citing_the_bibliography():
             assert getattr(s, field).strip(), f"{name}: empty summary.{field}"
         assert s.cite in keys, f"{name}: citation key {s.cite!r} is not in references.bib"
     table = A.methods_table()
-    assert [row.method for row in table] == list(A.names()) == list(A.TABLE1)
+    assert [row.method for row in table] == list(A.names())
     assert table[A.names().index("FedRep")].cite == "collins2021fedrep"
     assert table[A.names().index("FedAvg+FT")].shares == A.get("FedAvg").summary.shares
     assert "<table" in table._repr_html_() and "Ditto" in repr(table)

@@ -94,8 +94,6 @@ def test_paper_optimiser():
     assert (t.local_epochs, t.head_epochs, t.local_steps, t.head_steps) == (1, 10, None, None)
     assert (t.eval_every, t.last_rounds) == (1, 10)
     assert (p.train_per_client, p.test_per_client, p.variant, p.dtype) == (None, None, None, "float32")
-    from replearn.neural import algorithms
-    assert tuple(P.ALGORITHMS) == algorithms.TABLE1 and len(P.ALGORITHMS) == 15  # Table 1's rows, in order
 
 
 def test_config_overrides_and_derived_seed():

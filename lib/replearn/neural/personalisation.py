@@ -7,18 +7,16 @@ LG-FedAvg and FedRep code, by default) with per-client test sets of the same cla
 (:func:`replearn.neural.data.client_test_split`); :class:`FederationSettings` hold the partition, the
 network (the authors' CNN, :class:`replearn.neural.models.FedRepCNN`, whose head is the last linear
 layer) and a :class:`~replearn.neural.TrainConfig` (composed, not copied);
-:data:`ALGORITHMS` are the federated algorithms of :mod:`replearn.neural` the sections compare;
+the methods they compare come from the registry :mod:`replearn.neural.algorithms`;
 :func:`fit_heads` lets new clients fit a head on a frozen body, evaluated after every epoch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import partial
 
 import torch
 
-from replearn.neural import algorithms
 from replearn.neural import data as D
 from replearn import neural
 from replearn.backend import derive_seed
@@ -28,14 +26,8 @@ from replearn.book.profiles import Settings
 from replearn.book.seeds import check_seeds
 from replearn.neural.transfer import DTYPES
 
-__all__ = ["ALGORITHMS", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
+__all__ = ["PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
 
-#: The federated algorithms the CIFAR sections compare, by their names in the FedRep paper's
-#: Table 1 (:data:`replearn.neural.algorithms.TABLE1`, in its order): ``ALGORITHMS[name](model, clients,
-#: cfg, options=None, *, state=None, callback=None, workers=None)`` is
-#: :func:`replearn.neural.algorithms.run` for that name, returning a :class:`~replearn.neural.FedResult`
-#: whose ``final`` evaluates what each client uses (for the +FT methods: after fine-tuning).
-ALGORITHMS = {name: partial(algorithms.run, name) for name in algorithms.names()}
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 
 For each partition (dataset, n clients, S classes per client) of
 :func:`replearn.neural.personalisation.make_federation`, every method of ``methods`` (CPU default:
-:data:`TABLE_METHODS`; paper profile: all 15 of Table 1, :data:`replearn.neural.algorithms.TABLE1`) trains
+:data:`TABLE_METHODS`; paper profile: every method of Table 1, :func:`replearn.neural.algorithms.table1`) trains
 from one initial network, one seed and one optimiser, each from the registry
 :mod:`replearn.neural.algorithms`; a +FT method is its base method's global model with each client's
-head fine-tuned for ``ft_epochs`` epochs (:func:`replearn.neural.finetune`). Accuracies are as
+head fine-tuned for ``ft_epochs`` epochs (:meth:`~replearn.neural.algorithms.fine_tuning.FineTuned.fine_tune`). Accuracies are as
 in the paper: the mean over clients (weighted by test-set size) of the local test accuracy,
 averaged over the evaluations in the final ``last_rounds`` rounds, except for the +FT methods,
 evaluated once after fine-tuning.
@@ -23,36 +23,18 @@ from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
 from replearn.neural import algorithms
-from replearn.neural.algorithms import TABLE1
+from replearn.neural.algorithms.fine_tuning import FineTuned
 from replearn.book.scales import require_data
-from replearn.neural.personalisation import ALGORITHMS, PAPER_OPTIM, FederationSettings, first_protocol, make_federation
+from replearn.neural.personalisation import PAPER_OPTIM, FederationSettings, first_protocol, make_federation
 
 #: Methods of Table 1 that the CPU default runs, in the paper's order (the paper and gpu
-#: profiles run all 15 of :data:`replearn.neural.algorithms.TABLE1`).
+#: profiles run every method of Table 1, :func:`replearn.neural.algorithms.table1`).
 TABLE_METHODS = ("Local only", "FedAvg", "FedAvg+FT", "FedPer", "LG-FedAvg", "FedRep")
 
-#: Table 1 of Collins et al. (2021): average test accuracy (%) of all 15 methods for (dataset,
-#: n clients, S classes per client), r = 0.1 (the paper's "LG-Fed" is LG-FedAvg, "PerFedAvg" Per-FedAvg).
-_TABLE1_ROWS = {
-    "Local only": (89.79, 70.68, 78.30, 75.29, 41.29),
-    "FedAvg": (42.65, 51.78, 44.31, 23.94, 31.97),
-    "FedAvg+FT": (87.65, 73.68, 82.04, 79.34, 55.44),
-    "FedProx": (39.92, 50.99, 21.93, 20.17, 28.52),
-    "FedProx+FT": (85.81, 72.75, 75.41, 78.52, 55.09),
-    "SCAFFOLD": (37.72, 47.33, 33.79, 20.32, 22.52),
-    "SCAFFOLD+FT": (86.35, 68.23, 78.24, 78.88, 44.34),
-    "Fed-MTL": (80.46, 58.31, 76.53, 71.47, 41.25),
-    "Per-FedAvg": (82.27, 67.20, 67.36, 72.05, 52.49),
-    "LG-FedAvg": (84.14, 63.02, 77.48, 72.44, 38.76),
-    "L2GD": (81.04, 59.98, 71.96, 72.13, 42.84),
-    "APFL": (83.77, 72.29, 82.39, 78.20, 55.44),
-    "Ditto": (85.39, 70.34, 80.36, 78.91, 56.34),
-    "FedPer": (87.13, 73.84, 81.73, 76.00, 55.68),
-    "FedRep": (87.70, 75.68, 83.27, 79.15, 56.10),
-}
-PAPER_TABLE1 = {col: {method: row[j] for method, row in _TABLE1_ROWS.items()}
-                for j, col in enumerate((("cifar10", 100, 2), ("cifar10", 100, 5), ("cifar10", 1000, 2),
-                                         ("cifar100", 100, 5), ("cifar100", 100, 20)))}
+#: Table 1 of Collins et al. (2021): average test accuracy (%) of its methods for (dataset, n
+#: clients, S classes per client), r = 0.1, read from each method's file
+#: (``paper_accuracy``; the paper's "LG-Fed" is LG-FedAvg, "PerFedAvg" Per-FedAvg).
+PAPER_TABLE1 = algorithms.paper_table1()
 
 
 #: What the FedRep paper states of Table 1's setting, by settings field: (value, where it says so).
@@ -71,7 +53,7 @@ PAPER_SETTINGS = {"partitions": (tuple(PAPER_TABLE1), "FedRep paper, Table 1 (CI
                   "train.head_epochs": (10, "FedRep paper, Sec. 5.2 (ten head epochs)"),
                   "train.last_rounds": (10, "FedRep paper, Sec. 5.2 (final 10 rounds averaged)"),
                   "ft_epochs": (10, "FedRep paper, Sec. 5.2 (+FT: ten epochs of the head)"),
-                  "methods": (TABLE1, "FedRep paper, Table 1 (15 methods)")}
+                  "methods": (algorithms.table1(), "FedRep paper, Table 1 (every method)")}
 
 
 @dataclass(frozen=True)
@@ -104,9 +86,9 @@ class TableSettings(FederationSettings):
         check_int(self.ft_epochs, "ft_epochs", 1)
         algorithms.get("Local only").Options(epochs=self.local_only_epochs)
         algorithms.get("LG-FedAvg").Options(shared_layers=self.lg_shared_layers)
-        unknown = [m for m in self.methods if m not in TABLE1]
+        unknown = [m for m in self.methods if m not in algorithms.table1()]
         if unknown or len(set(self.methods)) != len(self.methods):
-            raise ValueError(f"methods must be distinct names of Table 1 {TABLE1}, got {self.methods!r}")
+            raise ValueError(f"methods must be distinct names of Table 1 {algorithms.table1()}, got {self.methods!r}")
         for part in self.partitions:
             if not (isinstance(part, tuple) and len(part) == 3 and part[0] in ("cifar10", "cifar100")):
                 raise ValueError(f"each partition must be (dataset, n, S) with dataset 'cifar10' or "
@@ -117,7 +99,7 @@ class TableSettings(FederationSettings):
     @classmethod
     def long(cls):
         """Near-paper on a CPU: the paper profile (the authors' CNN and optimiser, r = 0.1, 10 head
-        epochs and 1 body epoch, +FT with 10 head epochs, float32) for all 15 methods on Table 1's
+        epochs and 1 body epoch, +FT with 10 head epochs, float32) for every method on Table 1's
         first column, CIFAR-10 with n = 100 and S = 2, on the offline subset (20,000 of CIFAR-10's
         50,000 training images, so 200 per client; 5,000 test images, so 50 per client);
         T = 50 rounds (the paper: 100; a client takes part in about 5), evaluated every 5 rounds
@@ -135,19 +117,19 @@ class TableSettings(FederationSettings):
     def more_seeds(cls, profile: str = "long"):
         """``profile``'s settings for the CPU default's six methods (:data:`TABLE_METHODS`:
         Local only, FedAvg, FedAvg+FT, FedPer, LG-FedAvg, FedRep) over seeds 1 and 2: with the
-        profile's own seed 0 (which runs all 15 methods), three seeds for the main comparisons
+        profile's own seed 0 (which runs every method), three seeds for the main comparisons
         (section ``5.7-seeds`` of ``scripts/run_results.py``)."""
         return replace(cls.profile(profile), methods=TABLE_METHODS, seeds=(1, 2))
 
     @classmethod
     def paper(cls):
         """The five CIFAR columns of Table 1 with Sec. 5.2's settings (full datasets)."""
-        return cls(partitions=tuple(PAPER_TABLE1), ft_epochs=10, methods=TABLE1, **PAPER_OPTIM)
+        return cls(partitions=tuple(PAPER_TABLE1), ft_epochs=10, methods=algorithms.table1(), **PAPER_OPTIM)
 
     @classmethod
     def gpu(cls):
         """The paper profile sized for a few minutes of one GPU on the offline subsets: two
-        partitions, CIFAR-10 (100, 2) and CIFAR-100 (100, 5), all 15 methods, T = 100 rounds (the
+        partitions, CIFAR-10 (100, 2) and CIFAR-100 (100, 5), every method of Table 1, T = 100 rounds (the
         paper's), evaluated every 5 rounds, one seed; every method trains a round's 10 clients as
         one batched computation (``vmap_clients``: the engine's spec path for FedAvg, FedPer,
         LG-FedAvg, FedRep and Local only, :func:`replearn.neural.run_protocol`'s for the others,
@@ -161,10 +143,9 @@ class TableSettings(FederationSettings):
 def work(s: TableSettings, *, batched: bool = True) -> dict:
     """:func:`replearn.book.scales.launch_estimate` of :func:`run_table` with ``s``: per partition,
     every method's rounds (FedRep: head and body epochs; the others: the body epochs; a +FT
-    method adds ``ft_epochs`` head epochs per client, batched like training; methods with two models, such as Ditto
-    and APFL, count twice), and the evaluations every ``eval_every`` rounds; a method's clients
+    method adds ``ft_epochs`` head epochs per client, batched like training; a method whose clients train
+    ``models`` models a round, such as Ditto and APFL, counts that many times), and the evaluations every ``eval_every`` rounds; a method's clients
     count as batched when ``batched`` and the algorithm has a batched path (all of Table 1's)."""
-    double = {"Ditto", "APFL", "Per-FedAvg"}
     cfg = s.train
     parts = []
     for name, n, _ in s.partitions:
@@ -177,7 +158,7 @@ def work(s: TableSettings, *, batched: bool = True) -> dict:
                 continue
             epochs = cfg.local_epochs + (cfg.head_epochs if method == "FedRep" else 0)
             k, m = scales.federated_steps(name, s.full_data, n, s.train_per_client, cfg, epochs)
-            parts.append(scales.launch_estimate(k * (2 if method in double else 1), n * -(-cfg.rounds // cfg.eval_every),
+            parts.append(scales.launch_estimate(k * algorithms.get(method).models, n * -(-cfg.rounds // cfg.eval_every),
                                                 batched_clients=scales.batching(cfg, m,
                                                                                 batched and algorithms.get(method).batched)))
     return scales.combine(*parts)
@@ -219,18 +200,15 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
         acc[part], cacc[part], curves[part] = {}, {}, {}
         trained = {}
         for method in s.methods:
-            if method.endswith("+FT"):  # the trained global model of the method, each client's head tuned
-                base = method[:-len("+FT")]
-                if base not in trained:
-                    trained[base] = ALGORITHMS[base](model_fn(), cl, cfg, s.options(base))
-                r = neural.finetune(model_fn(), cl, state=trained[base].state, epochs=s.ft_epochs, part="head",
-                                    lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                                    batch_size=cfg.batch_size, augment=cfg.augment,
-                                    seed=derive_seed(s.seed, 5), vmap_clients=cfg.vmap_clients)
+            alg = algorithms.get(method)
+            if isinstance(alg, FineTuned):  # the base method's trained global model, each client's head tuned
+                if alg.base.name not in trained:
+                    trained[alg.base.name] = alg.base.run(model_fn(), cl, cfg, s.options(alg.base.name))
+                r = alg.fine_tune(trained[alg.base.name], model_fn(), cl, alg.Options(epochs=s.ft_epochs, seed=derive_seed(s.seed, 5)))
                 acc[part][method] = r.final.average
                 curves[part][method] = torch.full((cfg.rounds,), float("nan"))
             else:
-                r = trained[method] = ALGORITHMS[method](model_fn(), cl, cfg, s.options(method))
+                r = trained[method] = alg.run(model_fn(), cl, cfg, s.options(method))
                 acc[part][method] = r.accuracy
                 curves[part][method] = r.test_accuracy
             cacc[part][method] = r.final.accuracy

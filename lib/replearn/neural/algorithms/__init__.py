@@ -19,13 +19,10 @@ import pkgutil
 from typing import NamedTuple
 
 from replearn import neural
-from replearn.neural.algorithms.base import Algorithm
+from replearn.neural.algorithms.base import TABLE1_COLUMNS, Algorithm
 
-__all__ = ["REGISTRY", "TABLE1", "MethodRow", "MethodsTable", "get", "methods_table", "names", "run"]
-
-#: The methods of Table 1 of Collins et al. (2021), in the paper's order.
-TABLE1 = ("Local only", "FedAvg", "FedAvg+FT", "FedProx", "FedProx+FT", "SCAFFOLD", "SCAFFOLD+FT", "Fed-MTL",
-          "Per-FedAvg", "LG-FedAvg", "L2GD", "APFL", "Ditto", "FedPer", "FedRep")
+__all__ = ["REGISTRY", "register", "unregister", "TABLE1_COLUMNS", "MethodRow", "MethodsTable", "get", "methods_table", "names", "paper_table1",
+           "run", "table1"]
 
 
 def _discover() -> dict[str, Algorithm]:
@@ -42,16 +39,53 @@ def _discover() -> dict[str, Algorithm]:
                 raise ValueError(f"two algorithms named {alg.name!r} ({module.__name__})")
             alg.module = module.__name__
             found[alg.name] = alg
-    return dict(sorted(found.items(), key=lambda kv: (kv[1].row, kv[0])))
+    return found
 
 
-#: Every algorithm of the package by name, in Table 1's order (then others by name).
-REGISTRY: dict[str, Algorithm] = _discover()
+def _order(alg: Algorithm) -> tuple:
+    return (alg.table1_row is None, alg.table1_row or 0, alg.name)
+
+
+#: Every algorithm of the package by name, in Table 1's order (then others by name). The only
+#: list of methods: Table 1 membership, order and numbers are each algorithm's own data.
+REGISTRY: dict[str, Algorithm] = dict(sorted(_discover().items(), key=lambda kv: _order(kv[1])))
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Add ``algorithm`` (defined outside this package, e.g. in a reader's own module) to
+    :data:`REGISTRY`, in its place by ``table1_row`` then name; ``ValueError`` if its name is
+    taken. Returns it (so ``ALGORITHM = register(MyMethod())``)."""
+    if not isinstance(algorithm, Algorithm) or not algorithm.name:
+        raise TypeError(f"register needs a named replearn.neural.algorithms.base.Algorithm, got {algorithm!r}")
+    if algorithm.name in REGISTRY:
+        raise ValueError(f"an algorithm named {algorithm.name!r} is already registered ({REGISTRY[algorithm.name].module})")
+    algorithm.module = type(algorithm).__module__
+    items = sorted([*REGISTRY.items(), (algorithm.name, algorithm)], key=lambda kv: _order(kv[1]))
+    REGISTRY.clear()
+    REGISTRY.update(items)
+    return algorithm
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` from :data:`REGISTRY` (the inverse of :func:`register`)."""
+    get(name)
+    del REGISTRY[name]
 
 
 def names() -> tuple[str, ...]:
     """The registered algorithms' names (Table 1's order first)."""
     return tuple(REGISTRY)
+
+
+def table1() -> tuple[str, ...]:
+    """The registered methods of Table 1 of Collins et al. (2021), in its row order."""
+    return tuple(n for n, a in REGISTRY.items() if a.table1_row is not None)
+
+
+def paper_table1() -> dict[tuple[str, int, int], dict[str, float]]:
+    """Table 1's numbers (average test accuracy, %) as ``{column: {method: accuracy}}`` for the
+    columns of :data:`TABLE1_COLUMNS`, read from each registered method's ``paper_accuracy``."""
+    return {col: {n: REGISTRY[n].paper_accuracy[col] for n in table1()} for col in TABLE1_COLUMNS}
 
 
 def get(name: str) -> Algorithm:

@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import Momentum, ProtocolAlgorithm, Summary, joint_names, set_real
+from replearn.neural.algorithms.base import Momentum, ProtocolAlgorithm, Summary, joint_names, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,9 @@ def mix(alpha: torch.Tensor, v: dict, w: dict) -> dict:
 
 
 class APFL(ProtocolAlgorithm):
-    name, row, Options = "APFL", 11, APFLOptions
+    name, table1_row, Options = "APFL", 11, APFLOptions
+    paper_accuracy = table1_accuracy(83.77, 72.29, 82.39, 78.20, 55.44)
+    models = 2  # a client trains two models a round (cost estimates)
     summary = Summary(
         shares="the global model w (weighted average)",
         personal="a personal model vᵢ and a mixing weight αᵢ; it uses αᵢvᵢ + (1 − αᵢ)w",

@@ -46,8 +46,21 @@ from replearn.neural import Momentum
 
 Params = dict[str, torch.Tensor]
 
-__all__ = ["Algorithm", "Momentum", "NoOptions", "ProtocolAlgorithm", "SpecAlgorithm", "Summary",
+__all__ = ["TABLE1_COLUMNS", "Algorithm", "table1_accuracy", "Momentum", "NoOptions", "ProtocolAlgorithm", "SpecAlgorithm", "Summary",
            "check_real", "joint_names", "joint_phase", "set_real"]
+
+
+#: The CIFAR columns of Table 1 of Collins et al. (2021): (dataset, n clients, S classes per client).
+TABLE1_COLUMNS = (("cifar10", 100, 2), ("cifar10", 100, 5), ("cifar10", 1000, 2), ("cifar100", 100, 5),
+                  ("cifar100", 100, 20))
+
+
+def table1_accuracy(*percent: float) -> dict[tuple[str, int, int], float]:
+    """A method's row of Table 1 of Collins et al. (2021) (average test accuracy in %, r = 0.1),
+    one number per column of :data:`TABLE1_COLUMNS` in order, as ``{column: accuracy}``."""
+    if len(percent) != len(TABLE1_COLUMNS):
+        raise ValueError(f"Table 1 has {len(TABLE1_COLUMNS)} CIFAR columns {TABLE1_COLUMNS}, got {len(percent)} numbers")
+    return dict(zip(TABLE1_COLUMNS, percent))
 
 
 @dataclass(frozen=True)
@@ -116,13 +129,19 @@ def joint_phase(model: nn.Module, cfg: neural.TrainConfig, *, factor: int = 1) -
 
 
 class Algorithm:
-    """A federated algorithm: ``name`` (Table 1's), ``row`` (its row in Table 1, for the
-    registry's order), ``Options`` (its hyper-parameters), :meth:`run`, ``batched``: whether
-    a round's clients train as one batched computation when ``cfg.vmap_clients > 1`` (else one
-    after another whatever ``cfg.vmap_clients`` says), and ``summary`` (a :class:`Summary`)."""
+    """A federated algorithm: ``name`` (Table 1's), ``table1_row`` (its row in Table 1 of
+    Collins et al. (2021), counted from 0, which orders the registry; None for a method outside
+    Table 1), ``paper_accuracy`` (its Table 1 numbers, :func:`table1_accuracy`; empty outside
+    Table 1), ``models`` (how many models a client trains in a round, for cost estimates:
+    2 for Ditto, APFL and Per-FedAvg), ``Options`` (its hyper-parameters), :meth:`run`,
+    ``batched``: whether a round's clients train as one batched computation when
+    ``cfg.vmap_clients > 1`` (else one after another whatever ``cfg.vmap_clients`` says), and
+    ``summary`` (a :class:`Summary`)."""
 
     name: str = ""
-    row: int = 100
+    table1_row: int | None = None
+    paper_accuracy: dict = {}
+    models: int = 1
     Options: type = NoOptions
     batched: bool = False
     summary: Summary | None = None  # what it shares, keeps personal, adds locally; its paper

@@ -3,11 +3,12 @@ client; body and head are updated jointly in the local steps (the same number of
 both, unlike FedRep). Runs on :func:`replearn.neural.run_spec` (``algorithm_spec("fedper")``).
 """
 
-from replearn.neural.algorithms.base import SpecAlgorithm, Summary
+from replearn.neural.algorithms.base import SpecAlgorithm, Summary, table1_accuracy
 
 
 class FedPer(SpecAlgorithm):
-    name, row, key = "FedPer", 13, "fedper"
+    name, table1_row, key = "FedPer", 13, "fedper"
+    paper_accuracy = table1_accuracy(87.13, 73.84, 81.73, 76.00, 55.68)
     summary = Summary(
         shares="the body (all layers below the head)",
         personal="the head (last layer)",

@@ -5,11 +5,12 @@ head frozen (``local_epochs``/``local_steps``); the server averages the bodies. 
 :func:`replearn.neural.run_spec` (``algorithm_spec("fedrep")``).
 """
 
-from replearn.neural.algorithms.base import SpecAlgorithm, Summary
+from replearn.neural.algorithms.base import SpecAlgorithm, Summary, table1_accuracy
 
 
 class FedRep(SpecAlgorithm):
-    name, row, key = "FedRep", 14, "fedrep"
+    name, table1_row, key = "FedRep", 14, "fedrep"
+    paper_accuracy = table1_accuracy(87.70, 75.68, 83.27, 79.15, 56.10)
     summary = Summary(
         shares="the body (all layers below the head)",
         personal="the head (last layer)",

@@ -21,7 +21,7 @@ import torch
 from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_count, check_seed
-from replearn.neural.algorithms.base import Algorithm, Summary
+from replearn.neural.algorithms.base import Algorithm, Summary, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -58,14 +58,23 @@ class FineTuned(Algorithm):
 
     Options = FineTuneOptions
 
-    def __init__(self, base: Algorithm, row: int):
-        self.base, self.name, self.row = base, f"{base.name}+FT", row
+    def __init__(self, base: Algorithm, paper_accuracy: dict):
+        self.base, self.name, self.table1_row = base, f"{base.name}+FT", base.table1_row + 1
+        self.paper_accuracy, self.models = paper_accuracy, base.models
         self.batched = base.batched  # the fine-tuning is batched whenever cfg.vmap_clients > 1
         self.summary = fine_tuned_summary(base.summary)
 
     def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
         options = self.check_options(options)
         base = self.base.run(model, clients, cfg, options.base, state=state, callback=callback, workers=workers)
+        return self.fine_tune(base, model, clients, options)
+
+    def fine_tune(self, base: "neural.FedResult", model, clients, options=None) -> "neural.FedResult":
+        """The +FT result from a finished run ``base`` of the base algorithm (with the run's
+        ``base.config``): every client fine-tunes ``options.part`` of ``base.state`` (so a page
+        that already trained FedAvg gets FedAvg+FT without training it again)."""
+        options = self.check_options(options)
+        cfg = base.config
         seed = derive_seed(cfg.seed, 5) if options.seed is None else options.seed
         ft = neural.finetune(model, clients, state=base.state, epochs=options.epochs, part=options.part, lr=cfg.lr,
                              momentum=cfg.momentum, weight_decay=cfg.weight_decay, batch_size=cfg.batch_size,
@@ -77,9 +86,12 @@ class FineTuned(Algorithm):
                        final=ft.final, extras={"base": base, "finetune": ft})
 
 
-def _bases():
+def _fine_tuned():
     from replearn.neural.algorithms import fedavg, fedprox, scaffold
-    return fedavg.ALGORITHM, fedprox.ALGORITHM, scaffold.ALGORITHM
+    return (FineTuned(fedavg.ALGORITHM, table1_accuracy(87.65, 73.68, 82.04, 79.34, 55.44)),
+            FineTuned(fedprox.ALGORITHM, table1_accuracy(85.81, 72.75, 75.41, 78.52, 55.09)),
+            FineTuned(scaffold.ALGORITHM, table1_accuracy(86.35, 68.23, 78.24, 78.88, 44.34)))
 
 
-ALGORITHMS = tuple(FineTuned(b, b.row + 1) for b in _bases())
+#: FedAvg+FT, FedProx+FT and SCAFFOLD+FT with their Table 1 rows (the row after their base's).
+ALGORITHMS = _fine_tuned()

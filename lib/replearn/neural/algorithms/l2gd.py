@@ -33,7 +33,7 @@ from typing import ClassVar
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import Momentum, ProtocolAlgorithm, Summary, joint_names, set_real
+from replearn.neural.algorithms.base import Momentum, ProtocolAlgorithm, Summary, joint_names, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ class L2GDOptions:
 
 
 class L2GD(ProtocolAlgorithm):
-    name, row, Options = "L2GD", 10, L2GDOptions
+    name, table1_row, Options = "L2GD", 10, L2GDOptions
+    paper_accuracy = table1_accuracy(81.04, 59.98, 71.96, 72.13, 42.84)
     summary = Summary(
         shares="the average x̄ of the clients' models",
         personal="the whole model xᵢ",

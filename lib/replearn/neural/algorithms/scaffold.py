@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import ProtocolAlgorithm, Summary, set_real
+from replearn.neural.algorithms.base import ProtocolAlgorithm, Summary, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,8 @@ class ScaffoldOptions:
 
 
 class Scaffold(ProtocolAlgorithm):
-    name, row, Options = "SCAFFOLD", 5, ScaffoldOptions
+    name, table1_row, Options = "SCAFFOLD", 5, ScaffoldOptions
+    paper_accuracy = table1_accuracy(37.72, 47.33, 33.79, 20.32, 22.52)
     summary = Summary(
         shares="the whole model and a control variate c (clients send the change of theirs)",
         personal="no model; its control variate cᵢ",

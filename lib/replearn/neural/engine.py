@@ -1650,7 +1650,7 @@ def run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCon
     ``broadcast(params, server, states, selected, options) -> dict``,
     ``client_update(ClientRound) -> ClientUpdate``,
     ``server_update(params, server, mean_upload, selected, n_clients, options) -> (params, server)``,
-    ``personal_names(model) -> names`` and ``eval_params(ClientRound) -> Params``.
+    ``personal_names(model, options) -> names`` and ``eval_params(ClientRound) -> Params``.
 
     Each round, in the calling thread: :func:`plan_round` (clients and batches), then the
     algorithm's extra draws and broadcast; every sampled client runs ``client_update`` (on
@@ -1708,7 +1708,7 @@ def _run_protocol(algorithm, model: nn.Module, clients: ClientData, cfg: TrainCo
     initial = {n: p.clone() for n, p in params.items()}
     server = algorithm.init_server(params, options)
     states: dict[int, dict] = {}
-    personal = tuple(algorithm.personal_names(model))
+    personal = tuple(algorithm.personal_names(model, options))
     x_train: dict[int, torch.Tensor] = {}
     gen = make_generator(cfg.seed)
     losses = torch.full((cfg.rounds,), float("nan"))

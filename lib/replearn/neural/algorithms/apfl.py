@@ -88,7 +88,7 @@ class APFL(ProtocolAlgorithm):
             w, v = dict(zip(names, w_new)), dict(zip(names, v_new))
         return neural.ClientUpdate(w, {"v": v, "alpha": alpha}, loss_sum, len(ctx.batches[0]))
 
-    def personal_names(self, model):
+    def personal_names(self, model, options):
         return joint_names(model)
 
     def eval_params(self, ctx):

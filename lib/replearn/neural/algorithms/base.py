@@ -224,7 +224,7 @@ class ProtocolAlgorithm(Algorithm):
                       n_clients: int, options) -> tuple[Params, dict]:
         return {n: mean_upload.get(n, p) for n, p in params.items()}, server
 
-    def personal_names(self, model: nn.Module) -> tuple[str, ...]:
+    def personal_names(self, model: nn.Module, options) -> tuple[str, ...]:
         return ()
 
     def eval_params(self, ctx: neural.ClientRound) -> Params:

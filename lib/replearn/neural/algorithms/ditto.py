@@ -64,7 +64,7 @@ class Ditto(ProtocolAlgorithm):
                                 extra_grad=pull)
         return neural.ClientUpdate(w, {"v": v}, loss, len(ctx.batches[0]))
 
-    def personal_names(self, model):
+    def personal_names(self, model, options):
         return joint_names(model)
 
     def eval_params(self, ctx):

@@ -91,7 +91,7 @@ class FedMTL(ProtocolAlgorithm):
                                    extra_grad=grad_r)
         return neural.ClientUpdate({}, {"w": w}, loss, len(ctx.batches[0]))
 
-    def personal_names(self, model):
+    def personal_names(self, model, options):
         return joint_names(model)
 
     def eval_params(self, ctx):

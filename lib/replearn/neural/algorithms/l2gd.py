@@ -101,7 +101,7 @@ class L2GD(ProtocolAlgorithm):
             steps = 1
         return neural.ClientUpdate(x, {"x": x}, loss_sum, steps)
 
-    def personal_names(self, model):
+    def personal_names(self, model, options):
         return joint_names(model)
 
     def eval_params(self, ctx):

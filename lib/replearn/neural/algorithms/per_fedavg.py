@@ -70,7 +70,7 @@ class PerFedAvg(ProtocolAlgorithm):
                              f"meta-step needs two; raise local_steps/local_epochs or lower batch_size")
         return neural.ClientUpdate(w, {}, loss_sum, steps)
 
-    def personal_names(self, model):
+    def personal_names(self, model, options):
         return joint_names(model)
 
     def eval_params(self, ctx):

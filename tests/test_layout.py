@@ -1,6 +1,7 @@
 """The layout rule (README, "Layout"): one driver per section at a path that mirrors its notebook,
 one test file per driver, notebooks import exactly their own driver, no private imports across
-modules, and the inventories generated from the docstrings and ``_toc.yml`` are up to date."""
+modules, the inventories generated from the docstrings and ``_toc.yml`` are up to date, and every
+code cell a reader sees fits the page (at most 20 lines, none wider than the code box)."""
 
 import ast
 import importlib.util
@@ -107,3 +108,50 @@ def test_library_tour_names_only_functions_that_exist():
     missing = [f"{m}.{n}" for m, n in sorted(named)
                if m in modules and not hasattr(importlib.import_module(f"replearn.{m}"), n)]
     assert missing == [], "the library tour names functions that do not exist"
+
+
+#: The code box of the book's HTML pages shows about 88 characters of a line (a longer one is cut
+#: and scrolls); a code cell the reader sees holds at most this many lines (the rest of what a
+#: section needs lives in its driver).
+CODE_WIDTH = 88
+CELL_LINES = 20
+#: Tags under which a code cell's input is not shown on the page.
+HIDDEN_INPUT = {"hide-input", "remove-input", "remove-cell"}
+NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb")
+                   if "_build" not in p.parts and ".ipynb_checkpoints" not in p.parts)
+
+
+def oversized_cells(nb: dict) -> list[str]:
+    """Where the visible code cells of the notebook ``nb`` (its JSON) are longer than
+    :data:`CELL_LINES` lines or have a line wider than :data:`CODE_WIDTH` characters."""
+    bad = []
+    for index, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or HIDDEN_INPUT & set(cell.get("metadata", {}).get("tags", [])):
+            continue
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        lines = source.splitlines()
+        if len(lines) > CELL_LINES:
+            bad.append(f"cell {index}: {len(lines)} lines (at most {CELL_LINES})")
+        bad += [f"cell {index}, line {n}: {len(line)} characters (at most {CODE_WIDTH})"
+                for n, line in enumerate(lines, 1) if len(line) > CODE_WIDTH]
+    return bad
+
+
+def test_oversized_cells_are_found():
+    def code(source, tags=()):
+        return {"cell_type": "code", "source": source, "metadata": {"tags": list(tags)}}
+
+    long = "\n".join(f"x{i} = {i}" for i in range(CELL_LINES + 1))
+    wide = "y = " + "1 + " * 30 + "1"
+    nb = {"cells": [code(long), code(wide), code(long, ["hide-input"]), code(wide, ["remove-cell"]),
+                    {"cell_type": "markdown", "source": wide, "metadata": {}},
+                    code("\n".join(["z = 0"] * CELL_LINES) + "\n")]}
+    assert oversized_cells(nb) == [f"cell 0: {CELL_LINES + 1} lines (at most {CELL_LINES})",
+                                   f"cell 1, line 1: {len(wide)} characters (at most {CODE_WIDTH})"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[str(p.relative_to(ROOT / "book")) for p in NOTEBOOKS])
+def test_visible_code_cells_fit_the_page(path):
+    bad = oversized_cells(json.loads(path.read_text()))
+    assert bad == [], (f"{path.relative_to(ROOT)}: a visible code cell must fit the page; move what it does "
+                       "into the section's driver, wrap its lines or split it:\n  " + "\n  ".join(bad))

@@ -67,3 +67,16 @@ def test_bad_settings_raise(kwargs, message):
     base = dict(d=6, k=2, ms=(5,), trials=4, batch=4)
     with pytest.raises(ValueError, match=message):
         s01.run(Cfg(**{**base, **kwargs}), device="cpu")
+
+
+def test_plot_tilts_draws_both_families_against_sin():
+    import math
+
+    import matplotlib.pyplot as plt
+
+    phis = torch.linspace(0, math.pi, 5, dtype=torch.float64)
+    fig = s01.plot_tilts(phis, torch.sin(phis), torch.sin(phis), torch.sin(phis))
+    (ax,) = fig.axes
+    assert [line.get_label() for line in ax.lines][:2] == ["dist, one tilt", "dist, two tilts"]
+    assert len(ax.lines) == 4 and ax.get_legend() is not None
+    plt.close(fig)

@@ -54,3 +54,15 @@ def test_paper_settings_and_bad_sweeps():
         replace(SMALL, conds=(0.5, 2.0))
     with pytest.raises(ValueError, match="sweep_iterations"):
         replace(SMALL, sweep_iterations=0)
+
+
+def test_plot_rate_sweep_has_a_panel_per_swept_parameter():
+    import matplotlib.pyplot as plt
+
+    x = torch.tensor([0.01, 0.02, 0.04], dtype=torch.float64)
+    sweep = {name: {"x": x, "ANIL": x, "FO-ANIL": x, "FO-MAML": x} for name in ("cond", "alpha", "beta")}
+    fig = s02.plot_rate_sweep(sweep)
+    assert len(fig.axes) == 3
+    assert fig.axes[0].get_ylabel() == "measured linear rate"
+    assert "inner step" in fig.axes[1].get_title()
+    plt.close(fig)

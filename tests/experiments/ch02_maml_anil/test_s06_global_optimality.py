@@ -35,3 +35,44 @@ def test_fixed_feature_settings():
     assert s06.FixedFeatureSettings.paper().steps > s06.FixedFeatureSettings().steps
     with pytest.raises(ValueError, match="eta"):
         s06.FixedFeatureSettings(eta=0.0)
+
+
+def _fake_result():
+    from types import SimpleNamespace
+
+    g = np.random.default_rng(0)
+    shape = (3, 2)
+    gap = g.uniform(0.01, 0.1, shape)
+    first = gap * 2
+    return SimpleNamespace(widths=(2, 10, 40), comparator=(40, 1), objective=g.uniform(0.1, 1, shape), gap=gap,
+                           first_order=first, bound=first * 3, stationarity=g.uniform(0.01, 0.1, shape),
+                           expressivity=g.uniform(0.1, 1, shape), eps=g.uniform(0.001, 0.01, shape),
+                           radius=g.uniform(1, 2, shape), min_residual=g.uniform(0, 1, shape),
+                           u_norm=g.uniform(1, 2, shape))
+
+
+def test_tables_and_quoted_numbers_of_the_width_sweep():
+    import matplotlib.pyplot as plt
+
+    res = _fake_result()
+    is_comp = np.zeros(res.gap.shape, dtype=bool)
+    is_comp[2, 1] = True
+    mask = ~is_comp
+    assert np.allclose(s06.mean_over_runs(res.gap, mask), [res.gap[0].mean(), res.gap[1].mean(), res.gap[2, 0]])
+    table = s06.run_table(res, is_comp).splitlines()
+    assert table[0].startswith("comparator: width 40, restart 1") and len(table) == 2 + res.gap.size
+    assert table[-1].endswith("(comparator)")
+    widths = s06.width_table(res, mask, rows_of_j=12).splitlines()
+    assert widths[0].startswith("width                    :") and "(rows of J: 12)" in widths[1]
+    assert [line.split(":")[0].strip() for line in widths[2:]] == [
+        "mean gap", "mean expressivity term", "mean stationarity term", "stationarity share",
+        "mean residual floor", "mean bound"]
+    assert s06.listed([1, 2, 3], "d") == "1, 2 and 3"
+    wide, narrow = s06.wide_and_narrow_eps(res, mask)
+    assert len(wide) == 3 and len(narrow) == 2
+    numbers = s06.quoted_numbers(res, mask, rows_of_j=12)
+    assert numbers["widths"] == "2, 10 and 40" and numbers["params-last"] == 121 and numbers["queries"] == 12
+    assert numbers["first-over-gap-lo"] == numbers["first-over-gap-hi"] == 2.0
+    fig = s06.plot_terms(res, mask, rows_of_j=12)
+    assert len(fig.axes) == 2
+    plt.close(fig)

@@ -46,3 +46,11 @@ def test_sign_regrets_are_the_library_lower_bound_runs():
 def test_bad_inputs_raise(bad):
     with pytest.raises(ValueError):
         bad()
+
+
+def test_regret_table_has_a_row_per_task_length():
+    res = s01.single_task(SMALL_ST, loss="absolute")
+    lines = s01.regret_table(res, SMALL_ST.ms).splitlines()
+    assert lines[0].startswith("absolute loss: D = ") and "means over" in lines[0]
+    assert len(lines) == 2 + len(SMALL_ST.ms)
+    assert lines[2].split()[0] == "10"

@@ -25,3 +25,27 @@ def test_framework_small_run():
 def test_bad_inputs_raise(bad):
     with pytest.raises(ValueError):
         bad()
+
+
+LONGER = replace(SMALL_FW, T=60)
+
+
+def test_reptile_model_tables_and_numbers():
+    # the tables show t = 10, 50 and T
+    import matplotlib.pyplot as plt
+
+    fam = LONGER.family
+    assert s03.coverage(fam.d, fam) == 1.0 and 0 < s03.coverage(0.1, fam) < 1
+    pred = s03.reptile_model(LONGER)
+    assert set(pred) == set(LONGER.reptile_rates)
+    assert all(p.shape == (LONGER.T,) and float(p[0]) == fam.center_norm for p in pred.values())
+    res = s03.framework(LONGER)
+    lines = s03.reptile_table(res, LONGER, pred).splitlines()
+    assert len(lines) == 2 + 2 * len(LONGER.reptile_rates)
+    numbers = s03.reptile_numbers(res, LONGER, pred)
+    assert list(numbers) == ["V", "slow-rate", "fast-rate", "c-slow", "c-fast", "model", "measured", "regret-ratio"]
+    best_rate, best_late = res.best_grid()
+    assert len(s03.learned_rate_table(res, best_rate, best_late).splitlines()) == 1 + len(LONGER.spreads)
+    fig = s03.plot_framework(res, LONGER, pred, best_rate)
+    assert len(fig.axes) == 2
+    plt.close(fig)

@@ -33,3 +33,17 @@ def test_run_is_deterministic_and_meta_learning_helps():
 def test_bad_settings_raise(bad):
     with pytest.raises(ValueError):
         s05.run(s05.ArubaNeuralSettings(**bad))
+
+
+def test_moves_gradients_and_figures():
+    import matplotlib.pyplot as plt
+
+    res = s05.run(TINY)
+    valid = sinusoid.sinusoid_tasks(20, TINY.shots, TINY.query, seed=3)
+    adapted, grad_sq, _ = sinusoid.adapt(res.aruba.phi, valid, res.aruba.eta, TINY.inner_steps)
+    moves, grads = s05.moves_and_gradients(res, adapted, grad_sq, TINY.inner_steps)
+    assert list(moves) == list(sinusoid.GROUPS) == list(grads)
+    assert all(v >= 0 for v in moves.values()) and all(v > 0 for v in grads.values())
+    for fig in (s05.plot_rates(res, TINY), s05.plot_adaptation(res, TINY.inner_steps)):
+        assert fig.axes
+        plt.close(fig)

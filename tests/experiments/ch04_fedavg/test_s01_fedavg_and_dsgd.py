@@ -39,3 +39,16 @@ def test_profiles(monkeypatch):
 def test_bad_settings_raise_at_construction(change, message):
     with pytest.raises(ValueError, match=message):
         Cfg(**change)
+
+
+def test_finetune_errors_are_the_excess_risks_after_joint_gd():
+    Bstar = linear.ground_truth_representation(6, 2, seed=1)
+    W = linear.make_heads(3, 2, exact=False, seed=2)
+    new = linear.sample_tasks(Bstar, W, 10, noise_std=0.0, seed=3)
+    theta = linear.targets(Bstar, W)
+    good = linear_federated.fedavg(Bstar * 2.0, torch.zeros(2, dtype=torch.float64), linear.population_tasks(Bstar, W),
+                                   alpha=0.1, tau=2, rounds=2)
+    errors = s01.finetune_errors({"start at B*": good}, new, theta, lr=0.1, steps=50)
+    assert list(errors) == ["start at B*"] and errors["start at B*"].shape == (3,)
+    tuned = linear.finetune_gd(*good.final, new.X[0], new.Y[0], lr=0.1, steps=50)
+    assert float(errors["start at B*"][0]) == float(linear.excess_risk(*tuned, theta[0]))

@@ -74,3 +74,15 @@ def test_average_rejects_bad_inputs():
 def test_run_rejects_bad_settings(change):
     with pytest.raises(ValueError):
         s02.run(replace(SMALL, **change))
+
+
+def test_run_table_and_figure():
+    import matplotlib.pyplot as plt
+
+    res = s02.run(SMALL)
+    lines = s02.run_table(res, SMALL.taus, SMALL.rounds).splitlines()
+    assert lines[0].startswith("dist(B_0, B*) of the random start") and len(lines) == 2 + len(SMALL.taus)
+    assert [int(line.split()[0]) for line in lines[2:]] == list(SMALL.taus)
+    fig = s02.plot_local_fits(res, SMALL)
+    assert len(fig.axes) == 2 and fig.axes[1].get_title() == "FedAvg on the two clients"
+    plt.close(fig)

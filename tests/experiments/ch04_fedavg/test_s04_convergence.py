@@ -114,3 +114,19 @@ def test_explorer_widget_builds_and_rejects_unknown_settings():
     assert len(panel.children[2].outputs) == 1
     with pytest.raises(ValueError, match="unknown"):
         s04.explorer(beta=0.1)
+
+
+def test_rate_table_numbers_and_figure():
+    import matplotlib.pyplot as plt
+
+    sweep = s04.rate_sweep(SMALL)
+    lines = s04.rate_table(sweep, SMALL.alpha).splitlines()
+    assert lines[0].split() == ["tau", "cond", "mu^2", "measured", "rate", "alpha^2", "tau", "mu^2", "ratio"]
+    assert len(lines) == 1 + len(sweep.taus) + len(sweep.conds)
+    numbers = s04.rate_numbers(sweep, SMALL.alpha)
+    assert list(numbers)[:6] == ["ratio-tau-min", "ratio-tau-max", "ratio-tau-last", "ratio-cond-min",
+                                 "ratio-cond-max", "a2tau-last"]
+    assert numbers["tau-last"] == sweep.taus[-1] and numbers["a2tau-last"] == round(SMALL.alpha**2 * sweep.taus[-1], 2)
+    fig = s04.plot_rates(sweep, SMALL.sweep_rounds, slope_scale=1.0)
+    assert len(fig.axes) == 2
+    plt.close(fig)

@@ -81,3 +81,23 @@ def test_run_shapes_claims_and_reproducibility(monkeypatch):
 def test_bad_settings_raise(change, message):
     with pytest.raises(ValueError, match=message):
         s05.run(replace(TINY, **change), device="cpu")
+
+
+def test_tables_formula_and_figure():
+    import matplotlib.pyplot as plt
+
+    from replearn.theory.linear import expected_head_error
+
+    res = s05.run(TINY)
+    grad = s05.gradient_table(res, TINY).splitlines()
+    assert grad[0] == f"runs: {TINY.runs}, rounds: {TINY.rounds}, step alpha = {TINY.alpha}" and len(grad) == 6
+    errors = s05.error_table(res, TINY).splitlines()
+    assert errors[2].split()[0] == "n" and len(errors) == 3 + len(TINY.ns)
+    formula = s05.head_formula(res, TINY)
+    assert set(formula) == set(s05.METHODS) and formula["D-GD"].shape == (len(TINY.ns),)
+    expected = sum(expected_head_error(TINY.ns[1], TINY.k, TINY.noise_std**2, float(F))
+                   for F in res.floor["D-GD"]) / TINY.runs
+    assert float(formula["D-GD"][1]) == pytest.approx(expected)
+    fig = s05.plot_generalisation(res, TINY)
+    assert len(fig.axes) == 2
+    plt.close(fig)

@@ -104,3 +104,82 @@ def test_explorer_redraws_for_model_and_class():
     assert len({first, second, out.outputs[0]["data"]["image/png"]}) == 3
     with pytest.raises(ValueError, match="no matrix"):
         s07.explorer(_similarity_matrices(), list("abcd"), tau=3)
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+from pathlib import Path
+
+from replearn.book import results
+
+RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
+
+
+@pytest.fixture
+def glued(monkeypatch):
+    import myst_nb
+
+    calls = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
+    return calls
+
+
+def _runs(n=3):
+    out = []
+    for seed in range(n):
+        g = torch.Generator().manual_seed(seed)
+        mats = {}
+        for tau, diag in ((1, 0.5), (5, 0.7), (20, 0.9)):
+            M = torch.full((10, 10), 0.4, dtype=torch.float64) + 0.01 * torch.rand(10, 10, generator=g,
+                                                                                  dtype=torch.float64)
+            mats[tau] = (M + M.T) / 2 + torch.eye(10, dtype=torch.float64) * (diag - 0.4)
+        out.append(s07.SimilarityResult((1, 5, 20), mats, {t: float(torch.diagonal(m).mean() - 0.4) for t, m in mats.items()},
+                                        {1: 0.2 + 0.01 * seed, 5: 0.25, 20: 0.3 - 0.01 * seed},
+                                        {1: 0.5, 5: 0.5, 20: 0.5}, tuple("abcdefghij"), "CIFAR-10", torch.ones(4)))
+    return out
+
+
+def test_statistics_glue_tables_and_checks(glued):
+    runs = _runs()
+    vals = s07.statistics(runs)
+    assert list(vals) == ["intra", "inter", "gap", "probe acc"] and list(vals["gap"]) == [1, 5, 20]
+    assert vals["intra"][5] == [r.intra(5) for r in runs]
+    shown = s07.glue_statistics(vals, "sim")
+    assert glued["sim-probe-acc-20"] == shown["probe acc"][20].text and "sim-gap-5-mean" in glued
+    long_names = s07.glue_statistics(vals, "sim-long", labels={"probe acc": "acc"})
+    assert "sim-long-acc-1-sd" in glued and long_names["gap"][1].text == shown["gap"][1].text
+    diffs = s07.glue_gap_diffs(vals["gap"], "sim")
+    assert list(diffs) == [(1, 5), (5, 20)] and glued["sim-gapdiff-1-5"] == diffs[(1, 5)].text
+    assert s07.describe_gap_diffs(diffs).splitlines()[0].startswith("gap(FedAvg, τ = 5) − gap(D-SGD)")
+    table = s07.statistics_table(shown, "caption")
+    assert table.header == ["method", "intra", "inter", "gap", "probe acc"] and table.rows[0][0] == "D-SGD"
+    checks = s07.gap_checks(vals["gap"])
+    assert [c[0] for c in checks] == ["sim-v-5", "sim-v-20", "sim-v-grow"]
+    assert bool(checks[0][2]) and checks[0][3]["paper"] == s07.PAPER_GAP and "scale" not in checks[0][3]
+    long = s07.gap_checks(vals["gap"], scale="long")
+    assert long[0][0] == "sim-long-v-5" and long[0][1].startswith("long run: ") and long[-1][3]["scale"] == "long"
+
+
+def test_long_run_helpers_read_the_committed_file(glued):
+    long = results.load("4.7", "long", root=RESULTS)
+    lvals = s07.long_statistics(long)
+    assert list(lvals["gap"]) == [int(t) for t in long.settings["taus"]]
+    assert lvals["probe acc"][1] == long.values("probe_accuracy", "1")
+    text = s07.describe_long(long.settings, s07.SimilaritySettings())
+    assert "clients" in text and "(the CPU run above:" in text
+    vals = s07.statistics(_runs())
+    table = s07.paper_table(vals, s07.glue_statistics(vals, "sim"), lvals, s07.glue_statistics(lvals, "sim-long"))
+    assert len(table.rows) == 4 and table.header[2] == "CPU default (3 seeds)"
+    assert table.header[3] == f"near-paper long run ({len(long.seeds)} seeds)"
+
+
+def test_figures():
+    import matplotlib.pyplot as plt
+
+    runs = _runs()
+    fig = s07.plot_matrices(runs[0], seed=0)
+    assert len(fig.axes) == 4 and fig.axes[0].get_title().startswith("D-SGD")   # three maps and a colour bar
+    plt.close(fig)
+    fig = s07.plot_statistics(s07.statistics(runs))
+    assert len(fig.axes[0].patches) == 9 and "3 seeds" in fig.axes[0].get_title()
+    plt.close(fig)

@@ -47,3 +47,85 @@ def test_transfer_tiny(cifar10, cifar100):
     for v in r.accuracy.values():
         assert bool(((v >= 0) & (v <= 1)).all())
     assert r.mean("cifar10", 2).shape == (1,) and r.std("cifar100-new", 1).shape == (2,)
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from replearn.book import results
+
+RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
+
+
+@pytest.fixture
+def glued(monkeypatch):
+    import myst_nb
+
+    calls = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
+    return calls
+
+
+def _runs(n=3):
+    samples = {"cifar100-new": (20, 100), "cifar10": (100,)}
+    runs = []
+    for seed in range(n):
+        acc = {}
+        for target, sizes in samples.items():
+            for tau, base in ((10, 0.7), (1, 0.6)):
+                acc[(target, tau)] = torch.full((len(sizes), 4), base + 0.01 * seed)
+        runs.append(SimpleNamespace(samples=samples, accuracy=acc, pretrain_accuracy={10: 0.3 + 0.01 * seed, 1: 0.4},
+                                    mean=lambda target, tau, acc=acc: acc[(target, tau)].mean(1)))
+    return runs
+
+
+def test_accuracies_glue_tables_and_checks(glued):
+    runs = _runs()
+    cfg = s08.TransferSettings(tau=10, total_steps=20)
+    assert s08.method_names(10) == {1: "D-SGD", 10: "FedAvg, τ = 10"}
+    assert s08.pretrain_classes(cfg) == (cfg.n_pretrain or 100 - cfg.n_new)
+    assert s08.pretrain_classes({"n_pretrain": None, "n_new": 20}) == 80
+    pre = s08.pretrain_accuracies(runs, 10)
+    assert list(pre) == [10, 1] and pre[1] == [0.4] * 3
+    acc = s08.accuracies(runs, 10)
+    assert list(acc) == [("cifar100-new", 20), ("cifar100-new", 100), ("cifar10", 100)]
+    assert acc[("cifar10", 100)][0] == pytest.approx([0.7, 0.71, 0.72])
+    pre_table, acc_table = s08.glue_tables(pre, acc, cfg)
+    assert glued["tr-chance-pre"] == f"{1 / s08.pretrain_classes(cfg):.2f}" and "tr-pre-10-sd" in glued
+    assert glued["tr-cifar10-100-diff"] == acc_table.rows[2][4] and pre_table.rows[0][0] == "FedAvg, τ = 10"
+    assert s08.lowest(acc) == {"cifar100-new": pytest.approx(0.6), "cifar10": pytest.approx(0.6)}
+    assert s08.chance(2) == {"cifar100-new": 0.5, "cifar10": 0.1}
+    checks = s08.checks(pre, acc)
+    assert [c[0] for c in checks] == ["tr-v-pre", "tr-v-cifar100-new-20", "tr-v-cifar100-new-100", "tr-v-cifar10-100"]
+    assert bool(checks[0][2]) and all(bool(c[2]) for c in checks[1:])   # D-SGD pre-trains better, FedAvg transfers
+    assert s08.checks(pre, acc, scale="long")[1][3]["scale"] == "long"
+
+
+def test_long_run_helpers_read_the_committed_file(glued):
+    long = results.load("4.8", "long", root=RESULTS)
+    lpre, lacc = s08.long_pretrain_accuracies(long), s08.long_accuracies(long)
+    tau = int(long.settings["tau"])
+    assert list(lpre) == [1, tau] and len(lacc) == len(long.settings["samples"]) + len(long.settings["cifar10_samples"])
+    pre_table, acc_table = s08.glue_long_tables(lpre, lacc, long.settings)
+    assert glued["tr-long-steps"] == f"{long.settings['total_steps']:,}" and pre_table.rows[0][0] == "D-SGD"
+    assert "tr-long-pre-fedavg" in glued and len(acc_table.rows) == len(lacc)
+    assert "(the CPU run above:" in s08.describe_long(long.settings, s08.TransferSettings())
+    runs = _runs()
+    table = s08.paper_table(s08.pretrain_accuracies(runs, 10), s08.accuracies(runs, 10), lpre, lacc, (2, 5))
+    assert table.rows[-1][0] == "pre-training accuracy" and "not run" in {c for row in table.rows for c in row}
+
+
+def test_figure_puts_one_legend_beside_the_panels():
+    import matplotlib.pyplot as plt
+
+    runs = _runs()
+    fig = s08.plot_transfer(s08.accuracies(runs, 10), 10, 2)
+    assert len(fig.axes) == 2 and fig.axes[0].get_legend() is None
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert set(labels) == {"chance", "FedAvg, τ = 10", "D-SGD"}
+    assert fig.axes[0].lines[-1].get_ydata()[0] == 0.5   # the chance line of pairs of classes
+    plt.close(fig)

@@ -42,3 +42,90 @@ def test_cka_tiny(cifar10, cifar100):
         assert r.mean(tau).shape == (4,)
     assert r.between.shape == (4,)
     assert set(r.ft_accuracy) == set(r.pretrain_accuracy) == {1, 2}
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from replearn.book import results
+
+RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
+LAYERS = ("body.relu1", "body.relu2", "body.relu_fc1")
+
+
+@pytest.fixture
+def glued(monkeypatch):
+    import myst_nb
+
+    calls = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
+    return calls
+
+
+def _runs(n=3):
+    runs = []
+    for seed in range(n):
+        ba = {10: torch.tensor([[0.9, 0.7, 0.5]]) + 0.01 * seed, 1: torch.tensor([[0.8, 0.6, 0.4]]) - 0.01 * seed}
+        runs.append(SimpleNamespace(layers=LAYERS, between=torch.tensor([0.95, 0.8, 0.6]),
+                                    ft_accuracy={10: 0.5, 1: 0.45 + 0.01 * seed},
+                                    pretrain_accuracy={10: 0.3, 1: 0.35 + 0.01 * seed},
+                                    mean=lambda t, ba=ba: ba[t].mean(0)))
+    return runs
+
+
+def test_demo_representations_show_the_invariances():
+    X, Y, maps = s09.demo_representations(seed=0)
+    assert X.shape == (200, 30) and Y.shape == (200, 20) and list(maps)[0] == "X"
+    assert torch.equal(maps["X"], X) and torch.allclose(maps["3.7 X (scaling)"], 3.7 * X)
+    again = s09.demo_representations(seed=0)
+    assert torch.equal(again[1], Y)
+
+
+def test_tables_and_checks_of_the_cpu_run(glued):
+    runs = _runs()
+    cfg = s09.CKASettings(tau=10, total_steps=20)
+    table = s09.glue_accuracy_table(runs, cfg)
+    assert table.header == ["", "FedAvg, τ = 10", "D-SGD"] and "cka-ft_accuracy-1" in glued
+    ba, between = s09.layer_cka(runs, 10)
+    assert list(ba) == [10, 1] and len(ba[10]) == 3 and len(between[0]) == 3
+    short = [name.replace("body.", "") for name in LAYERS]
+    cka = s09.glue_cka_table(short, ba, between)
+    assert [row[0] for row in cka.rows] == short and glued["cka-between-relu2"] == cka.rows[1][3]
+    checks = s09.checks(short, ba, between)
+    assert [c[0] for c in checks] == ["cka-v-relu1", "cka-v-rev-relu1", "cka-v-relu2", "cka-v-rev-relu2",
+                                      "cka-v-depth", "cka-v-between"]
+    assert bool(checks[0][2]) and not bool(checks[1][2]) and checks[4][2] is True
+    assert s09.by_position(short) == {"first convolution": "relu1", "last convolution": "relu2",
+                                      "first hidden linear": "relu_fc1", "last hidden linear": "relu_fc1"}
+
+
+def test_long_run_helpers_read_the_committed_file(glued):
+    long = results.load("4.9", "long", root=RESULTS)
+    lv = s09.read_long(long)
+    assert lv.tau == int(long.settings["tau"]) and list(lv.pre) == [1, lv.tau]
+    assert not lv.layers[0].startswith("body.") and len(lv.ba) == len(lv.layers)
+    acc_table, cka_table = s09.glue_long_tables(lv)
+    assert len(cka_table.rows) == len(lv.layers) and "cka-long-first-diff" in glued
+    less, more = s09.glue_long_ordering(lv)
+    assert glued["cka-long-n-conv"] == str(sum(not layer.startswith("relu_fc") for layer in lv.layers))
+    assert [c[0] for c in s09.long_checks(lv, less, more)] == ["cka-long-v-first", "cka-long-v-rev-first",
+                                                                "cka-long-v-pre"]
+    assert "(the CPU run above:" in s09.describe_long(long.settings, s09.CKASettings())
+    runs = _runs()
+    ba, _ = s09.layer_cka(runs, 10)
+    ft = {t: [r.ft_accuracy[t] for r in runs] for t in (10, 1)}
+    table = s09.paper_table(["relu1", "relu2", "relu_fc1"], ba, ft, lv)
+    assert [row[0] for row in table.rows][-1] == "fine-tuned CIFAR-10 accuracy" and len(table.rows) == 5
+
+
+def test_figure():
+    import matplotlib.pyplot as plt
+
+    ba, between = s09.layer_cka(_runs(), 10)
+    fig = s09.plot_cka(["relu1", "relu2", "relu_fc1"], ba, between)
+    assert len(fig.axes) == 2 and "3 seeds" in fig.axes[1].get_title()
+    plt.close(fig)

@@ -32,3 +32,18 @@ def test_bad_inputs_raise(make):
 
 def test_paper_profile_is_valid():
     assert isinstance(s01.PersonalisationSettings.paper(), s01.PersonalisationSettings)
+
+
+def test_tables_and_figure():
+    import matplotlib.pyplot as plt
+
+    cfg = s01.PersonalisationSettings(d=8, k=2, n=30, m=40, spreads=(0.5, 1.0), local_ms=(2, 4, 12), rounds=60)
+    res = s01.run_personalisation(cfg)
+    spread = s01.spread_table(res, cfg).splitlines()
+    assert spread[0].startswith(" spread s | single-model error") and len(spread) == 3
+    local = s01.local_table(res, cfg).splitlines()
+    assert local[0] == " m  | m/d  | local-only error | (1 - m/d)_+ k/2" and len(local) == 4
+    assert local[3].startswith(" 12 | 1.50 |")
+    fig = s01.plot_personalisation(res, cfg)
+    assert len(fig.axes) == 2
+    plt.close(fig)

@@ -49,3 +49,19 @@ def test_paper_profiles_are_valid():
     for cls in (s03.RateSettings, s03.FederationSettings):
         cfg = cls.paper()
         assert isinstance(cfg, cls)
+
+
+def test_tables_and_figure():
+    import matplotlib.pyplot as plt
+
+    rates = s03.run_rates(s03.RateSettings(d=10, k=2, n=40, m=40, etas=(0.2,), conds=(2.0,), rounds=200))
+    lines = s03.rate_table(rates).splitlines()
+    assert lines[0].startswith("E_0 = ") and len(lines) == 3 and lines[2].rstrip().endswith("x")
+    cfg = s03.FederationSettings(d=12, k=2, ns=(5, 200), ms=(3, 10), rounds=150)
+    fed = s03.run_federation(cfg)
+    table = s03.federation_table(fed, cfg).splitlines()
+    assert table[0].startswith("  n   | smallest m") and len(table) == 3
+    assert table[2].split("|")[1].strip() == "3"   # 200 clients recover col(B_*) at m = 3
+    fig = s03.plot_federation(fed, cfg)
+    assert len(fig.axes) == 2   # the map and its colour bar
+    plt.close(fig)

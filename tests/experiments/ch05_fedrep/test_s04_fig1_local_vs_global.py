@@ -37,3 +37,10 @@ def test_fig1_is_deterministic():
 def test_fig1_bad_settings_raise(bad):
     with pytest.raises(ValueError):
         s04.run_fig1(s04.Fig1Settings(**bad))
+
+
+def test_error_table():
+    res = s04.run_fig1(SMALL1)
+    lines = s04.error_table(res, SMALL1).splitlines()
+    assert lines[0].split("|")[0].strip() == "m" and len(lines) == 1 + len(SMALL1.ms)
+    assert lines[1].split("|")[0].strip() == "5" and "e-4 ±" in lines[1]

@@ -31,3 +31,16 @@ def test_fig3_shapes_and_ordering_noiseless():
 def test_fig3_bad_settings_raise(bad):
     with pytest.raises(ValueError):
         s05.run_fig3(s05.Fig3Settings(**bad))
+
+
+def test_budget_table_at_round_and_figure():
+    import matplotlib.pyplot as plt
+
+    res = s05.run_fig3(SMALL3)
+    assert s05.at_round(res, 100, "FedRep", 100) == float(res.geometric_mean(100, "FedRep")[100])
+    lines = s05.budget_table(res, 50, SMALL3.seeds).splitlines()
+    assert lines[0].startswith("dist(B_t, B_*) at round 50 (geometric mean over 1 runs)")
+    assert lines[1].startswith("n =   100: FedRep ") and len(lines) == 2
+    fig = s05.plot_fig3(res, "title")
+    assert fig.axes[0].get_title() == "n = 100" and fig._suptitle.get_text() == "title"
+    plt.close(fig)

@@ -96,3 +96,20 @@ def test_explorer_builds_redraws_and_rejects_unknown_settings():
     assert len(out.outputs) == 1 and out.outputs[0]["data"]["image/png"] != first
     with pytest.raises(ValueError, match="unknown"):
         s06.explorer(tau=2)
+
+
+def test_theory_tables_numbers_and_figure():
+    import matplotlib.pyplot as plt
+
+    res = s06.run_fig4(SMALL4)
+    eps = {name: float(res.leak[name].mean()) for name in s06.FIG4_LEARNED}
+    theory = s06.theory(SMALL4, eps["FedRep"])
+    assert np.isnan(theory["FedRep"](SMALL4.k + 1)) and theory["FedRep"](SMALL4.k + 2) > eps["FedRep"]
+    assert np.isnan(theory["local only"](SMALL4.d))
+    lines = s06.error_table(res, SMALL4, theory).splitlines()
+    assert lines[0].split("|")[0].strip() == "m_new" and len(lines) == 1 + len(SMALL4.m_news)
+    numbers = s06.quoted_numbers(res, SMALL4, eps)
+    assert numbers["seeds"] == SMALL4.seeds and 0 <= numbers["unscaled-fail"] <= SMALL4.seeds
+    fig = s06.plot_new_clients(res, SMALL4, theory)
+    assert fig.axes[0].get_yscale() == "log"
+    plt.close(fig)

@@ -116,3 +116,91 @@ def first_protocol_undone(long, p):
     extra = {k: getattr(p, k) for k in ("local_only_epochs", "lg_shared_layers") if hasattr(p, k)}
     return replace(long, split=p.split, **extra,
                    train=replace(long.train, weight_decay=p.train.weight_decay, augment=p.train.augment))
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from replearn.book import results
+
+RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
+PART = ("cifar10", 5, 2)
+
+
+@pytest.fixture
+def glued(monkeypatch):
+    import myst_nb
+
+    calls = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
+    return calls
+
+
+def _runs(n=3):
+    level = {"Local only": 0.7, "FedAvg": 0.3, "FedAvg+FT": 0.85, "FedPer": 0.8, "LG-FedAvg": 0.75, "FedRep": 0.86}
+    return [SimpleNamespace(accuracy={PART: {m: v + 0.01 * ((seed * (i + 1)) % 3) for i, (m, v) in
+                                             enumerate(level.items())}}) for seed in range(n)]
+
+
+def test_names_ranks_and_words():
+    assert [s07.slug(m) for m in ("FedAvg+FT", "LG-FedAvg", "Local only")] == ["fedavgft", "lgfedavg", "localonly"]
+    assert s07.method_color("FedAvg+FT") == s07.method_color("FedAvg") and s07.method_color("Ditto") == "#8c564b"
+    assert s07.rank({"a": 3.0, "b": 1.0, "c": 3.0}) == {"a": 1, "b": 3, "c": 1}
+    assert [s07.ordinal(k) for k in (1, 2, 3, 7)] == ["first", "second", "third", "7th"]
+    assert s07.paper_word({"a": 80.0, "b": 82.09}, "a", "b") == "lower (-2.09)"
+    assert "FedAvg" not in s07.PERSONAL and "FedRep" not in s07.PERSONAL
+
+
+def test_cpu_tables_and_checks(glued):
+    runs = _runs()
+    acc = s07.accuracies(runs, PART)
+    assert list(acc) == list(s07.TABLE_METHODS) and len(acc["FedRep"]) == 3
+    key, paper = s07.paper_reference(PART)
+    shown, (ours, leads) = s07.glue_tables(acc, PART, key, paper)
+    assert glued["t1-fedrep"] == shown["FedRep"].text and f"t1-diff-{s07.slug('FedPer')}" in glued
+    assert [row[0] for row in ours.rows] == list(s07.TABLE_METHODS) and len(leads.rows) == len(s07.PERSONAL)
+    checks = s07.checks(acc, shown, S=2)
+    assert [c[0] for c in checks] == ["t1-v-fedrep-fedavg", "t1-v-ft", "t1-v-fedavg-floor", "t1-v-floor", "t1-v-rank"]
+    assert checks[0][3]["require"] and checks[0][3]["fedrep"] == shown["FedRep"].text
+    assert checks[2][2] is True and checks[3][2] is True   # FedAvg below 1/S, the others above
+
+
+def test_long_run_helpers_read_the_committed_files(glued):
+    long = results.load("5.7", "long", root=RESULTS)
+    lv = s07.read_long(long)
+    assert lv.methods == list(long.settings["methods"]) and lv.label == "/".join(map(str, lv.part))
+    assert lv.acc["FedRep"] == 100 * long.values("accuracy", lv.label, "FedRep")[0]
+    ranks = s07.glue_long_accuracies(lv)
+    assert glued["t1-long-rank-fedrep"] == s07.ordinal(ranks[0]["FedRep"]) and "t1-long-spearman" in glued
+    runs = _runs()
+    acc = s07.accuracies(runs, PART)
+    shown, _ = s07.glue_tables(acc, PART, *s07.paper_reference(PART))
+    table = s07.long_table(lv, ranks, shown, PART, len(runs))
+    assert len(table.rows) == len(lv.methods) and "not run" in {row[3] for row in table.rows}
+    assert [c[0] for c in s07.long_checks(lv)] == ["t1-long-v-fedrep-fedavg", "t1-long-v-ft"]
+    above = s07.above_all_global(lv)
+    assert glued["t1-long-n-personal"] == f"{len(above)} of {len(lv.methods) - 3}"
+    pairs = s07.pairs_table(acc, lv)
+    assert [row[0] for row in pairs.rows] == [f"{a} vs {b}" for a, b in s07.PAIRS]
+    more = results.load("5.7-seeds", "long", root=RESULTS)
+    sacc = s07.seed_accuracies(more, lv)
+    assert list(sacc) == list(more.settings["methods"]) and sacc["FedRep"][0] == lv.acc["FedRep"]
+    per_seed, claims = s07.seed_tables(sacc, lv, (lv.seed,) + more.seeds, rounds=10)
+    assert "t1-seeds-fedrep-sd" in glued and len(per_seed.rows) == len(sacc)
+    assert [c[0] for c in s07.seed_checks(sacc, lv.paper)][-1] == "t1-seeds-v-fedrep-local"
+
+
+def test_figures_count_the_methods_from_the_run():
+    import matplotlib.pyplot as plt
+
+    acc = s07.accuracies(_runs(), PART)
+    key, paper = s07.paper_reference(PART)
+    fig = s07.plot_table(acc, paper, PART, key, rounds=20)
+    assert len(fig.axes) == 2 and "3 seeds" in fig.axes[0].get_title()
+    plt.close(fig)
+    lv = s07.read_long(results.load("5.7", "long", root=RESULTS))
+    fig = s07.plot_long(lv, rounds=10)
+    assert fig.axes[0].get_title().startswith(f"all {len(lv.methods)} methods")
+    plt.close(fig)

@@ -70,3 +70,58 @@ def first_protocol_undone(long, p):
     extra = {k: getattr(p, k) for k in ("local_only_epochs", "lg_shared_layers") if hasattr(p, k)}
     return replace(long, split=p.split, **extra,
                    train=replace(long.train, weight_decay=p.train.weight_decay, augment=p.train.augment))
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from replearn.book import results
+
+RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
+
+
+@pytest.fixture
+def glued(monkeypatch):
+    import myst_nb
+
+    calls = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
+    return calls
+
+
+def _runs(n=3):
+    return [SimpleNamespace(epochs=(1, 5), accuracy={"FedRep": torch.tensor([0.80 + 0.01 * s, 0.85 + 0.01 * s]),
+                                                     "FedAvg": torch.tensor([0.30, 0.30 + 0.02 * s])})
+            for s in range(n)]
+
+
+def test_accuracies_glue_and_checks(glued):
+    acc = s08.accuracies(_runs())
+    assert list(acc) == ["FedRep", "FedAvg"] and len(acc["FedRep"]) == 2 and len(acc["FedRep"][0]) == 3
+    shown, change = s08.glue_accuracies(acc, (1, 5), "ep")
+    assert glued["ep-fedrep-5"] == shown["FedRep"][1].text and glued["ep-fedavg-change"] == change["FedAvg"].text
+    table = s08.accuracy_table(shown, (1, 5), "caption")
+    assert table.rows[0][0] == "1" and table.header == ["E", "FedRep %", "FedAvg %"]
+    assert s08.describe_change(change, (1, 5)).startswith("FedRep: E = 5 minus E = 1, paired over seeds: ")
+    checks = s08.checks(acc, (1, 5))
+    assert [c[0] for c in checks] == ["ep-v-every", "ep-v-nohurt", "ep-v-help", "ep-v-fedavg"]
+    assert checks[0][3]["require"] and checks[1][3]["absence"] and bool(checks[0][2])
+
+
+def test_long_run_helpers_and_figure(glued):
+    import matplotlib.pyplot as plt
+
+    long = results.load("5.8", "long", root=RESULTS)
+    lacc = s08.long_accuracies(long)
+    lep = list(long.settings["epochs"])
+    assert len(lacc["FedAvg"]) == len(lep) and lacc["FedRep"][0] == long.values("accuracy", "FedRep", 0)
+    assert [c[0] for c in s08.long_checks(lacc, lep)] == ["ep-long-v-every", "ep-long-v-nohurt", "ep-long-v-help",
+                                                          "ep-long-v-fedavg"]
+    acc = s08.accuracies(_runs())
+    table = s08.paper_table(acc, lacc, (1, 5), lep)
+    assert len(table.rows) == 4 and table.header[2] == "CPU default (3 seeds, E in (1, 5))"
+    fig = s08.plot_epochs(acc, s08.EpochSettings())
+    assert fig.axes[0].get_ylabel() == "local test error (%)"
+    plt.close(fig)

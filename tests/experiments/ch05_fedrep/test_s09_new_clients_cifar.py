@@ -69,3 +69,62 @@ def first_protocol_undone(long, p):
     extra = {k: getattr(p, k) for k in ("local_only_epochs", "lg_shared_layers") if hasattr(p, k)}
     return replace(long, split=p.split, **extra,
                    train=replace(long.train, weight_decay=p.train.weight_decay, augment=p.train.augment))
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from replearn.book import results
+
+RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
+
+
+@pytest.fixture
+def glued(monkeypatch):
+    import myst_nb
+
+    calls = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
+    return calls
+
+
+def _runs(n=3):
+    curves = {"FedRep": [0.6, 0.8], "FedAvg": [0.7, 0.75], "random body": [0.5, 0.55]}
+    return [SimpleNamespace(trained={"FedRep": 0.85 + 0.01 * s, "FedAvg": 0.3},
+                            accuracy={m: torch.tensor(v) + 0.01 * s for m, v in curves.items()},
+                            epochs=torch.arange(1, 3)) for s in range(n)]
+
+
+def test_accuracies_tables_and_checks(glued):
+    acc = s09.accuracies(_runs())
+    assert list(acc.first) == list(s09.NEW_METHODS) and acc.last["FedRep"][0] == pytest.approx(0.8)
+    trained, tables = s09.glue_tables(acc, "nc", last="last-", epochs=2, captions=("a", "b"))
+    assert glued["nc-trained-fedrep"] == trained["FedRep"].text and "nc-last-random" in glued
+    assert glued["nc-diff-fedrep-fedavg"] == tables[2].rows[2][1] and tables[1].header[2] == "after head epoch 2 %"
+    checks = s09.checks(acc, trained)
+    assert [c[0] for c in checks] == ["nc-v-fedrep-random", "nc-v-fedavg-random", "nc-v-fedrep-fedavg", "nc-v-first",
+                                      "nc-v-trained"]
+    assert checks[0][3]["require"] and checks[2][3]["paper"] == s09.PAPER_CLAIM and bool(checks[3][2])
+    assert s09.dataset_label("cifar100") == "CIFAR-100"
+
+
+def test_long_run_helpers_and_figure(glued):
+    import matplotlib.pyplot as plt
+
+    long = results.load("5.9", "long", root=RESULTS)
+    lacc = s09.long_accuracies(long)
+    assert lacc.last["FedRep"] == long.values("accuracy", "FedRep", -1)
+    s09.glue_long_settings(long)
+    assert glued["nc-long-seeds"] == str(len(long.seeds)) and glued["nc-long-chance"].startswith("1/")
+    assert [c[0] for c in s09.long_checks(lacc)][-1] == "nc-long-v-trained"
+    assert "(the CPU run above:" in s09.describe_long(long.settings, s09.NewClientSettings())
+    table = s09.paper_table(s09.accuracies(_runs()), lacc, long.settings["dataset"])
+    assert len(table.rows) == 4 and "CIFAR-" in table.header[3]
+    curves = {m: np.array([[0.5, 0.6], [0.55, 0.65]]) for m in s09.NEW_METHODS}
+    fig = s09.plot_curves(np.arange(1, 3), curves, 50.0, "title")
+    assert fig.axes[0].get_title() == "title" and fig.axes[0].get_legend() is not None
+    plt.close(fig)

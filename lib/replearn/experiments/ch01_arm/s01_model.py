@@ -114,3 +114,20 @@ def run(cfg: SampleComplexitySettings, device=None) -> SampleComplexityResult:
     theory = {name: torch.tensor([expected_ls_error(m, dims[name], var) for m in cfg.ms], dtype=DTYPE)
               for name in METHODS}
     return SampleComplexityResult(torch.tensor(cfg.ms), errors, theory)
+
+
+def plot_tilts(phis, d_one, d_two, frob):
+    """The distance of two families of planes tilted by ``phis`` out of a fixed plane S0 (one
+    direction tilted: ``d_one``; both: ``d_two``) against ``sin phi``, with the Frobenius
+    distance of the projectors (``frob``, both tilted). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.0, 3.2))
+    ax.plot(phis, d_one, "o", ms=4, label="dist, one tilt")
+    ax.plot(phis, d_two, "x", ms=5, label="dist, two tilts")
+    ax.plot(phis, torch.sin(phis), "k--", lw=1, label=r"$\sin\varphi$")
+    ax.plot(phis, frob, ":", color="gray", label=r"$\|P_0 - P_\varphi\|_F/\sqrt{2}$, two tilts")
+    ax.set(xlabel=r"tilt angle $\varphi$", ylabel="distance to $S_0$", xticks=[0, math.pi / 2, math.pi],
+           xticklabels=["0", "π/2", "π"])
+    ax.legend(fontsize=8, loc="lower center")
+    return fig

@@ -117,3 +117,33 @@ def contraction_envelope(cfg: PopulationSettings, c: float = 0.5) -> torch.Tenso
     if not 0.0 < rho < 1.0:
         raise ValueError(f"1 - c beta alpha mu^2 = {rho} is not in (0, 1): choose a smaller c or step sizes")
     return cfg.delta0 * torch.tensor([rho**t for t in range(cfg.iterations + 1)], dtype=torch.float64)
+
+
+def plot_rate_sweep(sweep: dict):
+    """The measured linear rates of :func:`rate_sweep` against ``beta alpha mu_*^2``, one panel
+    per swept parameter (log-log), with the rate ``x`` and ``-log(1 - x)`` it lies between.
+    Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    from replearn.book.plotting import COLORS
+
+    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.4), sharey=True)
+    labels = {"cond": r"head condition number ($\mu_*^2 = 1/$cond)", "alpha": r"inner step $\alpha$",
+              "beta": r"outer step $\beta$"}
+    for ax, (name, rows) in zip(axes, sweep.items()):
+        x = rows["x"]
+        grid = torch.linspace(float(x.min()), float(x.max()), 100, dtype=torch.float64)
+        for algorithm, marker in zip(("ANIL", "FO-ANIL", "FO-MAML"), ("o", "s", "^")):
+            ax.loglog(x, rows[algorithm], marker, color=COLORS[algorithm], label=algorithm,
+                      ms=6 - len(algorithm) // 3)
+        ax.loglog(grid, grid, "k--", lw=1, label=r"$\beta\alpha\mu_*^2$")
+        ax.loglog(grid, -torch.log1p(-grid), "k:", lw=1, label=r"$-\log(1 - \beta\alpha\mu_*^2)$")
+        ax.set(xlabel=r"$\beta\alpha\mu_*^2$", title=f"varying the {labels[name]}")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))   # 0.01, 0.02, 0.05, 0.1, ...
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())                          # no crowded 3x, 4x, 6x labels
+    axes[0].set_ylabel("measured linear rate")
+    axes[0].legend(fontsize=8)
+    plt.tight_layout()
+    return fig

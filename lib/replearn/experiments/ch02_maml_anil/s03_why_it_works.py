@@ -59,3 +59,50 @@ def hypotheses_runs(cfg: HypothesesSettings, *, degenerate: bool = False, device
         quantities = maml.hypotheses(traj, pb.Bstar, pb.W, cfg.alpha)
         out[algorithm] = {key: val.cpu() for key, val in quantities.items()}
     return out
+
+
+def check_hypotheses(h: dict, cfg: HypothesesSettings, rho: float) -> dict[str, bool]:
+    """Whether the run ``h`` (one entry of :func:`hypotheses_runs`) satisfies each inductive
+    hypothesis A1-A6 at every iteration, with contraction factor ``rho`` (A2 only while the
+    distance is above 1e-6, where it is not rounding noise)."""
+    steps = torch.arange(cfg.iterations + 1, dtype=torch.float64)
+    late = h["dist"][:-1] > 1e-6
+    return {"A1": bool((h["w_norm"] <= cfg.alpha**0.5).all()),
+            "A2": bool((h["delta_norm"][1:][late] <= h["dist"][:-1][late] ** 2).all()),
+            "A3": bool((h["delta_norm"] <= 0.1).all()),
+            "A4": bool((h["psi_cond"] <= 2 * cfg.cond).all()),
+            "A5": bool((h["perp_ratio"][1:] <= rho).all()),
+            "A6": bool((h["dist"] <= cfg.delta0 * rho**steps + 1e-12).all())}
+
+
+def plot_hypotheses(hyp: dict, cfg: HypothesesSettings, rho: float):
+    """One panel per quantity of the hypotheses A1-A6 along every run of ``hyp``
+    (:func:`hypotheses_runs`), with the bounds they are checked against. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from replearn.book.plotting import COLORS
+
+    t = torch.arange(cfg.iterations + 1)
+    fig, axes = plt.subplots(2, 3, figsize=(10.5, 5.6))
+    panels = [("w_norm", r"A1: $\|w_t\| / \sqrt{\alpha}$", cfg.alpha**-0.5, False),
+              ("delta_norm", r"A2, A3: $\|\Delta_t\|$", 1.0, True),
+              ("psi_cond", r"A4: $\kappa(\Psi_t)$", 1.0, False),
+              ("perp_ratio", r"A5: $\|B_{*\perp}^\top B_t\| / \|B_{*\perp}^\top B_{t-1}\|$", 1.0, False),
+              ("dist", r"A6: dist$(B_t, B_*)$", 1.0, True),
+              ("perp_norm", r"$\|B_{*\perp}^\top B_t\|$", 1.0, True)]
+    for ax, (key, title, factor, logy) in zip(axes.flat, panels):
+        for name, h in hyp.items():
+            y = (h[key] * factor).clamp_min(1e-18) if logy else h[key] * factor
+            ax.plot(t, y, color=COLORS[name], ls="--" if name.startswith("FO-") else "-", label=name)
+        if logy:
+            ax.set_yscale("log")
+        ax.set(title=title, xlabel="iteration t")
+    axes[0, 1].semilogy(t[1:], hyp["FO-ANIL"]["dist"][:-1] ** 2, "k:", lw=1, label=r"dist$_{t-1}^2$")
+    axes[1, 1].semilogy(t, cfg.delta0 * rho ** t.double(), "k:", lw=1, label=r"$\delta_0\rho^t$")
+    axes[1, 0].axhline(rho, color="k", ls=":", lw=1, label=r"$\rho$")
+    axes[0, 2].set_ylim(1.0, 2 * cfg.cond)
+    for ax in (axes[0, 1], axes[1, 0], axes[1, 1]):
+        ax.legend(fontsize=7)
+    axes[0, 0].legend(fontsize=7)
+    plt.tight_layout()
+    return fig

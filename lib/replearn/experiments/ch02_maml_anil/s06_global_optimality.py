@@ -157,3 +157,137 @@ def run_neural_optimality(cfg: NeuralMamlSettings) -> NeuralOptimalityResult:
         radius=field(lambda t: t.best_radius), residual=field(lambda t: t.best_residual),
         min_residual=field(lambda t: float(t.residuals.min())), curves=curves,
         comparator=(cfg.widths[best[0]], int(best[1])))
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+def mean_over_runs(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per width (row), the mean of ``values`` over the runs (columns) that ``mask`` keeps."""
+    return np.array([values[a][mask[a]].mean() for a in range(len(mask))])
+
+
+def run_table(res: NeuralOptimalityResult, is_comp: np.ndarray) -> str:
+    """Every run (width, restart) of ``res`` as one line of text: its objective, the gap to the
+    comparator (marked by ``is_comp``), the first-order term and the bound with its two terms,
+    the stationarity, the radius and the residual floor; the comparator first."""
+    lines = [f"comparator: width {res.comparator[0]}, restart {res.comparator[1]}, "
+             f"L = {res.objective[is_comp][0]:.4f}",
+             "width restart   L(omega)    gap  <g,u>  bound | R*eps  ||g||*res | eps     R   floor"]
+    for a, w in enumerate(res.widths):
+        for r in range(res.gap.shape[1]):
+            mark = "  (comparator)" if is_comp[a, r] else ""
+            lines.append(f"{w:>5} {r:>7}   {res.objective[a, r]:.4f}   {res.gap[a, r]:.4f} "
+                         f"{res.first_order[a, r]:.4f} {res.bound[a, r]:.4f} | {res.stationarity[a, r]:.4f}  "
+                         f"{res.expressivity[a, r]:.4f}   | {res.eps[a, r]:.4f} {res.radius[a, r]:.2f} "
+                         f"{res.min_residual[a, r]:.4f}{mark}")
+    return "\n".join(lines)
+
+
+def plot_terms(res: NeuralOptimalityResult, mask: np.ndarray, rows_of_j: int):
+    """Left: the terms of the bound and the gap against the width (lines: means over the runs
+    that ``mask`` keeps; dots: runs); right: the smallest residual on the path and ``||u||``,
+    with the width at which the Jacobian has ``rows_of_j`` columns. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    W = np.array(res.widths)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.0, 3.8))
+    for key, values, style in (("expressivity  $\\|g\\|\\,\\|u - Jv_R\\|$", res.expressivity, "o-"),
+                               ("stationarity  $R\\varepsilon$", res.stationarity, "s-"),
+                               ("gap  $L(\\omega) - L(\\theta')$", res.gap, "^--")):
+        line, = ax1.semilogy(W, mean_over_runs(values, mask), style, label=key)
+        for a, w in enumerate(W):
+            ax1.semilogy([w] * int(mask[a].sum()), values[a][mask[a]], ".", color=line.get_color(), alpha=0.5)
+    ax1.set(xlabel="width w", ylabel="value at the final iterate", title="terms of the bound (dots: runs)")
+    ax1.legend(fontsize=8)
+    ax2.semilogy(W, mean_over_runs(res.min_residual, mask), "o-", color="k",
+                 label=r"smallest residual $\min_v \|u - Jv\|$ on the path")
+    ax2.semilogy(W, mean_over_runs(res.u_norm, mask), "o:", color="0.5", label=r"$\|u\|$ (v = 0)")
+    ax2.axvline((rows_of_j - 1) / 3, color="C3", lw=1, ls="--", label="3w + 1 = rows of J")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.set_xticks(W, [str(w) for w in W])
+        ax.minorticks_off()
+    ax2.set(xlabel="width w", title="expressivity of the feature map at $\\omega$")
+    ax2.legend(fontsize=8)
+    plt.tight_layout()
+    return fig
+
+
+def listed(values, fmt: str) -> str:
+    """``"a, b, c and d"`` with each value formatted by ``fmt``."""
+    items = [format(v, fmt) for v in values]
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def quoted_numbers(res: NeuralOptimalityResult, mask: np.ndarray, rows_of_j: int) -> dict:
+    """The numbers the page's prose quotes, rounded as it shows them, by glue name (without
+    the ``maml-glob-`` prefix): ratios between the gap, the first-order term and the bound, the
+    terms per width, the residual floor, the parameter counts beside ``rows_of_j``, the
+    stationarity of wide and narrow networks, and how the widest networks' runs compare (runs
+    other than the comparator, which ``mask`` drops)."""
+    W = np.array(res.widths)
+    expr, stat, gap = (mean_over_runs(v, mask) for v in (res.expressivity, res.stationarity, res.gap))
+    share = mean_over_runs(res.stationarity / np.where(mask, res.bound, 1.0), mask)
+    floor = mean_over_runs(res.min_residual, mask)
+    bound = mean_over_runs(res.bound, mask)
+    first_over_gap = res.first_order[mask] / res.gap[mask]
+    bound_over_first = res.bound[mask] / res.first_order[mask]
+    bound_over_gap = res.bound / np.where(mask, res.gap, 1.0)
+    widths_2d = np.broadcast_to(W[:, None], res.gap.shape)
+    eps_wide, eps_narrow = wide_and_narrow_eps(res, mask)
+    w40_others = res.gap[-1][mask[-1]]
+    closer_10 = int((res.gap[W == 10][mask[W == 10]] < w40_others.min()).sum())
+    return {"first-over-gap-lo": round(float(first_over_gap.min()), 1),
+            "first-over-gap-hi": round(float(first_over_gap.max()), 1),
+            "bound-over-first-lo": round(float(bound_over_first.min()), 1),
+            "bound-over-first-hi": round(float(bound_over_first.max()), 1),
+            "bound-over-gap-lo": round(float(bound_over_gap[mask].min())),
+            "bound-over-gap-hi": round(float(bound_over_gap[mask].max())),
+            "bound-over-gap-lo-width": int(widths_2d[mask][bound_over_gap[mask].argmin()]),
+            "bound-over-gap-hi-width": int(widths_2d[mask][bound_over_gap[mask].argmax()]),
+            "expr-list": listed(expr, ".2f"),
+            "stat-list": listed(stat, ".3f"),
+            "gap-list": listed(gap, ".3f"),
+            "widths": listed(W, "d"),
+            "floor-first": float(f"{floor[0]:.2g}"),
+            "floor-last": float(f"{floor[-1]:.1g}"),
+            "params-first": 3 * int(W[0]) + 1,
+            "params-last": 3 * int(W[-1]) + 1,
+            "queries": rows_of_j,
+            "eps-wide-lo": round(float(eps_wide.min()), 3),
+            "eps-wide-hi": round(float(eps_wide.max()), 3),
+            "eps-narrow-lo": round(float(eps_narrow.min()), 3),
+            "eps-narrow-hi": round(float(eps_narrow.max()), 3),
+            "share-first": round(float(share[0]), 2),
+            "share-last": round(float(share[-1]), 2),
+            "bound-first": round(float(bound[0]), 2),
+            "bound-last": round(float(bound[-1]), 2),
+            "w40-others": round(float(w40_others.mean()), 3),
+            "closer-10": closer_10}
+
+
+def wide_and_narrow_eps(res: NeuralOptimalityResult, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The stationarity ``eps`` of the runs ``mask`` keeps at widths of at least 10, and at the
+    smallest width."""
+    W = np.array(res.widths)
+    return res.eps[W >= 10][mask[W >= 10]], res.eps[0][mask[0]]
+
+
+def width_table(res: NeuralOptimalityResult, mask: np.ndarray, rows_of_j: int) -> str:
+    """Per width, as lines of text: the parameter count beside ``rows_of_j``, and the means over
+    the runs that ``mask`` keeps of the gap, the bound's two terms, the stationarity's share of
+    the bound, the residual floor and the bound."""
+    W = np.array(res.widths)
+
+    def over_runs(values):
+        return mean_over_runs(values, mask)
+
+    rows = (("mean gap", over_runs(res.gap), "7.4f"), ("mean expressivity term", over_runs(res.expressivity), "7.4f"),
+            ("mean stationarity term", over_runs(res.stationarity), "7.4f"),
+            ("stationarity share", over_runs(res.stationarity / np.where(mask, res.bound, 1.0)), "7.2f"),
+            ("mean residual floor", over_runs(res.min_residual), "7.4f"),
+            ("mean bound", over_runs(res.bound), "7.4f"))
+    return "\n".join(["width                    : " + " ".join(f"{w:>7}" for w in W),
+                      "parameters 3w + 1        : " + " ".join(f"{3 * w + 1:>7}" for w in W)
+                      + f"   (rows of J: {rows_of_j})"]
+                     + [f"{label:<25}: " + " ".join(format(v, spec) for v in values) for label, values, spec in rows])

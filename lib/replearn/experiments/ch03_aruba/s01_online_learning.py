@@ -99,3 +99,15 @@ def sign_regrets(cfg: SingleTaskSettings) -> dict[int, torch.Tensor]:
     sequences of length m in the ball of the family's radius
     (:func:`replearn.theory.aruba.rademacher_regret`, seed ``cfg.seed + m``)."""
     return {m: aruba.rademacher_regret(m, cfg.family.radius, cfg.sign_runs, seed=cfg.seed + m) for m in cfg.ms}
+
+
+def regret_table(res: SingleTaskResult, ms) -> str:
+    """The absolute-loss run ``res`` as lines of text, one per task length ``m`` of ``ms``: the
+    step size, the mean regret, the sharp bound, the library's bound ``U_t`` and ``D G sqrt(m)``."""
+    level = res.D * res.G * torch.sqrt(res.ms)
+    lines = [f"absolute loss: D = {res.D}, G = {res.G}; means over {res.regret.shape[1]} tasks per m",
+             "    m    eta   regret   sharp bound   library U_t   D G sqrt(m)"]
+    for j, m in enumerate(ms):
+        lines.append(f"{m:5d}  {res.eta[j]:.3f}  {res.regret[j].mean():7.2f}  {res.sharp[j].mean():12.2f}"
+                     f"  {res.U[j].mean():12.2f}  {level[j]:11.2f}")
+    return "\n".join(lines)

@@ -109,3 +109,100 @@ def meta_init(cfg: MetaInitSettings) -> MetaInitResult:
                           sweep=torch.stack(sweep), bound=as_t(bound), init_distance=torch.stack(dist),
                           mean_gap=gap, meta_regret=as_t(meta_r), meta_bound=as_t(meta_b), G=cfg.family.G,
                           D=cfg.family.radius)
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+def init_table(res: MetaInitResult, cfg: MetaInitSettings) -> str:
+    """The run as lines of text: per task similarity V, the task-averaged regret at T of
+    single-task OGD and of the learned initialisation (both step sizes) with the gain; the
+    distance of the initialisation to phi* along the tasks; the meta-level regret over its bound."""
+    import numpy as np
+
+    from replearn.book.plotting import to_numpy
+
+    rbar_T = {name: curves[:, -1] for name, curves in res.rbar.items()}
+    gain = rbar_T["single"] / rbar_T["theorem"]
+    lines = [f"d = {cfg.family.d}, m = {cfg.family.m}, T = {cfg.T}, D = {res.D}, G = {res.G:.1f}; R-bar_T "
+             f"averaged over {cfg.runs} runs",
+             "    V   V_hat   single   learned phi, eta=V/(G sqrt m)   learned phi, eta=D/(G sqrt m)   gain"]
+    for j in range(len(cfg.spreads)):
+        lines.append(f"{res.V[j]:5.2f}  {res.V_hat[j]:5.2f}   {rbar_T['single'][j]:6.2f}   "
+                     f"{rbar_T['theorem'][j]:29.3f}   {rbar_T['learned_single_rate'][j]:29.3f}   {gain[j]:5.1f}")
+    lines.append("||phi_t - phi*|| at t = 10, 50, T:")
+    for j in range(len(cfg.spreads)):
+        lines.append(f"   V = {res.V[j]:.2f}: {np.round(to_numpy(res.init_distance[j, [9, 49, cfg.T - 1]]), 3)}")
+    lines.append(f"meta-level regret / FTL bound (step 3): {np.round(to_numpy(res.meta_regret / res.meta_bound), 2)}")
+    return "\n".join(lines)
+
+
+def init_numbers(res: MetaInitResult) -> dict:
+    """The numbers the prose quotes of the run, rounded as shown, by glue name (without the
+    ``aruba-init-`` prefix): the regret of single-task OGD and of the learned initialisation on
+    the two most similar families (V <= 0.35), their V, the largest V and its gain, the range of
+    the gains for V < 1 and G."""
+    rbar_T = {name: curves[:, -1] for name, curves in res.rbar.items()}
+    gain = rbar_T["single"] / rbar_T["theorem"]
+    small = res.V <= 0.35   # the two most similar families (V = 0.09, 0.32)
+    return {"single-small": round(float(rbar_T["single"][small].mean()), 0),
+            "theorem-lo": round(float(rbar_T["theorem"][small].min()), 2),
+            "theorem-hi": round(float(rbar_T["theorem"][small].max()), 2),
+            "V-small": round(float(res.V[small].max()), 2),
+            "V-last": round(float(res.V[-1]), 1),
+            "gain-last": round(float(gain[-1]), 1),
+            "gain-lo": round(float(gain[res.V < 1].min())),
+            "gain-hi": round(float(gain[res.V < 1].max())),
+            "G": round(res.G, 1)}
+
+
+def best_fixed_rate(res: MetaInitResult) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per family, the fixed rate of the sweep with the lowest late regret, and that regret."""
+    import math
+
+    best_index = torch.nan_to_num(res.sweep, nan=math.inf).argmin(-1)
+    return res.rates[best_index], res.sweep.gather(1, best_index[:, None]).squeeze(1)
+
+
+def rate_table(res: MetaInitResult, theory_rate, best_rate, predicted, best_late) -> str:
+    """Per family, as lines of text: the theorem's rate and the best fixed rate, the late
+    regret at the theorem's rate beside its prediction ``predicted``, at the best rate and of
+    single-task OGD, and the theorem's bound on the task-averaged regret."""
+    lines = ["V_hat   eta=V/(G sqrt m)   best fixed eta   late regret: theorem eta  (m/2d)V_hat^2  best eta  "
+             "single   bound on R-bar_T"]
+    for j in range(len(res.V)):
+        lines.append(f"{res.V_hat[j]:5.2f}   {theory_rate[j]:16.4f}   {best_rate[j]:14.3f}   "
+                     f"{res.late['theorem'][j]:24.3f}  {predicted[j]:13.3f}  {best_late[j]:8.3f}  "
+                     f"{res.late['single'][j]:6.2f}   {res.bound[j]:16.0f}")
+    return "\n".join(lines)
+
+
+def plot_rate_sweep(res: MetaInitResult, cfg: MetaInitSettings, colors, theory_rate, best_late, predicted):
+    """Left: the late regret of every fixed rate of the sweep per family (``colors``), the
+    theorem's rate starred; right: the late regret against the task similarity for single-task
+    OGD, the theorem's rate and the best fixed rate, with the prediction and the theorem's level.
+    Returns the figure."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    from replearn.book.plotting import to_numpy
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.7))
+    rates = to_numpy(res.rates)
+    for j, c in enumerate(colors):
+        ax1.loglog(rates, to_numpy(res.sweep[j]), "o-", ms=3, color=c, label=f"V = {res.V[j]:.2f}")
+        ax1.loglog([float(theory_rate[j])], [float(res.late["theorem"][j])], "*", ms=11, color=c, mec="k", mew=0.5)
+    ax1.plot([], [], "k*", ms=9, label=r"$\eta = V/(G\sqrt{m})$")
+    ax1.set(xlabel=r"fixed rate $\eta$", ylabel="late-half mean regret", title="learned φ: rate sweep")
+    ax1.legend(fontsize=7, loc="upper left")
+    vh = to_numpy(res.V_hat)
+    ax2.loglog(vh, to_numpy(res.late["single"]), "s--", color="0.4", label="single-task OGD")
+    ax2.loglog(vh, to_numpy(res.late["theorem"]), "o-", color=colors[1], label=r"learned φ, $\eta = V/(G\sqrt{m})$")
+    ax2.loglog(vh, to_numpy(best_late), "^-", color=colors[3], label="learned φ, best fixed η")
+    ax2.loglog(vh, to_numpy(predicted), "k:", lw=1, label=r"$\frac{m}{2d}\hat V^2$")
+    ax2.loglog(vh, vh * res.G * math.sqrt(cfg.family.m), "k--", lw=1, label=r"theorem level $\hat V G\sqrt{m}$")
+    ax2.set(xlabel=r"task similarity $\hat V$", title="measured scaling in V")
+    ax2.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax2.legend(fontsize=7, loc="center left")
+    plt.tight_layout()
+    return fig

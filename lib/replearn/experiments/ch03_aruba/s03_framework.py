@@ -106,3 +106,104 @@ def framework(cfg: FrameworkSettings) -> FrameworkResult:
     return FrameworkResult(reptile=reptile, reptile_late=reptile_late, V=as_t(V), rates=as_t(cfg.rates),
                            learned_rate=torch.stack(learned), aruba_late=as_t(aruba_late),
                            grid_late=torch.stack(grid), oracle_late=as_t(oracle_late), oracle_rate=as_t(oracle_rate))
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+def coverage(rate: float, family) -> float:
+    """The fraction ``c = 1 - (1 - rate / d)^m`` of the way to a task's optimum that ``m`` steps
+    at ``rate`` cover in expectation (``family``: the task family, with ``d`` and ``m``)."""
+    return 1 - (1 - rate / family.d) ** family.m
+
+
+def reptile_model(cfg: FrameworkSettings) -> dict:
+    """Per rate of ``cfg.reptile_rates`` (0: the single-task rate), the model of Reptile's
+    distance to phi* over the tasks: ``||phi*|| prod_{s<t} (1 - c/s)`` with ``c`` of
+    :func:`coverage`."""
+    fam, pred = cfg.family, {}
+    for eta in cfg.reptile_rates:
+        c = coverage(fam.single_task_rate() if eta == 0 else eta, fam)
+        steps = torch.arange(1, cfg.T, dtype=torch.float64)
+        pred[eta] = fam.center_norm * torch.cat([torch.ones(1, dtype=torch.float64), torch.cumprod(1 - c / steps, 0)])
+    return pred
+
+
+def reptile_table(res: FrameworkResult, cfg: FrameworkSettings, pred: dict) -> str:
+    """The Reptile runs of ``res`` as lines of text: per rate and target, the distance of the
+    initialisation to phi* at t = 10, 50 and T, the model's (``pred``), ``c`` and the late regret."""
+    import numpy as np
+
+    from replearn.book.plotting import to_numpy
+
+    fam, T = cfg.family, cfg.T
+    lines = [f"V = {fam.V:.2f}, ||phi*|| = {fam.center_norm}, T = {T}, {cfg.runs} runs",
+             "  eta    target          ||phi_t - phi*|| at t = 10, 50, T     model    c    late regret"]
+    for eta in cfg.reptile_rates:
+        rate = fam.single_task_rate() if eta == 0 else eta
+        c = coverage(rate, fam)
+        for target in ("optimum", "last_iterate"):
+            dist = res.reptile[(target, eta)]
+            model = f"{float(pred[eta][-1]):5.3f}" if target == "last_iterate" else "    -"
+            lines.append(f"{rate:6.3f}  {target:<13}  {np.round(to_numpy(dist[[9, 49, T - 1]]), 3)!s:>30}   {model}   "
+                         f"{c:4.2f}   {res.reptile_late[(target, eta)]:.3f}")
+    return "\n".join(lines)
+
+
+def reptile_numbers(res: FrameworkResult, cfg: FrameworkSettings, pred: dict) -> dict:
+    """The numbers the prose quotes of the Reptile runs, rounded as shown, by glue name (without
+    the ``aruba-fw-`` prefix): V, the two rates and their ``c``, the model's and the measured
+    distance at T at the small rate, and the ratio of the late regrets there."""
+    fam = cfg.family
+    slow, fast = cfg.reptile_rates
+    slow_rate = fam.single_task_rate()
+    cov = {eta: coverage(slow_rate if eta == 0 else eta, fam) for eta in cfg.reptile_rates}
+    late = res.reptile_late
+    return {"V": round(fam.V, 2), "slow-rate": round(slow_rate, 3), "fast-rate": fast,
+            "c-slow": round(cov[slow], 2), "c-fast": round(cov[fast], 2),
+            "model": round(float(pred[slow][-1]), 2),
+            "measured": round(float(res.reptile[("last_iterate", slow)][-1]), 2),
+            "regret-ratio": round(late[("last_iterate", slow)] / late[("optimum", slow)], 1)}
+
+
+def learned_rate_table(res: FrameworkResult, best_rate, best_late) -> str:
+    """Per task family, as lines of text: the learned rate at T, the best fixed rate of the grid
+    and the worst-case oracle rate, and the late regret of each."""
+    final_rate = res.learned_rate[:, -1]
+    lines = ["   V   learned eta_T   best fixed eta   V/(G sqrt m)   late regret: learned eta   best fixed eta   "
+             "V/(G sqrt m)"]
+    for j in range(len(res.V)):
+        lines.append(f"{res.V[j]:5.2f}   {final_rate[j]:13.3f}   {best_rate[j]:14.3f}   {res.oracle_rate[j]:12.4f}"
+                     f"   {res.aruba_late[j]:24.3f}   {best_late[j]:14.3f}   {res.oracle_late[j]:12.3f}")
+    return "\n".join(lines)
+
+
+def plot_framework(res: FrameworkResult, cfg: FrameworkSettings, pred: dict, best_rate):
+    """Left: the distance of the learned initialisation to phi* for both targets and rates,
+    with the model ``pred``; right: the learned scalar rate per family against the best fixed
+    rate of the grid. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.plotting import to_numpy
+
+    fam = cfg.family
+    t = np.arange(1, cfg.T + 1)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.7))
+    for eta, c in zip(cfg.reptile_rates, ("#1f77b4", "#ff7f0e")):
+        rate = fam.single_task_rate() if eta == 0 else eta
+        ax1.loglog(t, to_numpy(res.reptile[("optimum", eta)]), color=c, label=f"target θ*, η = {rate:.3f}")
+        ax1.loglog(t, to_numpy(res.reptile[("last_iterate", eta)]), color=c, ls="--",
+                   label=f"target last iterate (Reptile), η = {rate:.3f}")
+        ax1.loglog(t, to_numpy(pred[eta]), color=c, ls=":", lw=1)
+    ax1.plot([], [], "k:", lw=1, label=r"model $\|\phi^*\|\prod_{s<t}(1 - c/s)$")
+    ax1.set(xlabel="tasks seen t", ylabel=r"$\|\phi_t - \phi^*\|$", title="learned initialisation")
+    ax1.legend(fontsize=7, loc="lower left")
+    colors = plt.cm.viridis(np.linspace(0.1, 0.8, len(cfg.spreads)))
+    for j, c in enumerate(colors):
+        ax2.semilogy(t, to_numpy(res.learned_rate[j]), color=c, label=f"learned η, V = {res.V[j]:.2f}")
+        ax2.axhline(float(best_rate[j]), color=c, ls=":", lw=1)
+    ax2.plot([], [], "k:", lw=1, label="best fixed η (grid)")
+    ax2.set(xlabel="task t", ylabel=r"rate $\eta_t$", title="learned scalar rate (aruba_scalar)")
+    ax2.legend(fontsize=7, loc="lower right")
+    plt.tight_layout()
+    return fig

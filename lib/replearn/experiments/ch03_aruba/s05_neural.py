@@ -125,3 +125,71 @@ def run(cfg: ArubaNeuralSettings) -> ArubaNeuralResult:
     finally:
         torch.set_num_threads(threads)
     return ArubaNeuralResult(aruba, fixed, sinusoid.layer_rates(aruba.eta), curves, tuned, initial)
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+#: The colour of each tensor group's layer in the figures (weights and biases alike).
+GROUP_COLORS = {"W1": "C0", "b1": "C0", "W2": "C2", "b2": "C2", "W3": "C3", "b3": "C3"}
+#: The line style of each adaptation curve of :func:`plot_adaptation`: (colour, line style).
+CURVE_STYLES = {"meta init + ARUBA rates": ("C3", "-"), "meta init + single tuned rate": ("C3", "--"),
+                "Reptile init (fixed rate)": ("C0", "-"), "random init + single tuned rate": ("C7", "-")}
+
+
+def plot_rates(res: ArubaNeuralResult, cfg: ArubaNeuralSettings):
+    """Left: every tensor group's ARUBA rate during meta-training; right: the final rate per
+    layer, weights and biases, against the fixed rate ``eta0``. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.plotting import to_numpy
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.6))
+    steps = np.arange(1, cfg.meta_iterations + 1)
+    colors = GROUP_COLORS
+    for j, g in enumerate(sinusoid.GROUPS):
+        ax1.plot(steps, to_numpy(res.aruba.rates[:, j]), color=colors[g], ls="-" if g[0] == "W" else "--", label=g)
+    ax1.set(yscale="log", xlabel="meta-iteration", ylabel=r"$\eta_g$", title="ARUBA rates during meta-training")
+    ax1.legend(ncol=3, fontsize=8)
+    layers = list(sinusoid.LAYERS)
+    x = np.arange(len(layers))
+    for shift, kind in ((-0.2, 0), (0.2, 1)):
+        values = [res.aruba.eta[sinusoid.LAYERS[layer][kind]] for layer in layers]
+        ax2.bar(x + shift, values, width=0.4, color=[colors[sinusoid.LAYERS[l][0]] for l in layers],
+                alpha=1.0 if kind == 0 else 0.5, label="weights" if kind == 0 else "biases")
+    ax2.axhline(cfg.eta0, color="k", lw=0.8, ls=":", label=r"$\eta_0$")
+    ax2.set(xticks=x, xticklabels=layers, ylabel=r"final $\eta_g$", title="final rates per layer")
+    ax2.legend(fontsize=8)
+    plt.tight_layout()
+    return fig
+
+
+def moves_and_gradients(res: ArubaNeuralResult, adapted: dict, grad_sq: dict, inner_steps: int) -> tuple[dict, dict]:
+    """Per tensor group, the RMS move of its coordinates during adaptation (``adapted``: the
+    adapted parameters per task) and the RMS gradient (``grad_sq``: summed squared gradients over
+    ``inner_steps`` steps)."""
+    moves, grads = {}, {}
+    for g in sinusoid.GROUPS:
+        n = res.aruba.phi[g].numel()
+        moves[g] = float((adapted[g] - res.aruba.phi[g]).pow(2).flatten(1).sum(1).mean() / n) ** 0.5
+        grads[g] = float((grad_sq[g].mean() / (n * inner_steps)) ** 0.5)
+    return moves, grads
+
+
+def plot_adaptation(res: ArubaNeuralResult, inner_steps: int):
+    """The held-out tasks' query MSE along ``inner_steps`` adaptation steps, one curve per
+    initialisation and rate of ``res.curves``. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.plotting import to_numpy
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for name, curve in res.curves.items():
+        color, ls = CURVE_STYLES[name]
+        ax.plot(np.arange(inner_steps + 1), to_numpy(curve.mean(1)), color=color, ls=ls, marker="o", ms=3, label=name)
+    ax.set(xlabel="gradient steps on the 10 support points", ylabel="query MSE (held-out tasks)",
+           title="few-shot sinusoid regression")
+    ax.legend(fontsize=8)
+    plt.tight_layout()
+    return fig

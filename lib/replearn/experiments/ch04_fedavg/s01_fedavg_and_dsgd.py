@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from replearn.theory import linear
 from replearn.checks import check_int, check_nonnegative, check_number, check_positive
 from replearn.book.profiles import Settings
@@ -58,3 +60,14 @@ def make_problem(cfg: FedAvgDsgdSettings, device=None) -> linear.Problem:
     CPU unless ``device`` is given)."""
     return linear.random_problem(cfg.d, cfg.k, cfg.n, step=cfg.alpha, mean_norm=cfg.mean_norm, cond=cfg.cond,
                                  seed=cfg.seed, device=device)
+
+
+def finetune_errors(runs: dict, new, theta_new: torch.Tensor, *, lr: float = 0.1, steps: int = 200) -> dict:
+    """Per run of ``runs`` (name -> trajectory), the excess risk of each new client (its data
+    ``new.X[j], new.Y[j]``, its true regressor ``theta_new[j]``) after ``steps`` steps of joint
+    gradient descent (:func:`replearn.theory.linear.finetune_gd`) from the run's final model."""
+    errors = {}
+    for name, tr in runs.items():
+        tuned = [linear.finetune_gd(*tr.final, new.X[j], new.Y[j], lr=lr, steps=steps) for j in range(len(theta_new))]
+        errors[name] = torch.stack([linear.excess_risk(B, w, theta_new[j]) for j, (B, w) in enumerate(tuned)])
+    return errors

@@ -157,3 +157,51 @@ def run(cfg: LocalFitsSettings, device=None) -> LocalFitsResult:
         dist_kick[tau] = run_kick.dist(inst.Bstar).cpu()
     return LocalFitsResult(instance=inst, averaged=avg, dist=dist, dist_avg=dist_avg, dist_kick=dist_kick,
                            local_loss=local_loss, start_loss=start_loss)
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+def run_table(res: LocalFitsResult, taus, rounds: int) -> str:
+    """Per tau, as lines of text: the distance to B_* after ``rounds`` / 10 and ``rounds``
+    rounds from the random start, from the averaged and from the kicked local fits, and the local
+    loss after the first round's local steps (and before them)."""
+    lines = [f"dist(B_0, B*) of the random start: {float(res.dist[taus[0]][0]):.4f}",
+             "  tau   dist after T/10, T rounds   from averaged fits   from kicked fits   local loss after tau "
+             "steps, round 0"]
+    T = rounds
+    for tau in taus:
+        lines.append(f"{tau:5d}   {float(res.dist[tau][T // 10]):12.4f} {float(res.dist[tau][T]):8.4f}"
+                     f"   {float(res.dist_avg[tau][T]):18.4f}   {float(res.dist_kick[tau][T]):16.4f}"
+                     f"   {float(res.local_loss[tau][0]):10.4f} (start {float(res.start_loss[tau][0]):.4f})")
+    return "\n".join(lines)
+
+
+def plot_local_fits(res: LocalFitsResult, cfg: LocalFitsSettings):
+    """Left: the two clients' exact local fits and their average in the plane span(e1, e2) (the
+    second column of both fits is e3); right: the distance to B_* over the rounds for every tau
+    of ``cfg``, and from the averaged fits. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from replearn.book.plotting import COLORS
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.6), gridspec_kw={"width_ratios": [1, 1.6]})
+    arrows = {r"$\theta_{*,1} = \hat B_1 \hat w_1$": ((1.0, 0.0), COLORS["true representation"]),
+              r"$\theta_{*,2} = \hat B_2 \hat w_2$": ((0.0, 1.0), COLORS["true representation"]),
+              r"$\bar B \bar w$ (first column of $\bar B$)": ((0.5, 0.5), COLORS["D-GD"])}
+    for text, ((x, y), color) in arrows.items():
+        ax1.annotate("", xy=(x, y), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=color, lw=2))
+        ax1.text(x + 0.03, y + 0.03, text, color=color, fontsize=8)
+    ax1.plot([0, 0.7], [0, -0.7], ls=":", color="k")
+    ax1.text(0.5, -0.78, r"$(e_1 - e_2)/\sqrt{2}$: missed", fontsize=8)
+    ax1.set(xlim=(-0.2, 1.45), ylim=(-0.8, 1.2), xlabel=r"$e_1$", ylabel=r"$e_2$", title=r"local fits; 2nd column $e_3$")
+    ax1.set_aspect("equal")
+    t = torch.arange(cfg.rounds + 1)
+    shades = ["#d62728", "#1f77b4", "#6baed6", "#08306b"]
+    for tau, color in zip(cfg.taus, shades):
+        label = "D-GD (τ = 1)" if tau == 1 else f"FedAvg, τ = {tau}"
+        ax2.semilogy(t, res.dist[tau].clamp_min(1e-16), color=color, label=label)
+    ax2.semilogy(t, res.dist_avg[cfg.taus[-1]], color="k", ls="--", label="from averaged fits (any τ)")
+    ax2.set(xlabel="round t", ylabel=r"dist$(B_t, B_*)$", ylim=(1e-8, 2), title="FedAvg on the two clients")
+    ax2.legend(fontsize=8)
+    plt.tight_layout()
+    return fig

@@ -248,3 +248,67 @@ def explorer(**defaults):
         draw_explorer(ax, explorer_curves(**v), title)
 
     return build_explorer(controls, draw, defaults=defaults, continuous_update=False)
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+def rate_table(sweep: RateSweepResult, alpha: float) -> str:
+    """The rate sweep as lines of text: per tau (cond = 1), then per head condition number (at
+    ``sweep.tau_at_cond``), the measured linear rate beside the prediction ``alpha^2 tau mu^2``."""
+    lines = ["   tau  cond   mu^2   measured rate   alpha^2 tau mu^2   ratio"]
+    for tau, r, p in zip(sweep.taus, sweep.rate_tau, sweep.predicted_tau):
+        lines.append(f"{tau:6d} {1.0:5.0f} {1.0:6.4f} {round(float(r), 4) + 0.0:15.4f} {float(p):18.4f} "
+                     f"{float(r / p):7.2f}")
+    for cond, r, p in zip(sweep.conds, sweep.rate_cond, sweep.predicted_cond):
+        mu2 = float(p) / (alpha**2 * sweep.tau_at_cond)
+        lines.append(f"{sweep.tau_at_cond:6d} {cond:5.0f} {mu2:6.4f} {float(r):15.4f} {float(p):18.4f} "
+                     f"{float(r / p):7.2f}")
+    return "\n".join(lines)
+
+
+def plot_rates(sweep: RateSweepResult, rounds: int, slope_scale: float):
+    """Left: the distance to B_* over ``rounds`` rounds for every tau of the sweep (cond = 1);
+    right: the measured rate against the prediction ``alpha^2 tau mu^2`` for both sweeps, with
+    a line of slope 1 through ``slope_scale`` times the prediction. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from replearn.book.plotting import COLORS
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.6))
+    t = np.arange(rounds + 1)
+    shades = plt.cm.Blues(np.linspace(0.35, 1.0, len(sweep.taus)))
+    for tau, curve, color in zip(sweep.taus, sweep.curves_tau, shades):
+        c = COLORS["D-GD"] if tau == 1 else color
+        ax1.semilogy(t, to_numpy(curve).clip(1e-16), color=c, label=f"τ = {tau}")
+    ax1.set(xlabel="round t", ylabel=r"dist$(B_t, B_*)$", title="cond = 1", ylim=(1e-14, 2))
+    ax1.legend(ncol=2)
+    pred = np.concatenate([to_numpy(sweep.predicted_tau[1:]), to_numpy(sweep.predicted_cond)])
+    ax2.loglog(to_numpy(sweep.predicted_tau[1:]), to_numpy(sweep.rate_tau[1:]), "o", color=COLORS["FedAvg"],
+               label="τ sweep (cond = 1)")
+    for tau, x, y in zip(sweep.taus[1:], sweep.predicted_tau[1:], sweep.rate_tau[1:]):
+        ax2.annotate(f"τ={tau}", (float(x), float(y)), textcoords="offset points", xytext=(4, -10), fontsize=8)
+    ax2.loglog(to_numpy(sweep.predicted_cond), to_numpy(sweep.rate_cond), "s", mfc="none", color="k",
+               label=f"cond sweep (τ = {sweep.tau_at_cond})")
+    grid = np.array([pred.min() / 1.5, pred.max() * 1.5])
+    ax2.loglog(grid, grid * slope_scale, "k--", lw=1, label="slope 1")
+    ax2.set(xlabel=r"$\alpha^2 \tau \mu^2$", ylabel=r"measured rate $\hat\rho$", title="rate vs prediction")
+    ax2.legend()
+    plt.tight_layout()
+    return fig
+
+
+def rate_numbers(sweep: RateSweepResult, alpha: float) -> dict:
+    """The numbers the prose quotes of the rate sweep, rounded as it shows them, by glue name
+    (without the ``fed-conv-`` prefix): the range of measured over predicted rate over the
+    smaller taus and over the condition numbers, the largest tau's ratio and its ``alpha^2 tau``,
+    the spread of all ratios, the two largest taus and the range of condition numbers."""
+    ratio_tau = sweep.rate_tau[1:] / sweep.predicted_tau[1:]
+    ratio_cond = sweep.rate_cond / sweep.predicted_cond
+    both = torch.cat([ratio_tau[:-1], ratio_cond])
+    two_digits = {"ratio-tau-min": ratio_tau[:-1].min(), "ratio-tau-max": ratio_tau[:-1].max(),
+                  "ratio-tau-last": ratio_tau[-1], "ratio-cond-min": ratio_cond.min(),
+                  "ratio-cond-max": ratio_cond.max(), "a2tau-last": alpha**2 * sweep.taus[-1]}
+    return {**{label: round(float(value), 2) for label, value in two_digits.items()},
+            "ratio-spread": round(float(both.max() / both.min()), 1),
+            "tau-mid": sweep.taus[-2], "tau-last": sweep.taus[-1],
+            "cond-range": max(sweep.conds) / min(sweep.conds)}

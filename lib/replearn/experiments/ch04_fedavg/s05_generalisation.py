@@ -186,3 +186,81 @@ def run(cfg: GeneralisationSettings, device=None) -> GeneralisationResult:
         ns=torch.tensor(cfg.ns),
         errors={name: torch.stack(e).reshape(shape).cpu() for name, e in errors.items()},
         steps={m: torch.stack(s).reshape(shape).cpu() for m, s in steps.items()})
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+#: The rows of the page's table of new-client errors, in its column order.
+TABLE = ("FedAvg", "D-GD", "FedAvg, head only", "D-GD, head only", "true representation")
+
+
+def gradient_table(res: GeneralisationResult, cfg: GeneralisationSettings) -> str:
+    """The gradient norm of the global objective in the runs of ``res``, as lines of text: at the
+    start, whether it fell by six orders of magnitude, FedAvg's final one per run, and the final
+    distance to B_* per run."""
+    g = res.grad_norm
+    lines = [f"runs: {cfg.runs}, rounds: {cfg.rounds}, step alpha = {cfg.alpha}"]
+    for m in METHODS:
+        lines.append(f"{m:6s}: median |grad| at t = 0: {float(g[m][:, 0].median()):.3f};  largest final/initial "
+                     f"ratio over runs below 1e-6: {bool((g[m][:, -1] / g[m][:, 0]).max() < 1e-6)}")
+    lines += [f"FedAvg: final |grad| per run: {[round(float(x), 3) for x in g['FedAvg'][:, -1]]}",
+              f"dist(B_T, B*) per run:  FedAvg {[round(float(x), 4) for x in res.dist['FedAvg']]}",
+              f"                        D-GD   {[round(float(x), 4) for x in res.dist['D-GD']]}"]
+    return "\n".join(lines)
+
+
+def error_table(res: GeneralisationResult, cfg: GeneralisationSettings) -> str:
+    """The new clients' errors as lines of text: the fine-tuning, the head-only floors, and per
+    number of samples n the mean error of every row of :data:`TABLE`."""
+    lines = [f"fine-tuning: {cfg.ft_steps} joint GD steps, step = {cfg.ft_lr} / lambda; "
+             f"{cfg.runs} runs x {cfg.clients} new clients per n; noise std {cfg.noise_std}",
+             f"head-only floor ||(I - P_B) B*||_F^2, mean over runs: FedAvg {float(res.floor['FedAvg'].mean()):.4f}, "
+             f"D-GD {float(res.floor['D-GD'].mean()):.3f} (k = {cfg.k})",
+             f"{'n':>5s}" + "".join(f"{name:>21s}" for name in TABLE)]
+    for i, n in enumerate(cfg.ns):
+        lines.append(f"{n:5d}" + "".join(f"{float(res.mean(name)[i]):21.4f}" for name in TABLE))
+    return "\n".join(lines)
+
+
+def head_formula(res: GeneralisationResult, cfg: GeneralisationSettings) -> dict[str, torch.Tensor]:
+    """Per method, the head-only error that the formula of Prop. arm-ft-prop-floor predicts at
+    each n of ``cfg.ns`` from each run's floor, averaged over the runs."""
+    from replearn.theory.linear import expected_head_error
+
+    return {m: torch.tensor([[expected_head_error(n, cfg.k, cfg.noise_std**2, float(F)) for F in res.floor[m]]
+                             for n in cfg.ns]).mean(1) for m in METHODS}
+
+
+def plot_generalisation(res: GeneralisationResult, cfg: GeneralisationSettings):
+    """Left: the gradient norm of the global objective over the rounds (median and range over
+    runs); right: the new clients' error after fine-tuning against their number of samples, for
+    each method fine-tuned fully and head only, the oracle B_* and predicting zero. Returns the
+    figure."""
+    import matplotlib.pyplot as plt
+
+    from replearn.book.plotting import COLORS
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.0, 3.8))
+    t = res.rounds.numpy()
+    labels = {"FedAvg": f"FedAvg, τ = {cfg.tau}", "D-GD": "D-GD"}
+    for m in METHODS:
+        gm = res.grad_norm[m].clamp_min(1e-17)
+        ax1.semilogy(t, gm.median(0).values, color=COLORS[m], label=labels[m])
+        ax1.fill_between(t, gm.amin(0), gm.amax(0), color=COLORS[m], alpha=0.2, linewidth=0)
+    ax1.set(xlabel="communication round t", ylabel=r"$\|\nabla \bar f(B_t, w_t)\|$",
+            title="gradient of the global objective")
+    ax1.legend()
+    ns = res.ns.numpy()
+    for m in METHODS:
+        ax2.loglog(ns, res.mean(m), "o-", color=COLORS[m], label=f"{labels[m]} + fine-tuning")
+        ax2.loglog(ns, res.mean(HEAD_ONLY[m]), "s--", color=COLORS[m], alpha=0.6, label=f"{m}, head only")
+    ax2.loglog(ns, res.mean(ORACLE), "^:", color=COLORS["true representation"], label="B* (oracle), head only")
+    ax2.axhline(cfg.k, color="grey", lw=1, label="predict 0")
+    ax2.axvline(cfg.d, color="k", ls=":", lw=1)
+    ax2.set_xticks(ns, [str(n) for n in ns])
+    ax2.set_xticks([], minor=True)
+    ax2.set(xlabel="samples n of the new client", ylabel=r"$\|B w - B_* w_{*,M+1}\|^2$",
+            title="new-client error after fine-tuning")
+    ax2.legend(fontsize=7)
+    plt.tight_layout()
+    return fig

@@ -201,3 +201,168 @@ def explorer(matrices: dict, class_names, *, tau: int | None = None, cls: int = 
                 "cls": Menu(cls, tuple((n, i) for i, n in enumerate(names)), "class")}
     return build_explorer(controls, lambda axes, v: draw_explorer(axes, matrices, names, v["tau"], v["cls"]),
                     figsize=(8.0, 3.6), axes=2)
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+#: The statistics of the page's tables, by column name: the value of one run's result at one tau.
+STATISTICS = {"intra": lambda r, t: r.intra(t), "inter": lambda r, t: r.inter(t),
+              "gap": lambda r, t: r.gap[t], "probe acc": lambda r, t: r.probe_accuracy[t]}
+#: Where a results file of the long profile holds each statistic (per seed, under the tau).
+RESULT_KEYS = {"intra": "intra", "inter": "inter", "gap": "gap", "probe acc": "probe_accuracy"}
+#: The paper's two claims that the page checks (Fig. 4).
+PAPER_GAP = "Fig. 4: FedAvg's features separate the classes better than D-SGD's (intra–inter gap)"
+PAPER_GROWS = "Fig. 4: the separation improves with τ"
+
+
+def statistics(runs) -> dict[str, dict[int, list[float]]]:
+    """``{statistic: {tau: [one value per run]}}`` of :data:`STATISTICS` over ``runs`` (one
+    :class:`SimilarityResult` per seed), taus in the runs' order."""
+    if not runs:
+        raise ValueError("statistics: no runs")
+    return {k: {t: [f(r, t) for r in runs] for t in runs[0].taus} for k, f in STATISTICS.items()}
+
+
+def long_statistics(long) -> dict[str, dict[int, list[float]]]:
+    """The same ``{statistic: {tau: [one value per seed]}}`` read from a committed results file
+    (:func:`replearn.book.results.load`), taus in the order of its settings."""
+    taus = [int(t) for t in long.settings["taus"]]
+    return {k: {t: long.values(key, str(t)) for t in taus} for k, key in RESULT_KEYS.items()}
+
+
+def glue_statistics(vals: dict, prefix: str, labels: dict | None = None) -> dict:
+    """Glue the mean ± sd of every statistic and tau of ``vals`` (:func:`statistics`) as
+    ``{prefix}-{label}-{tau}`` (with ``-mean`` and ``-sd``: :func:`replearn.book.claims.glue_pm`),
+    the label being the statistic's name with ``-`` for spaces unless ``labels`` renames it;
+    returns ``{statistic: {tau: MeanPm}}``, the strings the table shows."""
+    from replearn.book.claims import glue_pm
+
+    labels = labels or {}
+    return {k: {t: glue_pm(f"{prefix}-{labels.get(k, k.replace(' ', '-'))}-{t}", v) for t, v in by_tau.items()}
+            for k, by_tau in vals.items()}
+
+
+def glue_gap_diffs(gap: dict, prefix: str) -> dict:
+    """Glue the paired difference of the gap between each tau and the next larger one
+    (``{prefix}-gapdiff-{a}-{b}``: gap(b) - gap(a) with its 95% interval); returns
+    ``{(a, b): Comparison}``."""
+    from replearn.book.claims import glue_diff
+
+    taus = sorted(gap)
+    return {(a, b): glue_diff(f"{prefix}-gapdiff-{a}-{b}", gap[b], gap[a]) for a, b in zip(taus, taus[1:])}
+
+
+def describe_gap_diffs(diffs: dict) -> str:
+    """One line per pair of :func:`glue_gap_diffs`: the paired difference with its interval."""
+    return "\n".join(f"gap({method_name(b)}) − gap({method_name(a)}), paired over seeds: {d.full}"
+                     for (a, b), d in diffs.items())
+
+
+def statistics_table(shown: dict, caption: str):
+    """The table of :func:`glue_statistics`'s strings: one row per method, one column per statistic."""
+    from replearn.book.plotting import Table
+
+    taus = list(next(iter(shown.values())))
+    return Table(["method", *shown], [[method_name(t), *(shown[k][t].text for k in shown)] for t in taus],
+                 caption=caption)
+
+
+def gap_checks(gap: dict, *, scale: str = "CPU") -> list[tuple[str, str, object, dict]]:
+    """The page's verdicts on the gap, as ``(name, label, condition, options)`` for
+    :func:`replearn.book.claims.verdict`: each FedAvg's gap above D-SGD's (tau = 1) beyond the
+    spread (Fig. 4), and the gap growing from the second-smallest to the largest tau. ``scale``
+    ``"long"``: the wording and names of the committed near-paper run."""
+    from replearn.book import seeds
+
+    taus = sorted(gap)
+    long = scale == "long"
+    pre, run = ("sim-long", "long run: ") if long else ("sim", "")
+    spread = "the spread" if long else "the spread over seeds"
+    above = dict(holds="is above D-SGD's by more than the spread over seeds",
+                 fails=("is not above D-SGD's by more than the spread over seeds" if long
+                        else "is not separated from D-SGD's by more than the spread over seeds"),
+                 paper=PAPER_GAP, **({"scale": "long"} if long else {}))
+    checks = [(f"{pre}-v-{t}", f"{run}gap of {method_name(t)} above D-SGD's by more than {spread}",
+               seeds.separated(gap[t], gap[1]), above) for t in taus[1:]]
+    a, b = taus[1], taus[-1]
+    grows = dict(holds=f"grows from τ = {a} to τ = {b} by more than the spread",
+                 fails=f"does not grow from τ = {a} to τ = {b} beyond the spread",
+                 paper=PAPER_GROWS, **({"scale": "long"} if long else {}))
+    checks.append((f"{pre}-v-grow", f"{run}gap grows from {method_name(a)} to {method_name(b)} beyond the spread",
+                   seeds.separated(gap[b], gap[a]), grows))
+    return checks
+
+
+def describe_long(settings: dict, cfg: SimilaritySettings) -> str:
+    """What the committed long run trained, beside the CPU run of the page (``cfg``)."""
+    ls = settings
+    return (f"{ls['clients']} clients ({ls['train']['participation']:.0%} per round), the {ls['model']} network "
+            f"{tuple(ls['channels'])}/{tuple(ls['hidden'])} in {ls['dtype']}, {ls['total_steps']:,} local updates per "
+            f"participating client, τ in {tuple(ls['taus'])}\n(the CPU run above: {cfg.clients} clients, the "
+            f"{cfg.model} network in {cfg.dtype}, {cfg.total_steps} local updates, τ in {cfg.taus})")
+
+
+def paper_table(vals: dict, shown: dict, lvals: dict, lshown: dict):
+    """The paper's Fig. 4 beside the CPU run (``vals``, ``shown``: :func:`statistics`,
+    :func:`glue_statistics`) and the long run (``lvals``, ``lshown``): each cell compares the
+    per-seed values (:func:`replearn.book.claims.compared`)."""
+    from replearn.book.claims import compared
+    from replearn.book.plotting import Table
+
+    gap, lgap = vals["gap"], lvals["gap"]
+    taus, lt = sorted(gap), sorted(lgap)
+    big, lbig = taus[-1], lt[-1]
+    acc, lacc = vals["probe acc"], lvals["probe acc"]
+    rows = [["gap of the largest τ vs D-SGD's", "higher",
+             f"τ = {big}: {compared(gap[big], gap[1])}", f"τ = {lbig}: {compared(lgap[lbig], lgap[1])}"],
+            [f"gap of the largest τ vs τ = {taus[1]}", "higher: quality improves with τ",
+             compared(gap[big], gap[taus[1]]), compared(lgap[lbig], lgap[lt[1]])],
+            ["D-SGD: intra / inter-class similarity", "both low: features all dissimilar",
+             f"{shown['intra'][1].text} / {shown['inter'][1].text}",
+             f"{lshown['intra'][1].text} / {lshown['inter'][1].text}"],
+            ["probe accuracy of the largest τ vs D-SGD's", "not reported",
+             compared(acc[big], acc[1]), compared(lacc[lbig], lacc[1])]]
+    return Table(["", "paper (Fig. 4, its text)", f"CPU default ({len(gap[1])} seeds)",
+                  f"near-paper long run ({len(lgap[1])} seeds)"], rows,
+                 caption="the paper's claims and our two runs: paired difference over seeds with its 95% interval; "
+                         "'beyond the spread': the 95% interval of the paired difference excludes 0", align="llll")
+
+
+def plot_matrices(res: SimilarityResult, seed: int):
+    """Fig. 4 for one run: one heat map of the class cosine-similarity matrix per model, all on
+    the colour scale of the lowest entry, with the model's gap in its title. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(res.taus), figsize=(3.0 * len(res.taus) + 1.0, 3.9), layout="constrained")
+    vmin = min(float(m.min()) for m in res.matrices.values())
+    for j, (ax, tau) in enumerate(zip(axes, res.taus)):
+        im = ax.imshow(res.matrices[tau].numpy(), vmin=vmin, vmax=1.0, cmap="viridis")
+        ax.set_title(f"{method_name(tau)}\ngap {res.gap[tau]:.3f} (seed {seed})", fontsize=11)
+        ax.set_xticks(range(10), res.class_names, rotation=90, fontsize=10)
+        ax.set_yticks(range(10), res.class_names if j == 0 else [], fontsize=10)   # class names once, at the left
+        ax.grid(False)
+    fig.colorbar(im, ax=axes, shrink=0.8, label="average cosine similarity")
+    return fig
+
+
+def plot_statistics(vals: dict):
+    """Bars of the intra-class, inter-class similarity and their gap per model, mean ± sd over
+    the seeds of ``vals`` (:func:`statistics`). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from replearn.book.seeds import mean_sd
+
+    taus = list(vals["gap"])
+    n = len(vals["gap"][taus[0]])
+    fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    x = np.arange(len(taus))
+    for off, k, label in ((-0.25, "intra", "intra-class"), (0.0, "inter", "inter-class"),
+                          (0.25, "gap", "gap (intra − inter)")):
+        means = [mean_sd(vals[k][t])[0] for t in taus]
+        sds = [mean_sd(vals[k][t])[1] for t in taus]
+        ax.bar(x + off, means, 0.25, yerr=sds, capsize=3, label=label)
+    ax.set_xticks(x, [method_name(t) for t in taus])
+    ax.set(ylabel="average cosine similarity", ylim=(0, 1.1), title=f"equal total local updates; mean ± sd over {n} seeds")
+    ax.legend(fontsize=8, ncol=3, loc="upper center", frameon=False)
+    plt.tight_layout()
+    return fig

@@ -101,3 +101,61 @@ def run_personalisation(cfg: PersonalisationSettings, device=None) -> Personalis
         to_mean=stack(to_mean), fedrep=stack(fr), fedrep_dist=stack(fr_dist),
         local_ms=torch.tensor(cfg.local_ms), local=stack(local),
         local_formula=torch.tensor(local_formula, dtype=torch.float64))
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+def _small(x: float) -> str:
+    return "< 1e-12" if x < 1e-12 else f"{x:.1e}"   # below 1e-12 is rounding noise
+
+
+def spread_table(res: PersonalisationResult, cfg: PersonalisationSettings) -> str:
+    """Per head spread s, as lines of text: the single model's global error beside the formula
+    ``k s^2/2`` and its excess, and FedRep's error and distance to B_*."""
+    k = cfg.k
+    lines = [" spread s | single-model error | k s^2/2 formula | excess = 0.5||theta - mean||^2 | FedRep error "
+             "| FedRep dist"]
+    for j, s in enumerate(cfg.spreads):
+        excess = float(res.single[j] - res.formula[j])
+        lines.append(f"   {s:5.2f}  |      {float(res.single[j]):7.4f}       |     {k * s**2 / 2:7.4f}     |"
+                     f"        {excess:.4f} = {0.5 * float(res.to_mean[j])**2:.4f}       |"
+                     f"  {_small(float(res.fedrep[j])):>7}   |  {_small(float(res.fedrep_dist[j])):>7}")
+    return "\n".join(lines)
+
+
+def local_table(res: PersonalisationResult, cfg: PersonalisationSettings) -> str:
+    """Per number of samples m per client, as lines of text: local-only training's error
+    beside the formula ``(1 - m/d)_+ k/2``."""
+    lines = [" m  | m/d  | local-only error | (1 - m/d)_+ k/2"]
+    for j, m in enumerate(cfg.local_ms):
+        lines.append(f"{m:3d} | {m / cfg.d:4.2f} |      {float(res.local[j]):.3f}       |     "
+                     f"{float(res.local_formula[j]):.3f}")
+    return "\n".join(lines)
+
+
+def plot_personalisation(res: PersonalisationResult, cfg: PersonalisationSettings):
+    """Left: the global error of one shared model and of FedRep against the head spread, with
+    ``k s^2/2``; right: local-only training's error against m/d, with ``(1 - m/d)_+ k/2``.
+    Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.plotting import COLORS, to_numpy
+
+    k = cfg.k
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    s = to_numpy(res.spreads)
+    grid = np.linspace(0, s.max(), 100)
+    ax1.plot(grid, k * grid**2 / 2, "k--", lw=1, label=r"$\mathcal{E}_{\rm het} = k s^2/2$")
+    ax1.plot(s, to_numpy(res.single), "o", color=COLORS["FedAvg"], label="single model (fitted)")
+    ax1.plot(s, to_numpy(res.fedrep), "s", color=COLORS["FedRep"], label="FedRep (personalised)")
+    ax1.set(xlabel="head spread s", ylabel="global error", title="heterogeneity hurts one shared model")
+    ax1.legend()
+    ms = to_numpy(res.local_ms)
+    mgrid = np.linspace(1, ms.max(), 200)
+    ax2.plot(mgrid / cfg.d, np.clip(1 - mgrid / cfg.d, 0, None) * k / 2, "k--", lw=1, label=r"$(1 - m/d)_+\,k/2$")
+    ax2.plot(ms / cfg.d, to_numpy(res.local), "o", color=COLORS["local only"], label="local only")
+    ax2.set(xlabel="samples per client / dimension  (m/d)", title="learning alone needs m ≈ d")
+    ax2.legend()
+    plt.tight_layout()
+    return fig

@@ -121,3 +121,49 @@ def run_trajectory(cfg: TrajectorySettings, device=None) -> TrajectoryResult:
     kw = dict(eta=cfg.eta, rounds=cfg.rounds, r=cfg.r, seed=cfg.seed + 4)
     return TrajectoryResult(mom=linear_fedrep.fedrep(B0, data, **kw).dist(Bstar).cpu(),
                             random=linear_fedrep.fedrep(Brand, data, **kw).dist(Bstar).cpu(), B0=B0.cpu())
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+def moment_table(mom: MomentResult, cfg: MomentSettings) -> str:
+    """The mean distance of the method-of-moments start to B_*, one line of text per number of
+    samples m per client, one column per number of clients n."""
+    lines = ["mean dist(B_0, B_*)   n =" + "".join(f"{n:>7d}" for n in cfg.ns)]
+    for a, m in enumerate(cfg.ms):
+        lines.append(f"  m = {m:3d}              " + "".join(f"{float(x):7.3f}" for x in mom.dist[a]))
+    return "\n".join(lines)
+
+
+def trajectory_line(curve: torch.Tensor, rounds) -> str:
+    """The distances of ``curve`` at the given ``rounds``: ``"t=0: 3.1e-01  t=10: <1e-12"``."""
+    return "  ".join(f"t={t}: {float(curve[t]):.1e}" if float(curve[t]) > 1e-12 else f"t={t}: <1e-12"
+                     for t in rounds)
+
+
+def plot_fedrep(mom: MomentResult, mom_cfg: MomentSettings, traj: TrajectoryResult, run_cfg: TrajectorySettings):
+    """Left: the method-of-moments start's distance to B_* against the total samples n m, one
+    curve per m, with a slope of -1/2; right: FedRep's distance over the rounds from that start
+    and from a random one. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.plotting import COLORS, to_numpy
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    ns = to_numpy(mom.ns)
+    markers = ("o", "s", "^", "D", "v")
+    for a, m in enumerate(mom_cfg.ms):
+        ax1.loglog(ns * m, to_numpy(mom.dist[a]), marker=markers[a % 5], color=COLORS["FedRep"],
+                   alpha=0.4 + 0.6 * (a + 1) / len(mom_cfg.ms), label=f"m = {m}")
+    nm = np.array([ns.min() * min(mom_cfg.ms), ns.max() * max(mom_cfg.ms)], dtype=float)
+    ref = float(mom.dist[-1, -1]) * np.sqrt(nm[1] / nm)
+    ax1.loglog(nm, ref, "k--", lw=1, label=r"slope $-1/2$")
+    ax1.set(xlabel="total samples n·m", ylabel=r"dist$(B_0, B_*)$", title="method-of-moments start", ylim=(0.05, 1.2))
+    ax1.legend(fontsize=8)
+    t = np.arange(run_cfg.rounds + 1)
+    ax2.semilogy(t, to_numpy(traj.mom).clip(1e-16), color=COLORS["FedRep"], label="FedRep, MoM start")
+    ax2.semilogy(t, to_numpy(traj.random).clip(1e-16), color=COLORS["FedRep"], ls=":", label="FedRep, random start")
+    ax2.set(xlabel="round t", ylabel=r"dist$(B_t, B_*)$", title=f"n = {run_cfg.n}, m = {run_cfg.m} < d = {run_cfg.d}")
+    ax2.legend()
+    plt.tight_layout()
+    return fig

@@ -180,3 +180,66 @@ def run_federation(cfg: FederationSettings, device=None) -> FederationResult:
     counting = torch.tensor([linear_fedrep.counting_bound(cfg.d, cfg.k, n) for n in cfg.ns], dtype=torch.float64)
     return FederationResult(ns=torch.tensor(cfg.ns), ms=torch.tensor(cfg.ms), dist=dist, error=error,
                             local=local, local_formula=local_formula, counting=counting, tol=cfg.tol)
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+def rate_table(rates: RateResult) -> str:
+    """Per head condition number and step size, as lines of text: the measured linear rate
+    beside the infinite-sample limit ``1 - eta sigma_min^2`` and Theorem 1's factor, the fit's
+    R^2 and how many times faster than the theorem's the measured rate is (in the exponent)."""
+    import numpy as np
+
+    lines = [f"E_0 = {rates.E0:.2f}",
+             " kappa^2 | eta  | measured | 1 - eta sigma_min^2 | Theorem 1 | R^2 of fit | speed-up over Theorem 1"]
+    for (cond, eta), r in rates.rate.items():
+        thm, first = rates.theorem[cond, eta], rates.first_order[cond, eta]
+        lines.append(f"   {cond:4.1f}  | {eta:4.2f} |  {r:.4f}  |       {first:.4f}        |  {thm:.4f}   |   "
+                     f"{rates.r2[cond, eta]:.4f}   |    {np.log(r) / np.log(thm):4.1f}x")
+    return "\n".join(lines)
+
+
+def federation_table(fed: FederationResult, cfg: FederationSettings) -> str:
+    """Per number of clients n, as lines of text: the smallest m at which FedRep recovers
+    col(B_*), the counting bound and local-only training's error at that m."""
+    import numpy as np
+
+    need = fed.smallest_m()
+    lines = ["  n   | smallest m recovering col(B_*) | counting bound | local-only error at that m"]
+    for b, n in enumerate(cfg.ns):
+        a = cfg.ms.index(int(need[b])) if np.isfinite(float(need[b])) else None
+        local = f"{float(fed.local[a]):.2f} (formula {float(fed.local_formula[a]):.2f})" if a is not None else "-"
+        lines.append(f" {n:4d} |              {float(need[b]):4.0f}              |      "
+                     f"{float(fed.counting[b]):4.1f}      | {local}")
+    return "\n".join(lines)
+
+
+def plot_federation(fed: FederationResult, cfg: FederationSettings):
+    """FedRep's final distance to B_* (log10) over the number of clients n and samples per
+    client m, recoveries ticked, with the counting bound ``k + k(d-k)/n``. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.plotting import to_numpy
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    logd = np.log10(to_numpy(fed.dist).clip(1e-16))
+    im = ax.pcolormesh(np.arange(len(cfg.ns) + 1), np.arange(len(cfg.ms) + 1), logd,
+                       cmap="viridis_r", vmin=-16, vmax=0, shading="flat")
+    for a in range(len(cfg.ms)):
+        for b in range(len(cfg.ns)):
+            if bool(fed.recovered[a, b]):
+                ax.text(b + 0.5, a + 0.5, "✓", ha="center", va="center", color="white", fontsize=9)
+    # counting bound, drawn in grid coordinates by interpolating over the m grid
+    ms = np.array(cfg.ms, dtype=float)
+    pos = np.interp(to_numpy(fed.counting), ms, np.arange(len(ms)) + 0.5, left=0.0)
+    ax.plot(np.arange(len(cfg.ns)) + 0.5, pos, "w--", lw=1.2, label="counting bound k + k(d-k)/n")
+    ax.set_xticks(np.arange(len(cfg.ns)) + 0.5, [str(n) for n in cfg.ns])
+    ax.set_yticks(np.arange(len(cfg.ms)) + 0.5, [str(m) for m in cfg.ms])
+    ax.set(xlabel="number of clients n", ylabel=f"samples per client m  (local only needs {cfg.d})",
+           title=r"FedRep: $\log_{10}$ dist$(B_T, B_*)$, ✓ = below $10^{-3}$")
+    ax.grid(False)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.colorbar(im, ax=ax)
+    plt.tight_layout()
+    return fig

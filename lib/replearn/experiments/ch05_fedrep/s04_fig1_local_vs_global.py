@@ -96,3 +96,17 @@ def run_fig1(cfg: Fig1Settings, device=None) -> Fig1Result:
             d_t = res.dist(Bstar)
             dist0[s, j], dist[s, j] = float(d_t[0]), float(d_t[-1])
     return Fig1Result(tuple(cfg.ms), errors, dist0, dist, floor)
+
+
+def error_table(res: Fig1Result, cfg: Fig1Settings) -> str:
+    """Per number of samples m per client, as lines of text: the global error (mean ± s.e.m.
+    over seeds) of local-only training, the single model and FedRep, and FedRep's distance to
+    B_* at the start and at the end."""
+    lines = [f"{'m':>3} | {'local only':>16} | {'single model':>16} | {'FedRep':>18} | dist(B_0) -> dist(B_T)"]
+    for j, m in enumerate(cfg.ms):
+        cols = [f"{float(res.mean(name)[j]):.4f} ± {float(res.sem(name)[j]):.4f}" for name in ("local only",
+                                                                                             "single model")]
+        fed = f"{float(res.mean('FedRep')[j]) * 1e4:.2f}e-4 ± {float(res.sem('FedRep')[j]) * 1e4:.2f}e-4"
+        lines.append(f"{m:>3} | {cols[0]:>16} | {cols[1]:>16} | {fed:>18} | "
+                     f"{float(res.dist0[:, j].mean()):.3f} -> {float(res.dist[:, j].mean()):.4f}")
+    return "\n".join(lines)

@@ -82,3 +82,47 @@ def run_fig3(cfg: Fig3Settings, device=None) -> Fig3Result:
                 runs[name].append(curves[name])
         out[n] = {name: torch.stack(runs[name]) for name in FIG3_METHODS}
     return Fig3Result(tuple(cfg.ns), out)
+
+
+#: The line style of each method in the figures.
+STYLES = {"FedRep": dict(color="#ff7f0e"), "10GD-GD": dict(color="#8c564b", ls="--"),
+          "GD-GD": dict(color="#7f7f7f", ls=":")}
+
+
+def at_round(res: Fig3Result, n: int, name: str, t: int) -> float:
+    """Method ``name``'s distance to B_* after ``t`` rounds with ``n`` clients (geometric mean
+    over the runs)."""
+    return float(res.geometric_mean(n, name)[t])
+
+
+def budget_table(res: Fig3Result, budget: int, seeds: int) -> str:
+    """Per number of clients n, as lines of text: each method's distance to B_* at round
+    ``budget`` and the rounds it takes to reach 1e-3 (geometric mean over ``seeds`` runs)."""
+    lines = [f"dist(B_t, B_*) at round {budget} (geometric mean over {seeds} runs) | rounds to reach 1e-3"]
+    for n in res.ns:
+        at = {name: at_round(res, n, name, budget) for name in FIG3_METHODS}
+        hit = {name: linear_fedrep.rounds_to_reach(res.geometric_mean(n, name), 1e-3) for name in FIG3_METHODS}
+        lines.append(f"n = {n:>5}: " + ", ".join(f"{name} {at[name]:.1e}" for name in FIG3_METHODS)
+                     + " | " + ", ".join(f"{hit[name]}" for name in FIG3_METHODS))
+    return "\n".join(lines)
+
+
+def plot_fig3(res: Fig3Result, title: str, floor: float = 1e-12):
+    """Fig. 3: one panel per number of clients n, each method's distance to B_* over the rounds
+    (geometric mean over runs), clipped at ``floor``. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.plotting import to_numpy
+
+    fig, axes = plt.subplots(1, len(res.ns), figsize=(3.2 * len(res.ns), 3.2), sharey=True)
+    t = np.arange(res.dist[res.ns[0]]["FedRep"].shape[1])
+    for ax, n in zip(np.atleast_1d(axes), res.ns):
+        for name in FIG3_METHODS:
+            ax.semilogy(t, np.maximum(to_numpy(res.geometric_mean(n, name)), floor), label=name, **STYLES[name])
+        ax.set(title=f"n = {n}", xlabel="round t", ylim=(floor, 2.0))
+    np.atleast_1d(axes)[0].set_ylabel(r"dist$(B_t, B_*)$")
+    np.atleast_1d(axes)[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    plt.tight_layout()
+    return fig

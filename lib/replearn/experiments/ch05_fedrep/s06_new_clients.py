@@ -197,3 +197,82 @@ def explorer(**defaults):
 
     start = {k: (v or 0) if k == "head_steps" else v for k, v in defaults.items()}
     return build_explorer(controls, draw, defaults=start, continuous_update=False)
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+def theory(cfg: Fig4Settings, eps: float) -> dict:
+    """The predicted error of a new client with ``m`` samples, as functions of ``m``: FedRep's
+    head on a column space that misses ``eps`` of the regressors' energy (the proposition;
+    defined from m = k + 2), and local-only least squares in R^d (the closed form; not at m = d)."""
+    from replearn.theory.linear import expected_ls_error
+
+    k, d, var = cfg.k, cfg.d, cfg.noise_std**2
+
+    def head(m):
+        return eps + (var + eps) * k / (m - k - 1) if m >= k + 2 else np.nan
+
+    return {"FedRep": head, "local only": lambda m: expected_ls_error(m, d, var, k) if abs(m - d) > 1 else np.nan}
+
+
+def error_table(res: Fig4Result, cfg: Fig4Settings, theory_of: dict) -> str:
+    """Per number of samples m_new of the new clients, as lines of text: FedRep's and
+    local-only's error (median, mean and the prediction of ``theory_of``), and FedAvg's median
+    from both starts."""
+    lines = [f"{'m_new':>5} | {'FedRep median / mean / theory':>30} | {'local only median / mean / theory':>34}"
+             f" | FedAvg median, unscaled start"]
+    for j, m in enumerate(cfg.m_news):
+        row = []
+        for name in ("FedRep", "local only"):
+            med, mean, th = float(res.median(name)[j]), float(res.mean(name)[j]), theory_of[name](m)
+            mean_text = f"{mean:9.4f}" if mean < 10 else f"{mean:9.0f}"  # heavy tail at m_new = k: few digits
+            row.append(f"{med:8.5f} / {mean_text} / " + ("    -  " if np.isnan(th) else f"{th:7.5f}"))
+        fedavg = f"{float(res.median('FedAvg')[j]):8.5f}, {float(res.median('FedAvg, unscaled start')[j]):6.3f}"
+        lines.append(f"{m:>5} | {row[0]:>30} | {row[1]:>34} | {fedavg}")
+    return "\n".join(lines)
+
+
+def quoted_numbers(res: Fig4Result, cfg: Fig4Settings, eps: dict) -> dict:
+    """The numbers the prose quotes, rounded as it shows them, by glue name (without the
+    ``rep-new-`` prefix): the energy FedRep's and FedAvg's column spaces miss, the range of
+    their distances to B_*, how many runs from the unscaled start fail (distance above 0.5) of
+    how many, and the condition numbers of the failed and of the scaled runs."""
+    failed = res.dist["FedAvg, unscaled start"] > 0.5
+    return {"eps-fedrep": float(f"{eps['FedRep']:.1e}"), "eps-fedavg": float(f"{eps['FedAvg']:.1e}"),
+            "fedavg-dist-min": round(float(res.dist["FedAvg"].min()), 3),
+            "fedavg-dist-max": round(float(res.dist["FedAvg"].max()), 3),
+            "fedrep-dist-max": round(float(res.dist["FedRep"].max()), 3),
+            "unscaled-fail": int(failed.sum()), "seeds": cfg.seeds,
+            "unscaled-cond": round(float(res.cond["FedAvg, unscaled start"][failed].median())),
+            "fedavg-cond": round(float(res.cond["FedAvg"].max()), 2)}
+
+
+def plot_new_clients(res: Fig4Result, cfg: Fig4Settings, theory_of: dict):
+    """Fig. 4: the new clients' median error against their samples m_new for every method, with
+    the predictions of ``theory_of`` and the lines m_new = k and d. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from replearn.book.plotting import COLORS
+
+    m_new = np.array(cfg.m_news)
+    fig, ax = plt.subplots(figsize=(8.4, 3.6))
+    colors = {"FedRep": COLORS["FedRep"], "FedAvg": COLORS["FedAvg"], "FedAvg, unscaled start": COLORS["FedAvg"],
+              "local only": COLORS["local only"], "true representation": COLORS["true representation"]}
+    labels = {"FedAvg": r"FedAvg, $B_0 = Q/\sqrt{\alpha}$", "FedAvg, unscaled start": r"FedAvg, $B_0 = Q$",
+              "true representation": "true representation (oracle)"}
+    for name in FIG4_METHODS:
+        ax.plot(m_new, to_numpy(res.median(name)), marker="s" if name.startswith("FedAvg") else "o", ms=4,
+                color=colors[name], ls=":" if name == "FedAvg, unscaled start" else "-", label=labels.get(name, name))
+    grid = np.arange(1, m_new.max() + 1)
+    ax.plot(grid, [theory_of["FedRep"](m) for m in grid], color=colors["FedRep"], ls="--", lw=1,
+            label="FedRep, proposition")
+    ax.plot(grid, [theory_of["local only"](m) for m in grid], color=colors["local only"], ls="--", lw=1,
+            label="local only, closed form")
+    for x, text in ((cfg.k, "k"), (cfg.d, "d")):
+        ax.axvline(x, color="k", lw=0.6, ls=":")
+        ax.text(x, 3.0, f" {text}", fontsize=9)
+    ax.set(yscale="log", xlabel=r"samples of the new client $m_{new}$",
+           ylabel=r"$\|\theta - \theta_*\|^2$ (median over new clients)", ylim=(1e-5, 10))
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    plt.tight_layout()
+    return fig

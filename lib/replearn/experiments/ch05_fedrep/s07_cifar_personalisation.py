@@ -230,3 +230,325 @@ def paper_reference(partition: tuple[str, int, int]) -> tuple[tuple[str, int, in
     if key not in PAPER_TABLE1:
         raise ValueError(f"Table 1 has no column for {name} with S = {S}")
     return key, PAPER_TABLE1[key]
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+#: The methods of the CPU default with a personal part (all but FedAvg), FedRep aside.
+PERSONAL = tuple(m for m in TABLE_METHODS if m not in ("FedAvg", "FedRep"))
+#: The global models of Table 1 (no personal part) that the near-paper run compares with.
+GLOBAL = ("FedAvg", "FedProx", "SCAFFOLD")
+#: The paper's pairwise claims the page puts beside our runs: (first method, second method).
+PAIRS = (("FedRep", "FedAvg"), ("FedAvg+FT", "FedAvg"), ("FedRep", "FedAvg+FT"), ("FedRep", "FedPer"),
+         ("FedRep", "LG-FedAvg"), ("FedRep", "Local only"), ("FedRep", "Ditto"), ("FedRep", "APFL"))
+
+
+def slug(method: str) -> str:
+    """A method's name in glue labels: ``"FedAvg+FT"`` -> ``"fedavgft"``, ``"LG-FedAvg"`` -> ``"lgfedavg"``."""
+    return method.lower().replace(" ", "").replace("+", "").replace("-", "")
+
+
+def method_color(method: str) -> str:
+    """The book's colour of a method (a +FT method takes its base method's; brown if none)."""
+    from replearn.book.plotting import COLORS
+
+    return COLORS.get(method.split("+")[0], "#8c564b")
+
+
+def accuracies(runs, part) -> dict[str, list[float]]:
+    """``{method: [personalised accuracy (fraction), one per run]}`` on partition ``part``, for
+    the methods of :data:`TABLE_METHODS`."""
+    return {m: [r.accuracy[part][m] for r in runs] for m in TABLE_METHODS}
+
+
+def glue_tables(acc: dict, part, key, paper: dict) -> tuple[dict, tuple]:
+    """Glue every method's accuracy in % (``t1-<slug>``: mean ± sd over seeds) and FedRep's lead
+    over each personalised method (``t1-diff-<slug>``: paired difference in points); returns the
+    shown strings ``{method: MeanPm}`` and two tables: ours beside the paper's column ``key``
+    (``paper``: its accuracies) and FedRep's leads."""
+    from replearn.book.claims import fmt, glue_diff, glue_pm
+    from replearn.book.plotting import Table
+
+    n = len(acc["FedRep"])
+    shown = {m: glue_pm(f"t1-{slug(m)}", acc[m], scale=100) for m in acc}
+    diffs = {m: glue_diff(f"t1-diff-{slug(m)}", acc["FedRep"], acc[m], scale=100) for m in PERSONAL}
+    return shown, (Table(["method", "ours %", "paper %"], [[m, shown[m].text, fmt(paper[m], ".2f")] for m in acc],
+                         caption=f"{part[0]}, n = {part[1]}, S = {part[2]} (paper: n = {key[1]}); "
+                                 f"ours: mean ± sd over {n} seeds"),
+                   Table(["FedRep minus", "points, paired over seeds [95% interval]"],
+                         [[m, diffs[m].text] for m in PERSONAL]))
+
+
+def checks(acc: dict, shown: dict, S: int) -> list[tuple[str, str, object, dict]]:
+    """The CPU run's verdicts as ``(name, label, condition, options)`` for
+    :func:`replearn.book.claims.verdict`: FedRep and FedAvg+FT above FedAvg beyond the spread
+    (Table 1; required), FedAvg below the floor 1/``S`` of a personal head on every seed, every
+    personalised method above it, and FedRep ahead of at least one other personalised method."""
+    from replearn.book import seeds
+
+    floor = 1 / S
+    above = dict(holds="is above FedAvg's by more than the spread over seeds",
+                 fails="is not separated from FedAvg's by the spread over seeds")
+    return [("t1-v-fedrep-fedavg", "FedRep beats FedAvg without a personal head by more than the spread (paper Table 1)",
+             seeds.separated(acc["FedRep"], acc["FedAvg"]),
+             dict(require=True, **above, paper="Table 1: FedRep far above FedAvg without fine-tuning",
+                  fedrep=shown["FedRep"].text, fedavg=shown["FedAvg"].text)),
+            ("t1-v-ft", "a personal head rescues FedAvg's model: FedAvg+FT beats FedAvg by more than the spread",
+             seeds.separated(acc["FedAvg+FT"], acc["FedAvg"]),
+             dict(require=True, **above, paper="Table 1: fine-tuning a head (FedAvg+FT) closes FedAvg's gap",
+                  fedavg_ft=shown["FedAvg+FT"].text)),
+            ("t1-v-fedavg-floor", f"FedAvg below the floor 1/S = {floor:.2f} of a personal head on every seed",
+             max(acc["FedAvg"]) < floor, dict(holds="is below it on every seed", fails="is not below it on every seed")),
+            ("t1-v-floor", f"every personalised method's mean accuracy above the floor 1/S = {floor:.2f}",
+             all(seeds.mean_sd(acc[m])[0] > floor for m in [*PERSONAL, "FedRep"]),
+             dict(holds="are all above", fails="are not all above")),
+            ("t1-v-rank", "FedRep ahead of at least one other personalised method by more than the spread",
+             any(seeds.separated(acc["FedRep"], acc[m]) for m in PERSONAL),
+             dict(holds="FedRep is ahead of at least one of them by more than the spread over seeds",
+                  fails="FedRep is not ahead of any of them by more than the spread over seeds",
+                  paper="Table 1: FedRep ahead of (or close to the best of) FedPer, LG-FedAvg and Local only"))]
+
+
+def plot_table(acc: dict, paper: dict, part, key, rounds: int):
+    """Left: our personalised accuracy per method (bars: mean ± sd; dots: seeds) with the floor
+    1/S of a personal head; right: the paper's Table 1 column ``key``. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.seeds import mean_sd
+
+    methods = list(acc)
+    x = np.arange(len(methods))
+    colors = [method_color(m) for m in methods]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.0, 3.6), sharey=True)
+    ax1.set_ylim(0, 112)
+    ax1.bar(x, [100 * mean_sd(acc[m])[0] for m in methods], yerr=[100 * mean_sd(acc[m])[1] for m in methods],
+            capsize=3, color=colors)
+    for j, m in enumerate(methods):
+        ys = 100 * np.array(acc[m])
+        ax1.plot(np.full(len(ys), x[j]) + np.linspace(-0.2, 0.2, len(ys)), ys, "k.", ms=4)
+    ax1.axhline(100 / part[2], color="k", ls=":", lw=1, label="floor 1/S of a personal head")
+    ax1.set(xticks=x, ylabel="personalised test accuracy (%)",
+            title=f"ours: {part[0]}, n = {part[1]}, S = {part[2]}, T = {rounds}; {len(acc[methods[0]])} seeds")
+    ax1.set_xticklabels(methods, rotation=30, ha="right")
+    ax1.legend(fontsize=8, loc="upper right", frameon=False)   # above the bars
+    ax2.bar(x, [paper[m] for m in methods], color=colors)
+    ax2.axhline(100 / part[2], color="k", ls=":", lw=1)
+    ax2.set(xticks=x, title=f"paper's Table 1: n = {key[1]}, S = {key[2]}, T = 100")
+    ax2.set_xticklabels(methods, rotation=30, ha="right")
+    plt.tight_layout()
+    return fig
+
+
+def rank(values: dict) -> dict:
+    """``{method: its rank}`` by decreasing value (1 = best; ties share the better rank)."""
+    return {m: 1 + sum(v > values[m] for v in values.values()) for m in values}
+
+
+def ordinal(k: int) -> str:
+    """``1`` -> ``"first"``, ``2`` -> ``"second"``, ``3`` -> ``"third"``, else ``"<k>th"``."""
+    return {1: "first", 2: "second", 3: "third"}.get(k, f"{k}th")
+
+
+@dataclass(frozen=True)
+class LongTable:
+    """The committed near-paper run (one seed): its partition ``part`` (and as the results
+    file's key, ``label``), the paper's column ``key`` with its accuracies ``paper``, the
+    ``methods`` run, ``acc`` (``{method: accuracy %}``) and ``client`` (``{method: final
+    accuracy % per client}``)."""
+
+    part: tuple
+    label: str
+    key: tuple
+    paper: dict
+    methods: list
+    seed: int
+    acc: dict
+    client: dict
+
+
+def read_long(long) -> LongTable:
+    """:class:`LongTable` of a results file with one seed (:func:`replearn.book.results.load`)."""
+    (seed,) = long.seeds
+    part = tuple(long.settings["partitions"][0])
+    label = "/".join(map(str, part))
+    key, paper = paper_reference(part)
+    methods = list(long.settings["methods"])
+    acc = {m: 100 * long.values("accuracy", label, m)[0] for m in methods}
+    client = {m: [100 * a for a in long.results[str(seed)]["client_accuracy"][label][m]] for m in methods}
+    return LongTable(part, label, key, paper, methods, seed, acc, client)
+
+
+def glue_long_accuracies(lv: LongTable) -> tuple[dict, dict]:
+    """Glue what the prose says of the near-paper run: FedAvg's clients at exactly 0% and Local
+    only's at exactly 50% (``t1-long-fedavg-zero``, ``t1-long-local-half``), every method's
+    accuracy (``t1-long-<slug>``), FedRep's rank here and in the paper (``t1-long-rank-fedrep``,
+    ``t1-paper-rank-fedrep``) and the Spearman correlation with the paper's column
+    (``t1-long-spearman``); returns the ranks ``(ours, the paper's)``."""
+    from scipy.stats import spearmanr
+
+    from replearn.book.claims import fmt, glue_text
+
+    glue_text("t1-long-fedavg-zero", str(sum(a == 0 for a in lv.client["FedAvg"])))
+    glue_text("t1-long-local-half", str(sum(a == 50 for a in lv.client["Local only"])))
+    lrank, prank = rank(lv.acc), rank({m: lv.paper[m] for m in lv.methods})
+    for m in lv.methods:
+        glue_text(f"t1-long-{slug(m)}", fmt(lv.acc[m], ".1f"))
+    glue_text("t1-long-rank-fedrep", ordinal(lrank["FedRep"]))
+    glue_text("t1-paper-rank-fedrep", ordinal(prank["FedRep"]))
+    rho = spearmanr([lv.acc[m] for m in lv.methods], [lv.paper[m] for m in lv.methods]).statistic
+    glue_text("t1-long-spearman", fmt(rho, ".2f"))
+    return lrank, prank
+
+
+def long_table(lv: LongTable, ranks: tuple[dict, dict], shown: dict, part, n_seeds: int):
+    """Table 1's column: the paper, our CPU default (``shown``: its strings, on ``part`` over
+    ``n_seeds`` seeds; "not run" for the methods it lacks) and the near-paper run with the ranks
+    and the spread over clients."""
+    from replearn.book.claims import fmt
+    from replearn.book.plotting import Table
+    from replearn.book.seeds import mean_sd
+
+    lrank, prank = ranks
+    rows = [[m, fmt(lv.paper[m], ".2f"), str(prank[m]), shown[m].text if m in shown else "not run",
+             fmt(lv.acc[m], ".1f"), str(lrank[m]), fmt(mean_sd(lv.client[m])[1], ".0f")] for m in lv.methods]
+    return Table(["method", "paper %", "rank", f"CPU default % ({n_seeds} seeds)", "near-paper %", "rank",
+                  "sd over clients"], rows, align="lrrrrrr",
+                 caption=f"Table 1, column {column_label(lv.key)}: the paper, our CPU default ({column_label(part)}, "
+                         f"mean ± sd over seeds) and the near-paper long run ({column_label(lv.part)}, one seed; "
+                         f"'sd over clients': of the final per-client accuracies)")
+
+
+def long_checks(lv: LongTable) -> list[tuple[str, str, object, dict]]:
+    """The near-paper run's verdicts on Table 1, paired over clients: FedRep above FedAvg, and
+    every +FT method above its global model, beyond the spread over clients."""
+    from replearn.book import seeds
+
+    c = lv.client
+    return [("t1-long-v-fedrep-fedavg", "near-paper run: FedRep above FedAvg beyond the spread over clients",
+             seeds.separated(c["FedRep"], c["FedAvg"]),
+             dict(holds="is above FedAvg's beyond the spread over clients",
+                  fails="is not above FedAvg's beyond the spread over clients",
+                  paper="Table 1: FedRep far above FedAvg without fine-tuning", scale="long",
+                  paper_difference=lv.paper["FedRep"] - lv.paper["FedAvg"])),
+            ("t1-long-v-ft", "near-paper run: every +FT method above its global model beyond the spread over clients",
+             all(seeds.separated(c[f"{g}+FT"], c[g]) for g in GLOBAL),
+             dict(holds="lifts all three global models beyond the spread over clients",
+                  fails="does not lift all three global models beyond the spread over clients",
+                  paper="Table 1: fine-tuning a head (+FT) lifts FedAvg, FedProx and SCAFFOLD", scale="long"))]
+
+
+def above_all_global(lv: LongTable) -> list[str]:
+    """The methods with a personal part that are above each of :data:`GLOBAL` beyond the spread
+    over clients, glued as ``"<k> of <all>"`` (``t1-long-n-personal``)."""
+    from replearn.book import seeds
+    from replearn.book.claims import glue_text
+
+    c = lv.client
+    above = [m for m in lv.methods if m not in GLOBAL and all(seeds.separated(c[m], c[g]) for g in GLOBAL)]
+    glue_text("t1-long-n-personal", f"{len(above)} of {len(lv.methods) - len(GLOBAL)}")
+    return above
+
+
+def paper_word(paper: dict, a: str, b: str) -> str:
+    """How the paper's column ``paper`` orders ``a`` and ``b``: ``"higher (+2.09)"``."""
+    from replearn.book.claims import fmt
+
+    d = paper[a] - paper[b]
+    return f"{'higher' if d > 0 else 'lower'} ({fmt(d, '+.2f')})"
+
+
+def pairs_table(acc: dict, lv: LongTable):
+    """The paper's pairwise claims (:data:`PAIRS`) beside the CPU default (``acc``: fractions
+    per seed, paired over seeds; "not run" for methods it lacks) and the near-paper run (paired
+    over its clients), in points."""
+    from replearn.book.claims import compared
+    from replearn.book.plotting import Table
+
+    def pts(v):
+        return [100 * x for x in v]
+
+    rows = [[f"{a} vs {b}", paper_word(lv.paper, a, b),
+             compared(pts(acc[a]), pts(acc[b])) if a in acc and b in acc else "not run",
+             compared(lv.client[a], lv.client[b])] for a, b in PAIRS]
+    return Table(["claim", f"paper (Table 1, {column_label(lv.key)})", f"CPU default ({len(acc['FedRep'])} seeds)",
+                  f"near-paper (1 seed, {len(lv.client['FedRep'])} clients)"], rows, align="llll",
+                 caption="first minus second method, in points: the paired mean difference over seeds (CPU default) "
+                         "or over clients (near-paper) with its 95% interval; 'beyond the spread': the 95% interval "
+                         "of the paired difference excludes 0")
+
+
+def plot_long(lv: LongTable, rounds: int):
+    """Every method of the near-paper run (``rounds`` rounds) beside the paper's Table 1, one
+    pair of bars per method in the paper's order, with the floor 1/S. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    name, n, S = lv.part
+    y = np.arange(len(lv.methods))[::-1]   # the paper's order, top to bottom
+    fig, ax = plt.subplots(figsize=(7.5, 5.2))
+    ax.barh(y + 0.2, [lv.paper[m] for m in lv.methods], height=0.4, color="#bbbbbb")   # upper bar: the paper
+    ax.barh(y - 0.2, [lv.acc[m] for m in lv.methods], height=0.4, color=[method_color(m) for m in lv.methods])
+    ax.axvline(100 / S, color="k", ls=":", lw=1, label="floor 1/S of a personal head")
+    ax.set(yticks=y, yticklabels=lv.methods, xlim=(0, 100), xlabel="personalised test accuracy (%)",
+           title=f"all {len(lv.methods)} methods, {name.upper().replace('CIFAR', 'CIFAR-')}, n = {n}, S = {S}: "
+                 f"grey the paper's Table 1 (T = 100),\ncoloured ours (near-paper run, T = {rounds}, one seed)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)   # beside the axes
+    plt.tight_layout()
+    return fig
+
+
+def seed_accuracies(more, lv: LongTable) -> dict[str, list[float]]:
+    """``{method: [accuracy %, seed by seed]}`` of the methods of the extra seeds' results file
+    ``more``, the near-paper run's seed first."""
+    return {m: [lv.acc[m]] + [100 * v for v in more.values("accuracy", lv.label, m)] for m in more.settings["methods"]}
+
+
+def seed_tables(sacc: dict, lv: LongTable, seeds_run: tuple, rounds: int) -> tuple:
+    """Glue each method's mean ± sd over the seeds (``t1-seeds-<slug>``) and return two tables:
+    accuracy per seed beside the paper's, and the paper's pairwise claims paired over seeds."""
+    from replearn.book.claims import compared, fmt, glue_pm
+    from replearn.book.plotting import Table
+
+    shown = {m: glue_pm(f"t1-seeds-{slug(m)}", v) for m, v in sacc.items()}
+    k = len(seeds_run)
+    rows = [[m, fmt(lv.paper[m], ".2f")] + [fmt(v, ".1f") for v in sacc[m]] + [shown[m].text] for m in sacc]
+    return (Table(["method", "paper %"] + [f"seed {s} %" for s in seeds_run] + ["mean ± sd"], rows,
+                  align="l" + "r" * (k + 2),
+                  caption=f"the near-paper run ({column_label(lv.part)}, T = {rounds}) of the six main methods on "
+                          f"{k} seeds"),
+            Table(["claim", f"paper (Table 1, {column_label(lv.key)})", f"near-paper ({k} seeds, paired over seeds)"],
+                  [[f"{a} vs {b}", paper_word(lv.paper, a, b), compared(sacc[a], sacc[b])]
+                   for a, b in PAIRS if a in sacc and b in sacc],
+                  align="lll", caption="first minus second method, in points: the paired mean difference over seeds "
+                                       "and its 95% interval"))
+
+
+def seed_checks(sacc: dict, paper: dict) -> list[tuple[str, str, object, dict]]:
+    """The verdicts of the near-paper run over its seeds (paired over seeds): FedRep above
+    FedAvg, FedPer and LG-FedAvg, and FedRep and Local only in the paper's order (Local only
+    above), each with the paper's own difference."""
+    from replearn.book import seeds
+
+    def diff(a, b):
+        return dict(paper_difference=paper[a] - paper[b], scale="long")
+
+    label = "near-paper run, three seeds: FedRep above {} beyond the spread over seeds"
+    near = dict(holds="is above it beyond the spread over seeds", fails="is not separated from it by the spread over seeds")
+    reverse = seeds.separated(sacc["FedRep"], sacc["Local only"])
+    return [("t1-seeds-v-fedrep-fedavg", label.format("FedAvg"), seeds.separated(sacc["FedRep"], sacc["FedAvg"]),
+             dict(holds="is above FedAvg's beyond the spread over seeds",
+                  fails="is not above FedAvg's beyond the spread over seeds",
+                  paper="Table 1: FedRep far above FedAvg without fine-tuning", **diff("FedRep", "FedAvg"))),
+            ("t1-seeds-v-fedrep-fedper", label.format("FedPer"), seeds.separated(sacc["FedRep"], sacc["FedPer"]),
+             dict(**near, paper="Table 1: FedRep above FedPer (+0.57 points)", **diff("FedRep", "FedPer"))),
+            ("t1-seeds-v-fedrep-lg", label.format("LG-FedAvg"), seeds.separated(sacc["FedRep"], sacc["LG-FedAvg"]),
+             dict(**near, paper="Table 1: FedRep above LG-FedAvg (+3.56 points)", **diff("FedRep", "LG-FedAvg"))),
+            ("t1-seeds-v-fedrep-local", "near-paper run, three seeds: FedRep and Local only ordered as in the paper "
+                                        "(Local only above) beyond the spread over seeds",
+             seeds.separated(sacc["Local only"], sacc["FedRep"]),
+             dict(holds="is below it beyond the spread over seeds, as in the paper",
+                  fails=("is above it beyond the spread over seeds, the reverse of the paper's order" if reverse
+                         else "is not separated from it by the spread over seeds, unlike the paper"),
+                  paper="Table 1: Local only above FedRep (+2.09 points) at (100, 2)",
+                  **diff("Local only", "FedRep")))]

@@ -131,3 +131,160 @@ def run_epochs(s: EpochSettings, *, cifar: D.CifarData | None = None) -> EpochRe
     return EpochResult(tuple(s.epochs), {m: torch.tensor(v) for m, v in acc.items()},
                        {m: torch.stack(v) for m, v in curves.items()}, cl.train_sizes, cl.test_sizes,
                        cifar.describe())
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+#: The two methods the page compares.
+METHODS = ("FedRep", "FedAvg")
+
+
+def accuracies(runs) -> dict[str, list[list[float]]]:
+    """``{method: [per E: personalised accuracy (fraction), one per run]}``, E in the runs' order."""
+    n = len(runs[0].epochs)
+    return {m: [[float(r.accuracy[m][j]) for r in runs] for j in range(n)] for m in METHODS}
+
+
+def long_accuracies(long) -> dict[str, list[list[float]]]:
+    """:func:`accuracies` read from a committed results file."""
+    n = len(long.settings["epochs"])
+    return {m: [long.values("accuracy", m, j) for j in range(n)] for m in METHODS}
+
+
+def glue_accuracies(acc: dict, epochs, prefix: str) -> tuple[dict, dict]:
+    """Glue every method's accuracy at every E in % (``{prefix}-<method>-<E>``: mean ± sd over
+    seeds), then each method's change from the first to the last E (``{prefix}-<method>-change``:
+    paired difference in points); returns ``(shown, change)``."""
+    from replearn.book.claims import glue_diff, glue_pm
+
+    shown = {m: [glue_pm(f"{prefix}-{m.lower()}-{e}", acc[m][j], scale=100) for j, e in enumerate(epochs)]
+             for m in acc}
+    change = {m: glue_diff(f"{prefix}-{m.lower()}-change", acc[m][-1], acc[m][0], scale=100) for m in acc}
+    return shown, change
+
+
+def accuracy_table(shown: dict, epochs, caption: str):
+    """One row per E: FedRep's and FedAvg's accuracy (% mean ± sd, :func:`glue_accuracies`)."""
+    from replearn.book.plotting import Table
+
+    return Table(["E", "FedRep %", "FedAvg %"],
+                 [[str(e), shown["FedRep"][j].text, shown["FedAvg"][j].text] for j, e in enumerate(epochs)],
+                 caption=caption)
+
+
+def describe_change(change: dict, epochs) -> str:
+    """One line per method: its change from the first to the last E, paired over seeds."""
+    return "\n".join(f"{m}: E = {epochs[-1]} minus E = {epochs[0]}, paired over seeds: {c} points"
+                     for m, c in change.items())
+
+
+def checks(acc: dict, epochs) -> list[tuple[str, str, object, dict]]:
+    """The CPU run's verdicts as ``(name, label, condition, options)`` for
+    :func:`replearn.book.claims.verdict`: FedRep above FedAvg at every E (Fig. 5; required), more
+    head epochs do not hurt FedRep (required) and help it, and FedAvg's accuracy differs between
+    the first and last E, each beyond the spread over seeds."""
+    from replearn.book import seeds
+
+    first, last = epochs[0], epochs[-1]
+    rep, avg = acc["FedRep"], acc["FedAvg"]
+    return [("ep-v-every", "FedRep beats FedAvg at every E by more than the spread (paper Fig. 5)",
+             all(seeds.separated(rep[j], avg[j]) for j in range(len(epochs))),
+             dict(require=True, holds="is above FedAvg's at every E by more than the spread over seeds",
+                  fails="is not above FedAvg's at every E by more than the spread over seeds",
+                  paper="Fig. 5: FedRep's error below FedAvg's at every E")),
+            ("ep-v-nohurt", f"more head epochs do not hurt FedRep: E = {first} is not better than E = {last} "
+                            f"beyond the spread",
+             not seeds.separated(rep[0], rep[-1]),
+             dict(require=True, absence=True, holds=f"is not lower at E = {last} than at E = {first} beyond the spread",
+                  fails=f"is lower at E = {last} than at E = {first} by more than the spread",
+                  paper="Fig. 5: FedRep's error does not grow with E")),
+            ("ep-v-help", f"more head epochs help FedRep: E = {last} better than E = {first} beyond the spread",
+             seeds.separated(rep[-1], rep[0]),
+             dict(holds=f"is higher at E = {last} than at E = {first} by more than the spread",
+                  fails=f"is not higher at E = {last} than at E = {first} beyond the spread")),
+            ("ep-v-fedavg", f"FedAvg's accuracy differs between E = {first} and E = {last} beyond the spread",
+             seeds.separated(avg[-1], avg[0]) or seeds.separated(avg[0], avg[-1]),
+             dict(holds="differs between the two values of E by more than the spread",
+                  fails="does not differ between the two values of E beyond the spread"))]
+
+
+def long_checks(lacc: dict, epochs) -> list[tuple[str, str, object, dict]]:
+    """The committed near-paper run's verdicts (as :func:`checks`, none required): FedRep above
+    FedAvg at every E, FedRep not lower and higher at the last E, FedAvg not higher there."""
+    from replearn.book import seeds
+
+    first, last = epochs[0], epochs[-1]
+    rf, fa = lacc["FedRep"], lacc["FedAvg"]
+    return [("ep-long-v-every", "near-paper run: FedRep beats FedAvg at every E by more than the spread",
+             all(seeds.separated(rf[j], fa[j]) for j in range(len(epochs))),
+             dict(holds="is above FedAvg's at every E by more than the spread over seeds",
+                  fails="is not above FedAvg's at every E by more than the spread over seeds",
+                  paper="Fig. 5: FedRep's error below FedAvg's at every E", scale="long")),
+            ("ep-long-v-nohurt", f"near-paper run: FedRep's accuracy at E = {last} not below E = {first} beyond the "
+                                 f"spread",
+             not seeds.separated(rf[0], rf[-1]),
+             dict(absence=True, holds=f"is not lower at E = {last} beyond the spread",
+                  fails=f"is lower at E = {last} by more than the spread",
+                  paper="Fig. 5: FedRep's error does not grow with E", scale="long")),
+            ("ep-long-v-help", f"near-paper run: FedRep's accuracy higher at E = {last} than at E = {first} beyond "
+                               f"the spread",
+             seeds.separated(rf[-1], rf[0]),
+             dict(holds=f"is higher at E = {last} by more than the spread",
+                  fails=f"is not higher at E = {last} beyond the spread", scale="long")),
+            ("ep-long-v-fedavg", f"near-paper run: FedAvg's accuracy not higher at E = {last} than at E = {first} "
+                                 f"beyond the spread",
+             not seeds.separated(fa[-1], fa[0]),
+             dict(absence=True, holds=f"is not higher at E = {last} beyond the spread",
+                  fails=f"is higher at E = {last} by more than the spread",
+                  paper="Fig. 5: more local epochs do not necessarily improve FedAvg", scale="long"))]
+
+
+def plot_epochs(acc: dict, s: EpochSettings):
+    """Fig. 5: local test error (%) of FedRep and FedAvg against the local epochs E (mean ± sd
+    over seeds), with the error of a majority-class head. Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.plotting import COLORS
+    from replearn.book.seeds import mean_sd
+
+    x = np.arange(len(s.epochs))
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for m in METHODS:
+        err = [100 * (1 - mean_sd(v)[0]) for v in acc[m]]
+        sd = [100 * mean_sd(v)[1] for v in acc[m]]
+        ax.errorbar(x, err, yerr=sd, fmt="o-", capsize=4, color=COLORS[m],
+                    label=f"{m} ({'head epochs' if m == 'FedRep' else 'local epochs'})")
+    ax.axhline(100 * (1 - 1 / s.classes_per_client), color="k", ls=":", lw=1,
+               label="error of a majority-class head")
+    ax.set(xticks=x, xticklabels=[str(e) for e in s.epochs], xlabel="local epochs E",
+           ylabel="local test error (%)", ylim=(0, 100),
+           title=f"CIFAR-10, n = {s.clients}, S = {s.classes_per_client}, T = {s.train.rounds}; "
+                 f"{len(acc['FedRep'][0])} seeds")
+    ax.legend(fontsize=8)
+    plt.tight_layout()
+    return fig
+
+
+def paper_table(acc: dict, lacc: dict, epochs, lepochs):
+    """The paper's claims about Fig. 5 beside the CPU run (``acc``, E in ``epochs``) and the
+    near-paper run (``lacc``, E in ``lepochs``), in points, paired over seeds."""
+    from replearn.book.claims import compared
+    from replearn.book.plotting import Table
+
+    def pts(v):
+        return [100 * x for x in v]
+
+    def both(a, i, b, j):
+        return [compared(pts(acc[a][i]), pts(acc[b][j])), compared(pts(lacc[a][i]), pts(lacc[b][j]))]
+
+    rows = [["FedRep vs FedAvg, E = 1", "higher (lower error at every E)", *both("FedRep", 0, "FedAvg", 0)],
+            [f"FedRep vs FedAvg, largest E ({epochs[-1]} / {lepochs[-1]})", "higher (lower error at every E)",
+             *both("FedRep", -1, "FedAvg", -1)],
+            ["FedRep, largest E vs E = 1", "not lower (non-decreasing in E)", *both("FedRep", -1, "FedRep", 0)],
+            ["FedAvg, largest E vs E = 1", "not necessarily higher", *both("FedAvg", -1, "FedAvg", 0)]]
+    return Table(["claim", "paper (Fig. 5, its text)",
+                  f"CPU default ({len(acc['FedRep'][0])} seeds, E in {tuple(epochs)})",
+                  f"near-paper ({len(lacc['FedRep'][0])} seeds, E in {tuple(lepochs)})"], rows, align="llll",
+                 caption="first minus second, in points: the paired mean difference over seeds with its 95% interval; "
+                         "'beyond the spread': the 95% interval of the paired difference excludes 0")

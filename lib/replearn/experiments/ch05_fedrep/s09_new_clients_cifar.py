@@ -164,3 +164,193 @@ def run_new_clients(s: NewClientSettings, *, cifar: D.CifarData | None = None) -
         acc[method], cacc[method] = r.test_accuracy, r.final.accuracy
     return NewClientResult(tuple(int(c) for c in train_cls), tuple(int(c) for c in new_cls), acc, cacc,
                            {m: r.accuracy for m, r in runs.items()}, cifar.describe())
+
+
+# --------------------------------------------------------------------------- what the page shows
+
+#: Each body's name in glue labels.
+SLUG = {"FedRep": "fedrep", "FedAvg": "fedavg", "random body": "random"}
+#: The pairs of bodies the page compares after the last head epoch: (first, second).
+PAIRS = (("FedRep", "random body"), ("FedAvg", "random body"), ("FedRep", "FedAvg"))
+#: The paper's claim that the page checks (Fig. 6).
+PAPER_CLAIM = "Fig. 6: FedRep's body transfers best (heads on it beat those on the other methods' bodies)"
+
+
+@dataclass(frozen=True)
+class Accuracies:
+    """One value per seed: ``trained[m]``, the personalised accuracy of the federated run ``m``
+    (FedRep, FedAvg) on its training clients; ``first[m]`` and ``last[m]``, the new clients' mean
+    accuracy after the first and the last head epoch on body ``m`` (:data:`NEW_METHODS`)."""
+
+    trained: dict
+    first: dict
+    last: dict
+
+
+def accuracies(runs) -> Accuracies:
+    """:class:`Accuracies` of ``runs`` (one :class:`NewClientResult` per seed)."""
+    return Accuracies({m: [r.trained[m] for r in runs] for m in ("FedRep", "FedAvg")},
+                      {m: [float(r.accuracy[m][0]) for r in runs] for m in NEW_METHODS},
+                      {m: [float(r.accuracy[m][-1]) for r in runs] for m in NEW_METHODS})
+
+
+def long_accuracies(long) -> Accuracies:
+    """:class:`Accuracies` read from a committed results file."""
+    return Accuracies({m: long.values("trained", m) for m in ("FedRep", "FedAvg")},
+                      {m: long.values("accuracy", m, 0) for m in NEW_METHODS},
+                      {m: long.values("accuracy", m, -1) for m in NEW_METHODS})
+
+
+def glue_tables(a: Accuracies, prefix: str, *, last: str, epochs: int, captions: tuple[str, str]) -> tuple:
+    """Glue, in %: each federated run's accuracy on its training clients
+    (``{prefix}-trained-<slug>``), each body's new-client accuracy after the first and the last
+    head epoch (``{prefix}-first-<slug>``, ``{prefix}-{last}<slug>``; mean ± sd) and the paired
+    differences of :data:`PAIRS` after the last epoch (``{prefix}-diff-<slug>-<slug>``, in
+    points); returns ``(trained strings, three tables)``, the first two with ``captions``."""
+    from replearn.book.claims import glue_diff, glue_pm
+    from replearn.book.plotting import Table
+
+    trained = {m: glue_pm(f"{prefix}-trained-{SLUG[m]}", v, scale=100) for m, v in a.trained.items()}
+    rows = [[m, glue_pm(f"{prefix}-first-{SLUG[m]}", a.first[m], scale=100).text,
+             glue_pm(f"{prefix}-{last}{SLUG[m]}", a.last[m], scale=100).text] for m in NEW_METHODS]
+    drows = [[f"{x} − {y}", glue_diff(f"{prefix}-diff-{SLUG[x]}-{SLUG[y]}", a.last[x], a.last[y], scale=100).text]
+             for x, y in PAIRS]
+    return trained, (Table(["federated run", "accuracy on its training clients %"],
+                           [[m, s.text] for m, s in trained.items()], caption=captions[0]),
+                     Table(["body", "after head epoch 1 %", f"after head epoch {epochs} %"], rows, caption=captions[1]),
+                     Table(["after the last head epoch", "points, paired over seeds [95% interval]"], drows))
+
+
+def checks(a: Accuracies, trained: dict) -> list[tuple[str, str, object, dict]]:
+    """The CPU run's verdicts as ``(name, label, condition, options)`` for
+    :func:`replearn.book.claims.verdict`, each beyond the spread over seeds: heads on FedRep's
+    body beat heads on the random body (required) and on FedAvg's (Fig. 6), heads on FedAvg's
+    beat the random body's, FedAvg's lead after one head epoch, and FedRep above FedAvg on its
+    training clients (required; ``trained``: the strings of :func:`glue_tables`)."""
+    from replearn.book import seeds
+
+    random = dict(holds="above the random body's by more than the spread over seeds",
+                  fails="not separated from the random body's by the spread over seeds")
+    fedavg = dict(holds="is above FedAvg's by more than the spread over seeds",
+                  fails="is not separated from FedAvg's by the spread over seeds")
+    last = a.last
+    return [("nc-v-fedrep-random", "FedRep's body transfers to unseen classes: heads on it beat heads on the random "
+                                   "body beyond the spread",
+             seeds.separated(last["FedRep"], last["random body"]), dict(require=True, **random, paper=None)),
+            ("nc-v-fedavg-random", "heads on FedAvg's body beat heads on the random body beyond the spread",
+             seeds.separated(last["FedAvg"], last["random body"]), random),
+            ("nc-v-fedrep-fedavg", "heads on FedRep's body beat heads on FedAvg's body beyond the spread",
+             seeds.separated(last["FedRep"], last["FedAvg"]), dict(**fedavg, paper=PAPER_CLAIM)),
+            ("nc-v-first", "after one head epoch, heads on FedAvg's body beat heads on FedRep's beyond the spread",
+             seeds.separated(a.first["FedAvg"], a.first["FedRep"]),
+             dict(holds="is above FedRep's by more than the spread", fails="is not separated from FedRep's by the spread")),
+            ("nc-v-trained", "on its training clients FedRep (personal heads) beats FedAvg (one global model) by more "
+                             "than the spread",
+             seeds.separated(a.trained["FedRep"], a.trained["FedAvg"]),
+             dict(require=True, **fedavg, fedrep=trained["FedRep"].text, fedavg=trained["FedAvg"].text))]
+
+
+def long_checks(a: Accuracies) -> list[tuple[str, str, object, dict]]:
+    """The committed near-paper run's verdicts (as :func:`checks`, none required): the bodies of
+    :data:`PAIRS` after the last head epoch, and FedRep above FedAvg on its training clients."""
+    from replearn.book import seeds
+
+    out = []
+    for x, y in PAIRS:
+        random = y == "random body"
+        out.append((f"nc-long-v-{SLUG[x]}-{SLUG[y]}",
+                    f"near-paper run: heads on {x}'s body beat heads on the {y.replace(' body', '')} body beyond the "
+                    f"spread", seeds.separated(a.last[x], a.last[y]),
+                    dict(holds=("above the random body's by more than the spread over seeds" if random
+                                else "is above FedAvg's by more than the spread over seeds"),
+                         fails=("not separated from the random body's by the spread over seeds" if random
+                                else "is not above FedAvg's by more than the spread over seeds"),
+                         paper=None if random else PAPER_CLAIM, scale="long")))
+    out.append(("nc-long-v-trained", "near-paper run: FedRep above FedAvg on its own training clients beyond the spread",
+                seeds.separated(a.trained["FedRep"], a.trained["FedAvg"]),
+                dict(holds="is above FedAvg's by more than the spread over seeds",
+                     fails="is not above FedAvg's by more than the spread over seeds",
+                     paper="Table 1: FedRep far above FedAvg without fine-tuning", scale="long")))
+    return out
+
+
+def glue_long_settings(long) -> None:
+    """Glue the committed run's settings that the prose quotes (``nc-long-<name>``: classes held
+    out and trained on, clients, S, new clients and their S, head epochs, images, rounds, seeds;
+    ``nc-long-chance``)."""
+    from replearn.book.claims import glue_text
+
+    ls, lt = long.settings, long.settings["train"]
+    k = 100 if ls["dataset"] == "cifar100" else 10
+    for name, value in (("n-new", ls["n_new"]), ("n-train", k - ls["n_new"]), ("clients", ls["clients"]),
+                        ("S", ls["classes_per_client"]), ("new-clients", ls["new_clients"]),
+                        ("new-S", ls["new_classes_per_client"]), ("epochs", ls["head_epochs_new"]),
+                        ("new-train", ls["new_train"]), ("rounds", lt["rounds"]), ("seeds", len(long.seeds))):
+        glue_text(f"nc-long-{name}", str(value))
+    glue_text("nc-long-chance", f"1/{ls['new_classes_per_client']}")
+
+
+def describe_long(ls: dict, cfg: NewClientSettings) -> str:
+    """What the committed long run trained, beside the CPU run of the page (``cfg``)."""
+    lt = ls["train"]
+    return (f"{ls['dataset']}: {ls['n_new']} classes held out; {ls['clients']} training clients with S = "
+            f"{ls['classes_per_client']}, T = {lt['rounds']} rounds, r = {lt['participation']}, {ls['dtype']}; "
+            f"{ls['new_clients']} new clients with {ls['new_classes_per_client']} held-out classes and {ls['new_train']} "
+            f"training images each, {ls['head_epochs_new']} head epochs (the CPU run above: {cfg.dataset}, "
+            f"{cfg.clients} training clients, T = {cfg.train.rounds})")
+
+
+def dataset_label(name: str) -> str:
+    """``"cifar100"`` -> ``"CIFAR-100"``."""
+    return name.upper().replace("CIFAR", "CIFAR-")
+
+
+def paper_table(a: Accuracies, la: Accuracies, dataset: str):
+    """The paper's claims beside the CPU run (``a``, CIFAR-10) and the near-paper run (``la``, on
+    ``dataset``), in points, paired over seeds (Fig. 6 is on FEMNIST)."""
+    from replearn.book.claims import compared
+    from replearn.book.plotting import Table
+
+    def pts(v):
+        return [100 * x for x in v]
+
+    def both(field, x, y):
+        return [compared(pts(getattr(r, field)[x]), pts(getattr(r, field)[y])) for r in (a, la)]
+
+    rows = [["new clients: FedRep's body vs FedAvg's", "higher (FedRep significantly better than the baselines)",
+             *both("last", "FedRep", "FedAvg")],
+            ["new clients: FedRep's body vs the random body", "higher (implied: Fig. 6 has no untrained body)",
+             *both("last", "FedRep", "random body")],
+            ["new clients: FedAvg's body vs the random body", "not shown (our baseline)",
+             *both("last", "FedAvg", "random body")],
+            ["training clients: FedRep vs FedAvg", "higher (Table 1, CIFAR)", *both("trained", "FedRep", "FedAvg")]]
+    return Table(["claim", "paper (Fig. 6 on FEMNIST; Table 1)", f"CPU default ({len(a.last['FedRep'])} seeds, CIFAR-10)",
+                  f"near-paper ({len(la.last['FedRep'])} seeds, {dataset_label(dataset)})"], rows, align="llll",
+                 caption="first minus second, in points, after the last head epoch: the paired mean difference over "
+                         "seeds with its 95% interval; 'beyond the spread': the 95% interval of the paired difference "
+                         "excludes 0")
+
+
+def plot_curves(epochs, curves: dict, chance: float, title: str, *, long: bool = False):
+    """New clients' test accuracy (%) against the head epochs, one curve per body (``curves[m]``:
+    (seeds, epochs) array of fractions; mean ± sd over seeds), with the ``chance`` line (%). The
+    long run's figure (``long``) has smaller markers, ticks every 5 epochs and a line called
+    "chance" (the CPU one: "majority-class head"). Returns the figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from replearn.book.plotting import COLORS
+
+    fig, ax = plt.subplots(figsize=(8.0, 3.8))
+    for m in NEW_METHODS:
+        c = 100 * np.asarray(curves[m])
+        style = dict(fmt="o-", ms=3, capsize=2) if long else dict(fmt="o-", capsize=3)
+        ax.errorbar(epochs, c.mean(0), yerr=c.std(0, ddof=1), **style, color=COLORS.get(m, "#7f7f7f"),
+                    label=f"head on {m}" if m == "random body" else f"head on {m}'s body")
+    ax.axhline(chance, color="k", ls=":", lw=1, label="chance" if long else "majority-class head")
+    ax.set(xlabel="head epochs on the new clients", ylabel="new clients' test accuracy (%)", title=title)
+    if long:
+        ax.set(xticks=range(0, len(epochs) + 1, 5))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)   # beside the axes
+    plt.tight_layout()
+    return fig

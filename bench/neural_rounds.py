@@ -13,7 +13,7 @@ on the same model, initial weights and images:
   ``deepcopy(first client model)``, zeroing it and adding ``w_i * param.clone()``.
 - ``previous``: a frozen copy of the engine's round loop before the speed work (one working
   model, index batches on tensors, foreach SGD), kept here, not in the library.
-- ``ours``: :func:`replearn.neural.fedavg`.
+- ``ours``: the registry's FedAvg on the engine's loop, :func:`replearn.neural.run`.
 
 Three settings, 10 clients x 200 images, tau = 10 local steps, momentum 0.5:
 
@@ -26,7 +26,7 @@ Three settings, 10 clients x 200 images, tau = 10 local steps, momentum 0.5:
 Each runs in float32 and float64 (the dtype follows the model; the book's CPU runs use float64).
 All three implementations get the same torch thread count (``--threads``, default torch's):
 ``pfllib`` and ``previous`` use it inside each operation, ``ours`` trains that many clients at
-once, one thread each (:func:`replearn.neural.run_spec`'s ``workers``). Runs are interleaved and
+once, one thread each (:func:`replearn.neural.run`'s ``workers``). Runs are interleaved and
 repeated; the script prints medians and [min, max] of samples/s, the training FLOP/s (forward and
 backward convolutions and matrix products, ``torch.utils.flop_counter``) as % of a float GEMM
 (1024^3) of the same dtype on the same threads, timed in the same process between the runs, and
@@ -34,7 +34,7 @@ the ratios. A last line gives the ceiling no engine can pass: the forward and ba
 alone on one fixed batch and one thread, times the thread count (``kernels``). Then the operator
 launches and host syncs of one round (:class:`replearn.book.scales.OperatorCount`) on the per-client
 path and on the batched path (clients stacked, ``torch.func.vmap``), what bounds a GPU round, for
-FedAvg and for every method of :func:`replearn.neural.run_protocol` (:data:`COUNTED`).
+FedAvg and for every method with its own client update (:data:`COUNTED`).
 
 Run: ``python bench/neural_rounds.py`` (``--settings book --dtypes float64`` for one case;
 ``--counts-only`` for the operator counts alone, which need no quiet machine).
@@ -224,8 +224,8 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-#: Methods whose operator counts the bench prints: FedAvg (the engine's spec path, ``run_spec``)
-#: and every method of :func:`replearn.neural.run_protocol` (``FunctionalSGD`` under vmap when batched).
+#: Methods whose operator counts the bench prints: FedAvg (the default client update) and every
+#: method with its own client update (``FunctionalSGD`` under vmap when batched).
 COUNTED = ("FedAvg", "FedProx", "SCAFFOLD", "Fed-MTL", "Per-FedAvg", "L2GD", "APFL", "Ditto")
 
 
@@ -281,7 +281,7 @@ def bench_setting(name, dtype, x, y, args):
     runs = {
         "pfllib": lambda: pfllib_fedavg(copy.deepcopy(model), pfl_clients, rounds=rounds, tau=tau),
         "previous": lambda: previous_fedavg(model, clients, cfg),
-        "ours": lambda: neural.fedavg(model, clients, cfg),
+        "ours": lambda: neural.run("FedAvg", model, clients, cfg),
     }
     times = {k: [] for k in runs}
     gemms, ceilings = [], []

@@ -1,6 +1,9 @@
-"""The Flower adapter (replearn.neural.flower) against the in-process engine (replearn.neural), and
-its fault contract: bad replies are dropped, sizes come from discovery, nothing hangs."""
+"""The Flower adapter (replearn.neural.flower) against the in-process engine (replearn.neural):
+every registered method, and one a test registers, gives the in-process run on Flower; and its
+fault contract: bad replies are dropped, sizes come from discovery, nothing hangs."""
 
+import dataclasses
+import inspect
 import math
 import os
 import threading
@@ -19,13 +22,15 @@ from flwr.app import Array, ArrayRecord, Message, MessageType, RecordDict  # noq
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp.strategy import FedMedian, FedTrimmedAvg, Krum  # noqa: E402
 
-from replearn.neural import flower
 from replearn import neural  # noqa: E402
+from replearn.neural import algorithms, flower  # noqa: E402
+from replearn.neural.algorithms import base  # noqa: E402
 from tiny_net import Tiny  # noqa: E402
 
 SIZES = (12, 20, 8, 16)
 TEST_SIZES = tuple(5 + i for i in range(len(SIZES)))
 CPU = torch.device("cpu")
+ONE_LOOP = "needs the one-loop engine"
 
 
 def model_fn():
@@ -59,73 +64,267 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-IN_PROCESS = {"fedavg": neural.fedavg, "dsgd": neural.dsgd, "fedrep": neural.fedrep, "fedper": neural.fedper,
-              "lg_fedavg": neural.lg_fedavg}
+def runnable(alg) -> bool:
+    """Whether Flower can run ``alg`` in this tree: it has the engine's hooks, or its ``run``
+    takes a runner (every registered method once the one-loop engine has merged)."""
+    return flower.has_hooks(alg) or "runner" in inspect.signature(type(alg).run).parameters
 
 
-def assert_close(a, b, atol=1e-5):
-    assert a.keys() == b.keys()
-    for n in a:
-        assert torch.allclose(a[n], b[n], atol=atol, rtol=0), (n, float((a[n] - b[n]).abs().max()))
+def assert_same(a, b, path="result"):
+    """``a`` and ``b`` equal bit for bit (NaN where the other has NaN): tensors, nested dicts,
+    lists, tuples and numbers."""
+    if isinstance(b, torch.Tensor):
+        assert isinstance(a, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, (path, a, b)
+        same = torch.equal(a, b) or (a.is_floating_point() and bool(
+            (torch.isnan(a) == torch.isnan(b)).all()) and torch.equal(a.nan_to_num(), b.nan_to_num()))
+        assert same, (path, float((a - b).abs().nan_to_num().max()) if a.is_floating_point() else (a, b))
+    elif isinstance(b, dict):
+        assert list(a) == list(b), (path, list(a), list(b))
+        for k in b:
+            assert_same(a[k], b[k], f"{path}[{k!r}]")
+    elif isinstance(b, (list, tuple)):
+        assert len(a) == len(b), (path, a, b)
+        for k, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{k}]")
+    else:
+        assert a == b or (a != a and b != b), (path, a, b)
 
 
-def assert_finite(params):
-    for n, p in params.items():
-        assert torch.isfinite(p).all(), n
+def assert_same_run(run, ref):
+    """The Flower run ``run`` is the in-process ``ref``: participants, server parameters and
+    state, per-round losses and accuracies, the final evaluation, the clients' evaluated
+    personal parameters (and their states, when fetched), all bit for bit."""
+    assert run.algorithm == ref.algorithm
+    assert run.participants == ref.participants
+    for field in ("state", "local", "shared_names", "local_names", "train_loss", "test_accuracy"):
+        assert_same(getattr(run, field), getattr(ref, field), field)
+    assert_same(run.final.accuracy, ref.final.accuracy, "final.accuracy")
+    assert_same(run.final.loss, ref.final.loss, "final.loss")
+    for key in ("server", "clients"):
+        if key in ref.extras and key in run.extras:
+            assert_same(run.extras[key], ref.extras[key], f"extras[{key!r}]")
 
 
-@pytest.mark.parametrize("algorithm, cfg", [
-    ("fedavg", neural.TrainConfig(rounds=3, local_steps=3, batch_size=5, participation=0.5, seed=3)),
-    ("dsgd", neural.TrainConfig(rounds=3, batch_size=5, participation=0.75, seed=4)),
-    ("fedrep", neural.TrainConfig(rounds=3, local_steps=2, head_steps=2, batch_size=5,
-                                  participation=0.5, seed=5)),
-    ("fedrep", neural.TrainConfig(rounds=2, local_epochs=1, head_epochs=1, batch_size=7,
-                                  weight_decay=1e-3, eval_every=2, seed=6)),
-    ("fedper", neural.TrainConfig(rounds=2, local_steps=3, batch_size=5, participation=0.75, seed=10)),
-    ("lg_fedavg", neural.TrainConfig(rounds=4, local_epochs=1, batch_size=6, momentum=0.9, eval_every=2,
-                                     seed=11)),
-])
-def test_flower_matches_inprocess(algorithm, cfg):
-    ref = IN_PROCESS[algorithm](model_fn(), CLIENTS, cfg)
-    run = flower.run_inprocess(model_fn, CLIENTS, cfg, algorithm)
-    assert_same_run(run, ref, cfg, algorithm)
+def strategy_of(run) -> flower.ReplayStrategy:
+    return run.extras["flower"].strategy
 
 
-def assert_same_run(run, ref, cfg, algorithm):
-    """The Flower run ``run`` has the participants, global parameters, local parameters
-    (FedRep's heads), per-round training losses and test accuracies of the in-process ``ref``."""
-    assert tuple(run.strategy.participants) == ref.participants
-    assert run.strategy.dropped == {}
-    assert_close(run.state, ref.state)
-    assert run.local.keys() == ref.local.keys()
-    assert_close(run.local, ref.local)
-    if ref.local:  # the local parameters stayed on the nodes and differ between clients
-        n = next(iter(ref.local))
-        assert not torch.allclose(run.local[n][0], run.local[n][1])
-    for t in range(cfg.rounds):
-        loss = run.result.train_metrics_clientapp[t + 1]["train_loss"]
-        assert math.isclose(loss, float(ref.train_loss[t]), rel_tol=1e-5)
-        if not math.isnan(float(ref.test_accuracy[t])):
-            acc = run.result.evaluate_metrics_clientapp[t + 1]["accuracy"]
-            assert math.isclose(acc, float(ref.test_accuracy[t]), abs_tol=1e-6)
-        else:
-            assert t + 1 not in run.result.evaluate_metrics_clientapp
+# --------------------------------------------------------------------------------------------
+# Every registered method, on Flower as in process
+
+CONFIGS = [neural.TrainConfig(rounds=3, local_steps=2, head_steps=1, batch_size=5, participation=0.75,
+                              eval_every=2, seed=3),
+           neural.TrainConfig(rounds=2, local_epochs=1, head_epochs=1, batch_size=7, momentum=0.9,
+                              weight_decay=1e-3, seed=6)]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["steps-partial", "epochs-full"])
+@pytest.mark.parametrize("name", algorithms.names())
+def test_every_registered_method_matches_inprocess(name, cfg):
+    """Each method of the registry, run on Flower through the in-process grid, is its
+    in-process run bit for bit (its client step on the nodes, their states kept there, its
+    server step in the strategy)."""
+    alg = algorithms.get(name)
+    if not runnable(alg):
+        pytest.skip(ONE_LOOP)
+    ref = alg.run(model_fn(), CLIENTS, cfg)
+    run = flower.run_inprocess(name, model_fn(), CLIENTS, cfg, fetch_states=True)
+    assert_same_run(run, ref)
+    if "flower" in run.extras:  # a wrapper's result keeps its stages' instead
+        assert strategy_of(run).dropped == {}
+
+
+def test_dsgd_is_fedavg_with_one_local_step():
+    """D-SGD (the engine's neural.dsgd) runs on Flower as FedAvg with local_steps = 1."""
+    if not runnable(algorithms.get("FedAvg")):
+        pytest.skip(ONE_LOOP)
+    cfg = neural.TrainConfig(rounds=3, batch_size=5, participation=0.75, seed=4)
+    run = flower.run_inprocess("FedAvg", model_fn(), CLIENTS, dataclasses.replace(cfg, local_steps=1))
+    ref = neural.dsgd(model_fn(), CLIENTS, cfg)
+    for field in ("state", "train_loss", "test_accuracy", "participants"):
+        assert_same(getattr(run, field), getattr(ref, field), field)
+
+
+@pytest.mark.parametrize("name", ["FedProx+FT", "SCAFFOLD+FT"])
+def test_stages_of_a_wrapper_run_on_flower(name):
+    """A +FT method runs its base and its fine-tuning each through the Flower runner it is
+    given, and equals its in-process run."""
+    alg = algorithms.get(name)
+    if "runner" not in inspect.signature(type(alg).run).parameters:
+        pytest.skip(ONE_LOOP)
+    cfg = CONFIGS[0]
+    stages = []
+    inner = flower.inprocess_runner()
+
+    def counting(algorithm, *args, **kwargs):
+        stages.append(algorithm.name)
+        return inner(algorithm, *args, **kwargs)
+
+    run = flower.run_with(counting, name, model_fn(), CLIENTS, cfg)
+    assert len(stages) == 2, stages
+    ref = alg.run(model_fn(), CLIENTS, cfg)
+    assert_same_run(run, ref)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyOptions:
+    pull: float = 0.5
+
+
+Hooked = getattr(base, "ProtocolAlgorithm", base.Algorithm)  # the base class with the engine's hooks
+
+
+class Toy(Hooked):
+    """A method outside the package, with every hook: a personal head kept in the client's
+    state (FedRep's two phases), the body and a non-parameter tensor uploaded, server state
+    (a momentum and a round count), a broadcast, a draw per client (a tensor and a list), its
+    own server step and evaluation."""
+
+    name, Options = "Toy (test)", ToyOptions
+    summary = base.Summary("the body", "the head", "nothing", "collins2021fedrep")
+
+    def phases(self, model, cfg, options):
+        body, head = neural.split_body_head(model)
+        return (neural.Phase(head, cfg.head_steps, cfg.head_epochs), neural.Phase(body, cfg.local_steps,
+                                                                                  cfg.local_epochs))
+
+    def init_server(self, params, options):
+        return {"momentum": {n: torch.zeros_like(p) for n, p in params.items()}, "rounds": 0}
+
+    def init_client(self, initial, options):
+        return {"head": {n: initial[n].clone() for n in initial if n.startswith("head.")},
+                "seen": torch.zeros((), dtype=torch.int64)}
+
+    def draw(self, plan, cfg, options, generator):
+        return {i: {"scale": torch.rand((), generator=generator), "tags": [i, "x", None]} for i in plan.clients}
+
+    def broadcast(self, params, server, states, selected, options):
+        return {"shrink": 1.0 / (1 + server["rounds"]), "m": torch.tensor(len(selected))}
+
+    def client_update(self, ctx):
+        body, head = neural.split_body_head(ctx.worker.model)
+        start = {**ctx.global_params, **ctx.state["head"]}
+        scale = float(ctx.draw["scale"]) * ctx.broadcast["shrink"]
+        heads, loss = ctx.worker.train(start, head, ctx.x, ctx.y, ctx.batches[0], ctx.cfg, ctx.generator)
+        bodies, loss2 = ctx.worker.train({**start, **heads}, body, ctx.x, ctx.y, ctx.batches[1], ctx.cfg,
+                                         ctx.generator, extra_grad=lambda theta: [scale * t for t in theta])
+        upload = {n: bodies[n] for n in body}
+        upload["spread"] = torch.stack([(bodies[n] - ctx.global_params[n]).norm() for n in body])
+        return neural.ClientUpdate(upload, {"head": {n: heads[n] for n in head}, "seen": ctx.state["seen"] + 1},
+                                   loss + loss2, len(ctx.batches[0]) + len(ctx.batches[1]))
+
+    def server_update(self, params, server, mean_upload, selected, n_clients, options):
+        momentum = {n: options.pull * server["momentum"][n] + (mean_upload[n] - params[n]) if n in mean_upload
+                    else server["momentum"][n] for n in params}
+        new = {n: params[n] + momentum[n] for n in params}
+        return new, {"momentum": momentum, "rounds": server["rounds"] + 1, "spread": mean_upload["spread"]}
+
+    def personal_names(self, model, options):
+        return neural.split_body_head(model)[1]
+
+    def eval_params(self, ctx):
+        return {**ctx.global_params, **ctx.state["head"]}
+
+
+def test_a_method_registered_from_outside_runs_on_flower():
+    """A reader's method, registered with algorithms.register, runs on Flower by its name and
+    equals its in-process run; its personal head never leaves the nodes during training (no
+    upload carries it, no state is fetched)."""
+    toy = algorithms.register(Toy())
+    try:
+        cfg = dataclasses.replace(CONFIGS[0], head_steps=2)
+        options = ToyOptions(pull=0.25)
+        ref = toy.run(model_fn(), CLIENTS, cfg, options)
+        inner = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "Toy (test)", options)
+        app, uploads, queries = ClientApp(), [], []
+
+        @app.query()
+        def query(msg, context):
+            queries.append(msg.content.config_records["config"]["action"] if "config" in msg.content else None)
+            return inner(msg, context)
+
+        @app.train()
+        def train(msg, context):
+            reply = inner(msg, context)
+            uploads.append(set(reply.content["arrays"]))
+            return reply
+
+        @app.evaluate()
+        def evaluate(msg, context):
+            return inner(msg, context)
+
+        run = flower.run_inprocess("Toy (test)", model_fn(), CLIENTS, cfg, options, app=app)
+        assert_same_run(run, ref)
+        body, head = neural.split_body_head(model_fn())
+        assert uploads and all(u == {*body, "spread"} for u in uploads)
+        assert set(queries) == {None, "fetch"}  # discovery, then the evaluated heads after the last round
+        assert strategy_of(run).upload_signature is not None
+    finally:
+        algorithms.unregister("Toy (test)")
+    assert "Toy (test)" not in algorithms.names()
+
+
+def test_starting_state_and_callback_as_in_process():
+    """A run from a given starting state reports each round to its callback as in process."""
+    cfg = neural.TrainConfig(rounds=3, local_steps=2, batch_size=5, participation=0.5, eval_every=2, seed=4)
+    start = {n: p.detach() * 0.5 for n, p in model_fn().named_parameters()}
+    seen = {"ref": [], "flower": []}
+    scaffold = algorithms.get("SCAFFOLD")
+    ref = scaffold.run(model_fn(), CLIENTS, cfg, state=start, callback=lambda t, m: seen["ref"].append((t, m)))
+    run = flower.run_inprocess("SCAFFOLD", model_fn(), CLIENTS, cfg, state=start,
+                               callback=lambda t, m: seen["flower"].append((t, m)))
+    assert_same_run(run, ref)
+    assert seen["flower"] == seen["ref"] and len(seen["ref"]) == 3
 
 
 @pytest.mark.filterwarnings("ignore:Tip. In future versions of Ray:FutureWarning")
-def test_simulation_engine_matches_inprocess():
-    """FedRep with partial participation on Flower's simulation engine (Ray actors, one node
-    per client, data from data_fn(partition-id)) gives the in-process run: the same sampled
-    clients, averaged bodies, heads kept on the nodes, losses and accuracies. One run only:
-    starting and stopping Ray takes most of its 15-25 s on a small CPU machine."""
+@pytest.mark.parametrize("name, cfg", [
+    ("SCAFFOLD", neural.TrainConfig(rounds=3, local_steps=2, batch_size=5, participation=0.5, weight_decay=1e-3,
+                                    seed=7)),
+    ("Ditto", neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, participation=0.75, eval_every=2, seed=8)),
+    ("FedAvg", neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, participation=0.5, seed=9)),
+])
+def test_simulation_engine_matches_inprocess(name, cfg):
+    """On Flower's simulation engine (Ray actors, one virtual SuperNode per client, data from
+    data_fn(partition-id)) a method gives its in-process run: the same sampled clients,
+    server parameters and state, personal models kept on the nodes, losses and accuracies.
+    Each run starts and stops Ray, most of its 15-25 s on a small CPU machine."""
     pytest.importorskip("ray", reason="Flower's simulation engine needs Ray: "
                                       "pip install -r requirements-flower.txt")
-    cfg = neural.TrainConfig(rounds=3, local_steps=2, head_steps=2, batch_size=5, participation=0.5,
-                             weight_decay=1e-3, seed=7)
-    ref = neural.fedrep(model_fn(), CLIENTS, cfg)
-    run = flower.run_simulation(model_fn, lambda i: CLIENTS.subset([i]), CLIENTS.n_clients, cfg, "fedrep")
-    assert len(set(run.strategy.participants)) > 1  # the sampled clients changed between rounds
-    assert_same_run(run, ref, cfg, "fedrep")
+    alg = algorithms.get(name)
+    if not runnable(alg):
+        pytest.skip(ONE_LOOP)
+    ref = alg.run(model_fn(), CLIENTS, cfg)
+    run = flower.run_simulation(name, model_fn(), CLIENTS, cfg, data_fn=lambda i: CLIENTS.subset([i]),
+                                fetch_states=True)
+    assert len(set(run.participants)) > 1 or cfg.participation == 1
+    assert_same_run(run, ref)
+
+
+# --------------------------------------------------------------------------------------------
+# Records and the robust-aggregation rule
+
+
+def test_pack_round_trips_nested_objects_exactly():
+    obj = {"a": torch.randn(2, 3, dtype=torch.float64), 3: [torch.tensor(True), None, 1.5, "s"],
+           ("t", 1): (torch.tensor(7), np.arange(3, dtype=np.int32), {"e": {}}), "nan": math.inf}
+    arrays, tree = flower.pack(obj)
+    back = flower.unpack(arrays, tree, CPU)
+    assert list(back) == list(obj)
+    assert_same(back["a"], obj["a"]) and back["a"].dtype == torch.float64
+    assert back[3][0].dtype == torch.bool and back[3][1:] == [None, 1.5, "s"]
+    assert isinstance(back[("t", 1)], tuple) and back[("t", 1)][2] == {"e": {}}
+    assert np.array_equal(back[("t", 1)][1], obj[("t", 1)][1]) and back["nan"] == math.inf
+    with pytest.raises(TypeError, match="cannot send a set"):
+        flower.pack({"x": {1, 2}})
+
+
+def test_robust_aggregators_only_for_averaging_methods():
+    assert flower.averages("FedProx") and flower.averages("Ditto")
+    assert not flower.averages("SCAFFOLD")
+    with pytest.raises(ValueError, match="SCAFFOLD has its own server step"):
+        flower.run_inprocess("SCAFFOLD", model_fn(), CLIENTS, neural.TrainConfig(rounds=1, local_steps=1),
+                             aggregator=FedMedian())
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,24 +333,28 @@ def test_simulation_engine_matches_inprocess():
 BAD = 2
 
 
-def faulty_app(cfg, algorithm, *, train=None, evaluate=None):
-    """The library's ClientApp, with client BAD's replies passed through ``train(reply, round)``
-    or ``evaluate(reply, round)`` (which may change or replace them, raise or sleep). Returns
-    the app and a log: ``sent[t]`` the global shared parameters the clients received in round
-    t, ``returned[t][i]`` the parameters honest client i (and BAD before its fault) returned."""
+def faulty_app(cfg, algorithm, *, train=None, evaluate=None, query=None):
+    """The library's ClientApp, with client BAD's replies passed through ``train(reply, round)``,
+    ``evaluate(reply, round)`` or ``query(reply, action)`` (which may change or replace them,
+    raise or sleep). Returns the app and a log: ``sent[t]`` the server's parameters the
+    clients received in round t, ``returned[t][i]`` the upload honest client i (and BAD
+    before its fault) returned."""
     inner = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, algorithm)
     app, log = ClientApp(), {"sent": {}, "returned": {}}
 
     @app.query()
-    def query(msg, context):
-        return inner(msg, context)
+    def query_(msg, context):
+        reply = inner(msg, context)
+        action = msg.content["config"]["action"] if "config" in msg.content else None
+        return query(reply, action) if query is not None and context.node_config["partition-id"] == BAD else reply
 
     @app.train()
     def train_(msg, context):
         t, pid = msg.content["config"]["server-round"], context.node_config["partition-id"]
         log["sent"][t] = flower.from_record(msg.content["arrays"], CPU)
         reply = inner(msg, context)
-        log["returned"].setdefault(t, {})[pid] = flower.from_record(reply.content["arrays"], CPU)
+        if not reply.has_error():
+            log["returned"].setdefault(t, {})[pid] = flower.from_record(reply.content["arrays"], CPU)
         return train(reply, t) if train is not None and pid == BAD else reply
 
     @app.evaluate()
@@ -165,9 +368,20 @@ def faulty_app(cfg, algorithm, *, train=None, evaluate=None):
 
 
 def expected_average(returned, kept):
-    """The n_i-weighted average (true sizes) of the parameters the kept clients returned."""
+    """The n_i-weighted average (true sizes) of the uploads the kept clients returned."""
     w = {i: float(SIZES[i]) for i in kept}
     return {n: sum(w[i] * returned[i][n] for i in kept) / sum(w.values()) for n in returned[kept[0]]}
+
+
+def assert_close(a, b, atol=1e-5):
+    assert a.keys() == b.keys()
+    for n in a:
+        assert torch.allclose(a[n], b[n], atol=atol, rtol=0), (n, float((a[n] - b[n]).abs().max()))
+
+
+def assert_finite(params):
+    for n, p in params.items():
+        assert torch.isfinite(p).all(), n
 
 
 def replace_arrays(reply, make):
@@ -178,13 +392,17 @@ def replace_arrays(reply, make):
 
 
 def poison_first(value):
-    """One entry of the first array set to ``value``, the others honest."""
-    def make(n, a):
-        x = a.numpy().copy()
-        if n == "body.0.weight":
-            x.flat[0] = value
-        return Array(x)
-    return lambda reply, t: replace_arrays(reply, make)
+    """One entry of the reply's first array set to ``value``, the others honest."""
+    def fault(reply, t):
+        first = next(iter(reply.content["arrays"]))
+
+        def make(n, a):
+            x = a.numpy().copy()
+            if n == first:
+                x.flat[0] = value
+            return Array(x)
+        return replace_arrays(reply, make)
+    return fault
 
 
 def raise_(reply, t):
@@ -208,21 +426,6 @@ def garbage_payload(n, a):
     return Array(dtype=a.dtype, shape=tuple(a.shape), stype=a.stype, data=b"\x93NUMPY garbage")
 
 
-TRAIN_FAULTS = {
-    "nan": (poison_first(np.nan), "non-finite"),
-    "inf": (poison_first(np.inf), "non-finite"),
-    "huge": (lambda reply, t: replace_arrays(reply, lambda n, a: Array(a.numpy() * np.float32(1e30))),
-             "implausible magnitude"),
-    "payload": (lambda reply, t: replace_arrays(reply, wrong_payload), "the payload holds"),
-    "garbage": (lambda reply, t: replace_arrays(reply, garbage_payload), "the payload cannot be decoded"),
-    "metadata": (lambda reply, t: replace_arrays(reply, lambda n, a: Array(np.zeros(3, np.float32))),
-                 "metadata"),
-    "renamed": (lambda reply, t: rename_arrays(reply), "do not match the global ones"),
-    "raises": (raise_, "disk full"),
-    "loss": (set_metric("train_loss", math.nan), "'train_loss' must be a finite number"),
-}
-
-
 def rename_arrays(reply):
     """Client BAD's honest arrays under other names."""
     arrays = reply.content["arrays"]
@@ -230,27 +433,81 @@ def rename_arrays(reply):
     return reply
 
 
-@pytest.mark.parametrize("fault, algorithm", [(f, "fedavg") for f in TRAIN_FAULTS] + [("nan", "fedrep")])
+#: fault -> (client BAD's reply, the drop's reason for FedProx (uploads named like parameters),
+#: for SCAFFOLD (uploads of other names: y:..., dc:...))
+TRAIN_FAULTS = {
+    "nan": (poison_first(np.nan), "non-finite", "non-finite"),
+    "inf": (poison_first(np.inf), "non-finite", "non-finite"),
+    "huge": (lambda reply, t: replace_arrays(reply, lambda n, a: Array(a.numpy() * np.float32(1e30))),
+             "implausible magnitude: the update moves it", "implausible magnitude: "),
+    "payload": (lambda reply, t: replace_arrays(reply, wrong_payload), "the payload holds", "the payload holds"),
+    "garbage": (lambda reply, t: replace_arrays(reply, garbage_payload), "the payload cannot be decoded",
+                "the payload cannot be decoded"),
+    "metadata": (lambda reply, t: replace_arrays(reply, lambda n, a: Array(np.zeros(3, np.float32))),
+                 "does not match the global parameter", "does not match the algorithm's"),
+    "renamed": (lambda reply, t: rename_arrays(reply), "does not match the algorithm's",
+                "does not match the algorithm's"),
+    "raises": (raise_, "disk full", "disk full"),
+    "loss": (set_metric("train_loss", math.nan), "'train_loss' must be a finite number",
+             "'train_loss' must be a finite number"),
+}
+FAULT_CFG = neural.TrainConfig(rounds=2, local_steps=2, head_steps=1, batch_size=5, seed=0)
+
+
+def faulty_run(algorithm, fault):
+    app, log = faulty_app(FAULT_CFG, algorithm, train=fault)
+    return flower.run_inprocess(algorithm, model_fn(), CLIENTS, FAULT_CFG, app=app, fetch_states=True), log
+
+
+@pytest.mark.parametrize("algorithm", ["FedProx", "SCAFFOLD"])
+@pytest.mark.parametrize("fault", list(TRAIN_FAULTS))
 def test_bad_training_reply_is_dropped(fault, algorithm):
     """A NaN, inf, blown-up, mis-shaped (payload or metadata), renamed, failing or NaN-loss
-    update of client BAD is dropped from every round's average and recorded; the global model
-    after each round is the n_i-weighted average of the honest clients' updates, and finite."""
-    make, reason = TRAIN_FAULTS[fault]
-    cfg = neural.TrainConfig(rounds=2, local_steps=2, head_steps=1, batch_size=5, seed=0)
-    app, log = faulty_app(cfg, algorithm, train=make)
-    run = flower.run_inprocess(model_fn, CLIENTS, cfg, algorithm, app=app)
-    assert set(run.strategy.dropped) == {1, 2}
-    for t, drops in run.strategy.dropped.items():
-        assert [(d.client, d.stage) for d in drops] == [(BAD, "train")]
-        assert reason in drops[0].reason, drops[0].reason
+    upload of client BAD is dropped from every round's average and recorded; the run is then
+    the one in which BAD's training raised (its pending state discarded alike), and finite."""
+    make, *reasons = TRAIN_FAULTS[fault]
+    reason = reasons[algorithm == "SCAFFOLD"]
+    run, _ = faulty_run(algorithm, make)
+    drops = strategy_of(run).dropped
+    assert set(drops) == {1, 2}
+    for t, ds in drops.items():
+        assert [(d.client, d.stage) for d in ds] == [(BAD, "train")]
+        assert reason in ds[0].reason, ds[0].reason
+    assert_finite(run.state)
+    for t in range(2):
+        assert math.isfinite(float(run.train_loss[t])) and 0 <= float(run.test_accuracy[t]) <= 1
+    if fault != "raises":
+        baseline, _ = faulty_run(algorithm, raise_)
+        for field in ("state", "train_loss", "test_accuracy", "local"):
+            assert_same(getattr(run, field), getattr(baseline, field), field)
+        assert_same(run.extras["server"], baseline.extras["server"])
+        assert_same(run.extras["clients"], baseline.extras["clients"])
+
+
+def test_dropped_update_averages_the_others_exactly():
+    """With BAD's training failing, the server's model after each round is the n_i-weighted
+    average of the honest clients' uploads (FedProx's server step)."""
+    run, log = faulty_run("FedProx", raise_)
     honest = [i for i in range(CLIENTS.n_clients) if i != BAD]
     assert_close(log["sent"][2], expected_average(log["returned"][1], honest), atol=1e-6)
-    final = {n: run.state[n] for n in log["sent"][2]}
-    assert_finite(final)
-    assert_close(final, expected_average(log["returned"][2], honest), atol=1e-6)
-    for t in (1, 2):
-        assert math.isfinite(run.result.train_metrics_clientapp[t]["train_loss"])
-        assert 0 <= run.result.evaluate_metrics_clientapp[t]["accuracy"] <= 1
+    assert_close(run.state, expected_average(log["returned"][2], honest), atol=1e-6)
+
+
+def test_a_dropped_update_leaves_the_nodes_state_untouched():
+    """Ditto: BAD's round-1 update is dropped, so its new personal model is discarded on the
+    node (it is evaluated with, and keeps, the initial model); the honest clients' personal
+    models are the in-process ones."""
+    cfg = neural.TrainConfig(rounds=1, local_steps=2, batch_size=5, seed=2)
+    app, _ = faulty_app(cfg, "Ditto", train=poison_first(np.nan))
+    run = flower.run_inprocess("Ditto", model_fn(), CLIENTS, cfg, app=app, fetch_states=True)
+    ref = algorithms.get("Ditto").run(model_fn(), CLIENTS, cfg)
+    assert [(d.client, d.stage) for d in strategy_of(run).dropped[1]] == [(BAD, "train")]
+    assert BAD not in run.extras["clients"] and set(run.extras["clients"]) == {0, 1, 3}
+    initial = dict(model_fn().named_parameters())
+    for n, p in run.local.items():
+        assert torch.equal(p[BAD], initial[n].detach())
+        for i in (0, 1, 3):
+            assert torch.equal(p[i], ref.local[n][i])
 
 
 def test_claimed_sizes_are_ignored():
@@ -258,10 +515,11 @@ def test_claimed_sizes_are_ignored():
     the weights are the sizes discovery reported, and the run is the in-process one."""
     cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, participation=0.75, seed=8)
     lie = set_metric("num-examples", 10**15)
-    app, _ = faulty_app(cfg, "fedavg", train=lie, evaluate=lie)
-    run = flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app)
-    assert BAD in {i for p in run.strategy.participants for i in p}
-    assert_same_run(run, neural.fedavg(model_fn(), CLIENTS, cfg), cfg, "fedavg")
+    app, _ = faulty_app(cfg, "FedProx", train=lie, evaluate=lie)
+    run = flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=app)
+    assert BAD in {i for p in run.participants for i in p}
+    assert strategy_of(run).dropped == {}
+    assert_same_run(run, algorithms.get("FedProx").run(model_fn(), CLIENTS, cfg))
 
 
 @pytest.mark.parametrize("fault, reason", [
@@ -274,19 +532,20 @@ def test_bad_evaluation_reply_is_dropped(fault, reason):
     "evaluate", training is the in-process run's, and the reported accuracy is the
     test-size-weighted mean of the other clients' accuracies (not silently another number)."""
     cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=9)
-    ref = neural.fedavg(model_fn(), CLIENTS, cfg)
-    app, _ = faulty_app(cfg, "fedavg", evaluate=fault)
-    run = flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app)
-    assert {t: [(d.client, d.stage) for d in ds] for t, ds in run.strategy.dropped.items()} == \
+    ref = algorithms.get("FedProx").run(model_fn(), CLIENTS, cfg)
+    app, _ = faulty_app(cfg, "FedProx", evaluate=fault)
+    run = flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=app)
+    dropped = strategy_of(run).dropped
+    assert {t: [(d.client, d.stage) for d in ds] for t, ds in dropped.items()} == \
         {1: [(BAD, "evaluate")], 2: [(BAD, "evaluate")]}
-    assert all(reason in d.reason for ds in run.strategy.dropped.values() for d in ds)
-    assert_close(run.state, ref.state)
-    assert math.isclose(run.result.train_metrics_clientapp[2]["train_loss"], float(ref.train_loss[1]),
-                        rel_tol=1e-5)
+    assert all(reason in d.reason for ds in dropped.values() for d in ds)
+    assert_same(run.state, ref.state)
+    assert_same(run.train_loss, ref.train_loss)
     honest = [i for i in range(CLIENTS.n_clients) if i != BAD]
     expected = (sum(TEST_SIZES[i] * float(ref.final.accuracy[i]) for i in honest)
                 / sum(TEST_SIZES[i] for i in honest))
-    assert math.isclose(run.result.evaluate_metrics_clientapp[2]["accuracy"], expected, abs_tol=1e-6)
+    assert math.isclose(float(run.test_accuracy[1]), expected, abs_tol=1e-6)
+    assert math.isnan(float(run.final.accuracy[BAD])) and int(run.final.test_sizes[BAD]) == 0
     assert not math.isclose(expected, float(ref.test_accuracy[1]), abs_tol=1e-6)  # the case can fail
 
 
@@ -294,9 +553,9 @@ def test_missing_node_times_out():
     """The server waits for n_clients = 5 nodes; only 4 connect: a TimeoutError after
     connect_timeout, saying what to change, instead of waiting forever."""
     cfg = neural.TrainConfig(rounds=1, local_steps=1)
-    grid = flower.InProcessGrid(flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "fedavg"),
+    grid = flower.InProcessGrid(flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "FedProx"),
                                 CLIENTS.n_clients)
-    server = flower.server_app(model_fn, cfg, "fedavg", n_clients=5, connect_timeout=0.5)
+    server = flower.server_app(model_fn, cfg, "FedProx", n_clients=5, connect_timeout=0.5)
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"only 4 of the n_clients = 5 nodes connected .* n_clients=4"):
         grid.run_server(server)
@@ -313,13 +572,12 @@ def test_slow_node_is_dropped_after_round_timeout():
             time.sleep(3.0)  # the grid abandons the call at 2 s; its next message waits for it
         return reply
 
-    app, log = faulty_app(cfg, "fedavg", train=slow)
-    run = flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app, round_timeout=2.0)
-    assert run.strategy.dropped == {1: [flower.Dropped(BAD, "train", "no reply within round_timeout = 2 s")]}
+    app, log = faulty_app(cfg, "FedProx", train=slow)
+    run = flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=app, round_timeout=2.0)
+    assert strategy_of(run).dropped == {1: [flower.Dropped(BAD, "train", "no reply within round_timeout = 2 s")]}
     honest = [i for i in range(CLIENTS.n_clients) if i != BAD]
     assert_close(log["sent"][2], expected_average(log["returned"][1], honest), atol=1e-6)
-    assert_close({n: run.state[n] for n in log["sent"][2]},
-                 expected_average(log["returned"][2], range(CLIENTS.n_clients)), atol=1e-6)
+    assert_close(run.state, expected_average(log["returned"][2], range(CLIENTS.n_clients)), atol=1e-6)
 
 
 def test_a_nan_pixel_is_reported_for_the_client_that_has_it():
@@ -329,7 +587,7 @@ def test_a_nan_pixel_is_reported_for_the_client_that_has_it():
     clients = make_clients()
     clients.x_train[BAD][1, 0, 2, 3] = float("nan")  # changed in place, after ClientData's checks
     with pytest.raises(ValueError, match=rf"^client {BAD} train images contain NaN or infinite values"):
-        flower.run_inprocess(model_fn, clients, cfg, "fedavg")
+        flower.run_inprocess("FedProx", model_fn(), clients, cfg)
 
     def data_fn(i):  # a node that builds its own data, as in a deployment or the simulation engine
         x_test = CLIENTS.x_test[i].clone()
@@ -338,40 +596,40 @@ def test_a_nan_pixel_is_reported_for_the_client_that_has_it():
         return neural.ClientData((CLIENTS.x_train[i],), (CLIENTS.y_train[i],), (x_test,),
                                  (CLIENTS.y_test[i],))
 
-    grid = flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "fedavg"), CLIENTS.n_clients)
+    grid = flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "FedProx"), CLIENTS.n_clients)
     with pytest.raises(ValueError, match=rf"partition {BAD} \(client {BAD}\): data_fn\({BAD}\) gave invalid "
                                          rf"data: client 0 test images contain NaN .*not the partitions"):
-        grid.run_server(flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients))
+        grid.run_server(flower.server_app(model_fn, cfg, "FedProx", n_clients=CLIENTS.n_clients))
 
 
 def test_bad_inputs():
     cfg = neural.TrainConfig(rounds=1, local_steps=1)
-    spec = neural.algorithm_spec("fedavg", model_fn(), cfg)
-    with pytest.raises(ValueError, match="algorithm must be one of"):
-        flower.run_inprocess(model_fn, CLIENTS, cfg, "fedprox")
+    with pytest.raises(ValueError, match="unknown algorithm 'fedavg'; choose one of"):
+        flower.run_inprocess("fedavg", model_fn(), CLIENTS, cfg)
+    with pytest.raises(ValueError, match="algorithm must be a registered name"):
+        flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, object())
     with pytest.raises(ValueError, match="augment"):
-        flower.run_inprocess(model_fn, CLIENTS, neural.TrainConfig(augment=True), "fedavg")
-    two = flower.client_app(model_fn, lambda i: CLIENTS.subset([i, i]), cfg, "fedavg")
+        flower.run_inprocess("FedProx", model_fn(), CLIENTS, neural.TrainConfig(augment=True))
+    with pytest.raises(ValueError, match="options must be a FedProxOptions"):
+        flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, algorithms.get("Ditto").Options())
+    two = flower.client_app(model_fn, lambda i: CLIENTS.subset([i, i]), cfg, "FedProx")
     with pytest.raises(ValueError, match="must return one client"):
-        flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=two)
+        flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=two)
     with pytest.raises(ValueError, match="one train size and one test size per node"):
-        flower.ReplayFedAvg([1, 2], [5, 6], [5], spec)
+        flower.ReplayStrategy([1, 2], [5, 6], [5], "FedProx", model_fn(), cfg)
     with pytest.raises(ValueError, match="max_update_ratio must be positive"):
-        flower.ReplayFedAvg([1], [5], [5], spec, max_update_ratio=0)
-    with pytest.raises(ValueError, match="share nothing"):
-        flower.run_inprocess(model_fn, CLIENTS, cfg, "local_only")
+        flower.ReplayStrategy([1], [5], [5], "FedProx", model_fn(), cfg, max_update_ratio=0)
+    with pytest.raises(ValueError, match="L2GD: an aggregation step"):
+        flower.run_inprocess("L2GD", model_fn(), CLIENTS, dataclasses.replace(cfg, lr=0.5))
     for bad in (0, -1.0, math.inf, math.nan):
         with pytest.raises(ValueError, match="round_timeout must be a positive number of seconds"):
-            flower.server_app(model_fn, cfg, "fedavg", round_timeout=bad)
+            flower.server_app(model_fn, cfg, "FedProx", round_timeout=bad)
     with pytest.raises(ValueError, match="connect_timeout must be a positive number of seconds"):
-        flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", connect_timeout=0)
+        flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, connect_timeout=0)
     with pytest.raises(ValueError, match="n_clients must be a positive int"):
-        flower.server_app(model_fn, cfg, "fedavg", n_clients=0)
-    with pytest.raises(ValueError, match="n_clients must be positive"):
-        flower.run_simulation(model_fn, lambda i: CLIENTS.subset([i]), 0, cfg, "fedavg")
+        flower.server_app(model_fn, cfg, "FedProx", n_clients=0)
     with pytest.raises(ValueError, match="augment"):
-        flower.run_simulation(model_fn, lambda i: CLIENTS.subset([i]), 4, neural.TrainConfig(augment=True),
-                              "fedavg")
+        flower.run_simulation("FedProx", model_fn(), CLIENTS, neural.TrainConfig(augment=True))
 
 
 class EchoGrid(flower.InProcessGrid):
@@ -384,18 +642,20 @@ class EchoGrid(flower.InProcessGrid):
                           and r.metadata.message_type == "train"]
 
 
+def run_on(grid, cfg, algorithm="FedProx", **kwargs):
+    done = {}
+    grid.run_server(flower.server_app(model_fn, cfg, algorithm, n_clients=CLIENTS.n_clients,
+                                      on_result=lambda result: done.update(result=result), **kwargs))
+    return done["result"]
+
+
 def test_duplicate_reply_is_dropped():
     """A reply delivered twice counts once: the copy is dropped, the run is the in-process one."""
     cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=12)
-    app = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "fedavg")
-    grid = EchoGrid(app, CLIENTS.n_clients)
-    done = {}
-    server = flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients,
-                               on_result=lambda result, strategy: done.update(strategy=strategy))
-    context = grid.run_server(server)
-    ref = neural.fedavg(model_fn(), CLIENTS, cfg)
-    assert_close(flower.from_record(context.state["arrays"], CPU), ref.state)
-    assert done["strategy"].dropped == {t: [flower.Dropped(BAD, "train", f"node {list(grid.contexts)[BAD]} "
+    grid = EchoGrid(flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "FedProx"), CLIENTS.n_clients)
+    run = run_on(grid, cfg)
+    assert_same_run(run, algorithms.get("FedProx").run(model_fn(), CLIENTS, cfg))
+    assert strategy_of(run).dropped == {t: [flower.Dropped(BAD, "train", f"node {list(grid.contexts)[BAD]} "
                                                            "was not asked or replied twice")] for t in (1, 2)}
 
 
@@ -412,7 +672,7 @@ def test_discovery_faults_stop_the_run_with_a_clear_error():
     """Discovery is trusted (its sizes become the weights): a node that fails or stays silent
     there stops the run before training, with an error naming the node."""
     cfg = neural.TrainConfig(rounds=1, local_steps=1)
-    inner = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "fedavg")
+    inner = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "FedProx")
     app = ClientApp()
 
     @app.query()
@@ -422,15 +682,54 @@ def test_discovery_faults_stop_the_run_with_a_clear_error():
         return inner(msg, context)
 
     with pytest.raises(ValueError, match=r"node \d+ did not report its partition: RuntimeError: no data"):
-        flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app)
+        flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=app)
     grid = SilentGrid(inner, CLIENTS.n_clients)
     silent = list(grid.contexts)[BAD]
     with pytest.raises(TimeoutError, match=rf"nodes \[{silent}\] did not answer the discovery"):
-        grid.run_server(flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients))
+        run_on(grid, cfg)
 
 
-# --------------------------------------------------------------------------------------------
-# Issue 27: hanging nodes, forged replies, over-reported sizes, robust aggregation
+def test_one_reply_of_an_unknown_form_cannot_stop_the_run():
+    """SCAFFOLD with one client a round: in round 1 only BAD answers, under other names. While
+    the upload's form is not fixed, the server step's failure on it drops the reply (the model
+    and server state stay as they were) instead of stopping the run; round 2 trains."""
+    cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, participation=0.25, seed=4)
+    app, log = faulty_app(cfg, "SCAFFOLD", train=lambda reply, t: rename_arrays(reply))
+    run = flower.run_inprocess("SCAFFOLD", model_fn(), CLIENTS, cfg, app=app)
+    assert run.participants == ((BAD,), (1,))
+    drops = strategy_of(run).dropped
+    assert list(drops) == [1] and [(d.client, d.stage) for d in drops[1]] == [(BAD, "train")]
+    assert "the server step failed" in drops[1][0].reason
+    assert_same(log["sent"][2], {n: p.detach() for n, p in model_fn().named_parameters()})
+    assert not torch.equal(run.state["head.bias"], log["sent"][2]["head.bias"]) and math.isnan(run.train_loss[0])
+
+
+@pytest.mark.parametrize("corruption, reason", [("nan", "non-finite"), ("shape", "structure, dtypes or shapes")])
+def test_a_state_the_broadcast_needs_is_fetched_and_screened(corruption, reason):
+    """Fed-MTL's broadcast reads the sampled clients' models: they are fetched from the nodes
+    (and only for it). A node whose state reply is malformed (NaN, or of another shape) is
+    recorded at stage "state" and left out of that round's training; the others train and the
+    run finishes."""
+    cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=5)
+
+    def make(a):
+        x = a.numpy()
+        return np.full(x.shape, np.nan, x.dtype) if corruption == "nan" else np.zeros(3, x.dtype)
+
+    def corrupt(reply, action):
+        if action == "state":
+            reply.content["state"] = ArrayRecord({n: Array(make(a)) for n, a in reply.content["state"].items()})
+        return reply
+
+    app, log = faulty_app(cfg, "Fed-MTL", query=corrupt)
+    run = flower.run_inprocess("Fed-MTL", model_fn(), CLIENTS, cfg, app=app)
+    dropped = strategy_of(run).dropped
+    assert {t: [(d.client, d.stage) for d in ds] for t, ds in dropped.items()} == \
+        {1: [(BAD, "state")], 2: [(BAD, "state")]}
+    assert reason in dropped[1][0].reason
+    assert all(set(r) == {0, 1, 3} for r in log["returned"].values())
+    for p in run.local.values():
+        assert torch.isfinite(p).all()
 
 
 @pytest.fixture
@@ -452,17 +751,18 @@ def test_node_that_hangs_in_training_is_dropped_and_the_run_finishes(release):
         release.wait()
         return reply
 
-    app, log = faulty_app(cfg, "fedavg", train=hang)
+    app, log = faulty_app(cfg, "FedProx", train=hang)
     start = time.monotonic()
-    run = flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app, round_timeout=1.0)
+    run = flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=app, round_timeout=1.0)
     assert time.monotonic() - start < 60
-    assert {t: sorted({(d.client, d.stage) for d in ds}) for t, ds in run.strategy.dropped.items()} == \
+    dropped = strategy_of(run).dropped
+    assert {t: sorted({(d.client, d.stage) for d in ds}) for t, ds in dropped.items()} == \
         {1: [(BAD, "evaluate"), (BAD, "train")], 2: [(BAD, "evaluate"), (BAD, "train")]}
-    assert all("round_timeout = 1 s" in d.reason for ds in run.strategy.dropped.values() for d in ds)
+    assert all("round_timeout = 1 s" in d.reason for ds in dropped.values() for d in ds)
     honest = [i for i in range(CLIENTS.n_clients) if i != BAD]
     assert_close(log["sent"][2], expected_average(log["returned"][1], honest), atol=1e-6)
     assert_finite(run.state)
-    assert 0 <= run.result.evaluate_metrics_clientapp[2]["accuracy"] <= 1
+    assert 0 <= float(run.test_accuracy[1]) <= 1
 
 
 def test_client_app_bounds_its_own_calls(release):
@@ -478,7 +778,7 @@ def test_client_app_bounds_its_own_calls(release):
             release.wait()
         return CLIENTS.subset([i])
 
-    grid = flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "fedavg", call_timeout=0.5),
+    grid = flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "FedProx", call_timeout=0.5),
                                 CLIENTS.n_clients, call_timeout=30.0)
     bad = list(grid.contexts)[BAD]
     grid.set_server_identity()  # what Flower's Message reads (run_server sets it; this test makes messages itself)
@@ -488,9 +788,9 @@ def test_client_app_bounds_its_own_calls(release):
         assert reply.has_error() and "TimeoutError" in reply.error.reason and expected in reply.error.reason
     assert time.monotonic() - start < 10 and calls == [BAD]
     with pytest.raises(ValueError, match="call_timeout must be a positive number of seconds"):
-        flower.client_app(model_fn, data_fn, cfg, "fedavg", call_timeout=0)
+        flower.client_app(model_fn, data_fn, cfg, "FedProx", call_timeout=0)
     with pytest.raises(ValueError, match="call_timeout must be a positive number of seconds"):
-        flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "fedavg"), 2, call_timeout=math.inf)
+        flower.InProcessGrid(flower.client_app(model_fn, data_fn, cfg, "FedProx"), 2, call_timeout=math.inf)
 
 
 class ForgingGrid(flower.InProcessGrid):
@@ -512,14 +812,10 @@ def test_forged_reply_cannot_take_another_nodes_slot():
     """BAD's update, sent under FORGED's node id, is dropped as forged; FORGED's genuine update
     is averaged; BAD itself gave no reply of its own and is recorded as missing."""
     cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=3)
-    app, log = faulty_app(cfg, "fedavg")
-    grid = ForgingGrid(app, CLIENTS.n_clients)
-    done = {}
-    server = flower.server_app(model_fn, cfg, "fedavg", n_clients=CLIENTS.n_clients,
-                               on_result=lambda result, strategy: done.update(strategy=strategy))
-    grid.run_server(server)
+    app, log = faulty_app(cfg, "FedProx")
+    run = run_on(ForgingGrid(app, CLIENTS.n_clients), cfg)
     for t in (1, 2):
-        drops = done["strategy"].dropped[t]
+        drops = strategy_of(run).dropped[t]
         assert sorted((d.client, d.stage) for d in drops if d.client is not None) == [(BAD, "train")]
         forged = [d for d in drops if d.client is None]
         assert len(forged) == 1 and "forged or misrouted" in forged[0].reason
@@ -528,25 +824,11 @@ def test_forged_reply_cannot_take_another_nodes_slot():
 
 
 def over_reporting_app(cfg, claim):
-    inner = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "fedavg")
-    app = ClientApp()
-
-    @app.query()
-    def query(msg, context):
-        reply = inner(msg, context)
-        if context.node_config["partition-id"] == BAD:
+    def lie(reply, action):
+        if action is None:
             reply.content["info"]["num-examples"] = claim
         return reply
-
-    @app.train()
-    def train(msg, context):
-        return inner(msg, context)
-
-    @app.evaluate()
-    def evaluate(msg, context):
-        return inner(msg, context)
-
-    return app
+    return faulty_app(cfg, "FedProx", query=lie)[0]
 
 
 @pytest.mark.parametrize("claim", [10**15, 10**4])
@@ -556,11 +838,11 @@ def test_over_reported_size_at_discovery_is_refused(claim):
     cfg = neural.TrainConfig(rounds=1, local_steps=1, batch_size=5, seed=0)
     with pytest.raises(ValueError, match=rf"partition {BAD}\) reports num-examples = {claim}, more than "
                                          r"max_size_ratio = 100 times the median"):
-        flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=over_reporting_app(cfg, claim))
+        flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=over_reporting_app(cfg, claim))
     # a plausible imbalance passes; the rule can be widened explicitly
-    flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=over_reporting_app(cfg, 200))
+    flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=over_reporting_app(cfg, 200))
     with pytest.raises(ValueError, match="max_size_ratio must be a number >= 1"):
-        flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", max_size_ratio=0.5)
+        flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, max_size_ratio=0.5)
 
 
 def sign_flip(reply, sent):
@@ -587,12 +869,12 @@ def test_robust_aggregation_against_sign_flip_and_crafted_updates(attack, aggreg
     update."""
     cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=1)
     box = {}
-    app, log = faulty_app(cfg, "fedavg", train=lambda reply, t: attack(reply, box["log"]["sent"][t]))
+    app, log = faulty_app(cfg, "FedProx", train=lambda reply, t: attack(reply, box["log"]["sent"][t]))
     box["log"] = log
     make = {None: lambda: None, "median": FedMedian, "trimmed": lambda: FedTrimmedAvg(beta=0.25),
             "krum": lambda: Krum(num_malicious_nodes=1)}[aggregator]
-    run = flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", app=app, aggregator=make())
-    assert run.strategy.dropped == {}  # the attack passes the screening
+    run = flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=app, aggregator=make())
+    assert strategy_of(run).dropped == {}  # the attack passes the screening
     honest = [i for i in range(CLIENTS.n_clients) if i != BAD]
     after = log["sent"][2]
     inside = all(bool(((after[n] >= torch.stack([log["returned"][1][i][n] for i in honest]).amin(0) - 1e-6)
@@ -611,4 +893,4 @@ def test_bad_aggregator_is_refused():
     cfg = neural.TrainConfig(rounds=1, local_steps=1)
     for bad in ("median", FedMedian(weighted_by_key="n"), object()):
         with pytest.raises(ValueError, match="aggregator must be None"):
-            flower.run_inprocess(model_fn, CLIENTS, cfg, "fedavg", aggregator=bad)
+            flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, aggregator=bad)

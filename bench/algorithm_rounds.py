@@ -122,6 +122,7 @@ from torch.utils.data import DataLoader
 from replearn.neural import algorithms, models, personalisation
 from replearn import neural
 from replearn.backend import derive_seed, make_generator
+from replearn.neural.specs import FEDREP_WIDTHS
 
 BOOK = personalisation.FederationSettings().train
 TARGET = 1.0
@@ -668,7 +669,7 @@ def step_kernels(model, dtype, batch, reps=10, repeats=3):
 
 
 def bench_dtype(dtype, args, methods):
-    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", dtype=dtype, variant="narrow")
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", dtype=dtype, widths=FEDREP_WIDTHS["narrow"])
     clients = synthetic_clients(args.clients, args.per_client, args.test_per_client, dtype)
     pairs = [(list(zip(x, y)), list(zip(xt, yt)))
              for x, y, xt, yt in zip(clients.x_train, clients.y_train, clients.x_test, clients.y_test)]

@@ -57,6 +57,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from replearn.neural import algorithms, models, personalisation
 from replearn import neural
 from replearn.book import scales
+from replearn.neural.specs import FEDREP_WIDTHS
 
 BOOK = personalisation.FederationSettings()
 #: setting -> (FedRep CNN widths, batch size, target x the PFLlib-style loop)
@@ -248,7 +249,7 @@ def setting_inputs(name, dtype, x, y, args):
     """The model, clients and configuration of a setting."""
     variant, batch, _ = SETTINGS[name]
     M, n = args.clients, args.per_client
-    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", variant=variant).to(dtype)
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", widths=FEDREP_WIDTHS[variant]).to(dtype)
     parts = list(torch.arange(M * n).split(n))
     clients = neural.ClientData.from_partition(x, y, parts, x, y, [p[:10] for p in parts], dataset="cifar10",
                                                device="cpu", dtype=dtype)
@@ -296,7 +297,7 @@ def bench_setting(name, dtype, x, y, args):
     samples = M * rounds * tau * batch
     flops = train_flops_per_sample(model, dtype, batch)
     gemm = statistics.median(gemms)
-    print(f"\n{name}: FedRep CNN ({variant}: {models.FEDREP_WIDTHS[variant][:2]} channels), batch {batch}, "
+    print(f"\n{name}: FedRep CNN ({variant}: {FEDREP_WIDTHS[variant][:2]} channels), batch {batch}, "
           f"{str(dtype).removeprefix('torch.')}; {M} clients x {n} images, tau = {tau}, {rounds} rounds, "
           f"{args.repeat} interleaved repeats")
     print(f"  training FLOPs per sample: {flops / 1e6:.1f} MFLOP; GEMM: median {gemm / 1e9:.1f} GFLOP/s "

@@ -32,6 +32,7 @@ from replearn.book.profiles import _annotated_kinds
 from replearn.theory.trajectory import Trajectory
 from engine_calls import finetune, run_key
 from replearn.neural import algorithms
+from replearn.neural.specs import FEDREP_WIDTHS, NetworkSpec
 
 NAN, INF = float("nan"), float("inf")
 F64 = torch.float64
@@ -448,17 +449,18 @@ CASES_27 = [
                                                          seeds=(0, 2**70)), r"every entry of seeds .*2\*\*64"),
     ("make_generator 2**64", lambda: backend.make_generator(2**64), r"seed must be at most 2\*\*64 - 1"),
     ("check_seeds 2**64", lambda: seeds_lib.check_seeds((0, 2**64)), r"seeds must be at most 2\*\*64"),
-    ("make_model seed 2**64", lambda: models.make_model("fedrep_cnn", 10, 2**64), r"\bseed\b"),
-    ("model n_classes=1e12", lambda: models.FedRepCNN(10**12), r"n_classes=10+ .*MAX_PARAMETERS"),
+    ("make_model seed 2**64", lambda: models.make_model("fedrep_cnn", 10, 2**64, widths=FEDREP_WIDTHS["cifar10"]), r"\bseed\b"),
+    ("model n_classes=1e12", lambda: models.FedRepCNN(10**12, FEDREP_WIDTHS["cifar10"]), r"n_classes=10+ .*MAX_PARAMETERS"),
     ("model channels=1e5", lambda: models.FedAvgCNN(10, channels=(10**5, 10**5, 10**5)), r"channels=.*MAX_PARAM"),
     ("fedrep rounds=1e12", lambda: run_fedrep(rounds=10**12), r"rounds = 10+ .*MAX_COUNT"),
     ("arm iterations=1e12", lambda: meta.arm(B0, W0, POP, beta=0.1, iterations=10**12), r"iterations = 10+"),
     ("partition n_clients=1e12", lambda: data_lib.dirichlet_partition(FEAT_LABELS, 10**12, 0.5, seed=0),
      r"n_clients = 10+"),
     # ------------------------------------------------------------------ data and models
-    ("model variant=''", lambda: models.FedRepCNN(10, variant=""), r"variant must be one of"),
-    ("model variant=1", lambda: models.FedRepCNN(10, variant=1), r"variant must be one of"),
-    ("model n_classes=True", lambda: models.FedRepCNN(True), r"n_classes must be positive ints"),
+    ("network variant=''", lambda: NetworkSpec.fedrep_cnn("", "float32"), r"variant must be one of"),
+    ("network variant=1", lambda: NetworkSpec.fedrep_cnn(1, "float32"), r"variant must be one of"),
+    ("model widths=(1, 2)", lambda: models.FedRepCNN(10, (1, 2)), r"widths must be a tuple"),
+    ("model n_classes=True", lambda: models.FedRepCNN(True, FEDREP_WIDTHS["cifar10"]), r"n_classes must be positive ints"),
     ("partition n_clients float", lambda: data_lib.dirichlet_partition(FEAT_LABELS, 3.0, 0.5, seed=0),
      r"n_clients must be an integer"),
     ("shard n_clients float", lambda: data_lib.shard_partition(FEAT_LABELS, 3.0, 1, seed=0), r"n_clients"),

@@ -13,6 +13,7 @@ from replearn import neural
 from replearn.neural.algorithms import dsgd
 from replearn.neural import algorithms
 from replearn.backend import make_generator
+from replearn.neural.specs import FEDREP_WIDTHS
 from tiny_net import Tiny, authors_sgd
 from engine_calls import finetune, run_key
 
@@ -360,7 +361,7 @@ SMOKE = [("fedavg", 0.1), ("fedrep", 0.2), ("fedper", 0.2), ("lg_fedavg", 0.2), 
 
 @pytest.mark.parametrize("algorithm, chance", SMOKE, ids=[a for a, _ in SMOKE])
 def test_smoke_on_real_cifar10_loss_falls_and_accuracy_beats_chance(cifar_clients, algorithm, chance):
-    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu")
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     cfg = neural.TrainConfig(rounds=4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1, head_epochs=1,
                              last_rounds=1)
     result = run_key(algorithm, model, cifar_clients, cfg)
@@ -369,7 +370,7 @@ def test_smoke_on_real_cifar10_loss_falls_and_accuracy_beats_chance(cifar_client
 
 
 def test_smoke_dsgd_and_finetuning_on_real_cifar10(cifar_clients):
-    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu")
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     cfg = neural.TrainConfig(rounds=5, lr=0.05, momentum=0.5, batch_size=10, local_steps=10, last_rounds=1)
     d = algorithms.run("D-SGD", model, cifar_clients, dsgd.matched_config(cfg))
     assert d.train_loss[-1] < d.train_loss[0] and d.accuracy > 0.15, (d.train_loss, d.accuracy)
@@ -593,7 +594,7 @@ def test_the_working_layout_is_channels_last_except_in_float64():
     assert neural.work_layout(torch.float32) == torch.channels_last
     assert neural.work_layout(torch.float64) == torch.contiguous_format
     for dtype, fmt in ((torch.float32, torch.channels_last), (torch.float64, torch.contiguous_format)):
-        fast = neural.fast_copy(models.FedRepCNN(10, variant="narrow").to(dtype))
+        fast = neural.fast_copy(models.FedRepCNN(10, FEDREP_WIDTHS["narrow"]).to(dtype))
         weights = [p for p in fast.parameters() if p.ndim == 4]
         assert weights and all(p.is_contiguous(memory_format=fmt) for p in weights)
         if fmt == torch.channels_last:
@@ -603,7 +604,7 @@ def test_the_working_layout_is_channels_last_except_in_float64():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_fast_copy_computes_the_same_function_and_gradients(dtype):
     for model in (tiny_model().to(dtype), models.make_model("fedrep_cnn", 10, seed=0, device="cpu",
-                                                            variant="cifar10").to(dtype)):
+                                                            widths=FEDREP_WIDTHS["cifar10"]).to(dtype)):
         fast = neural.fast_copy(model)
         kinds = [type(m).__name__ for m in fast.body]
         assert "MaxPool2d" in kinds and kinds.index("MaxPool2d") < kinds.index("ReLU")  # pool before ReLU

@@ -91,8 +91,7 @@ class FederationSettings(Settings):
     def network_spec(self, dataset: str) -> NetworkSpec:
         """The FedRep CNN for ``dataset``, resolved: ``variant`` widths (``None``: the authors'
         widths for the dataset) in ``dtype`` (:class:`replearn.neural.specs.NetworkSpec`)."""
-        variant = self.variant or ("cifar100" if dataset == "cifar100" else "cifar10")
-        return NetworkSpec.fedrep_cnn(variant, self.dtype)
+        return NetworkSpec.fedrep_cnn(self.variant, self.dtype, dataset=dataset)
 
     def networks(self) -> dict[str, NetworkSpec]:
         """The resolved network of every dataset these settings train on, as results files record it."""

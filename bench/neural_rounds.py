@@ -34,7 +34,7 @@ the ratios. A last line gives the ceiling no engine can pass: the forward and ba
 alone on one fixed batch and one thread, times the thread count (``kernels``). Then the operator
 launches and host syncs of one round (:class:`replearn.book.scales.OperatorCount`) on the per-client
 path and on the batched path (clients stacked, ``torch.func.vmap``), what bounds a GPU round, for
-FedAvg and for every method with its own client update (:data:`COUNTED`).
+FedAvg and for every method with its own client update (:func:`counted`).
 
 Run: ``python bench/neural_rounds.py`` (``--settings book --dtypes float64`` for one case;
 ``--counts-only`` for the operator counts alone, which need no quiet machine).
@@ -225,19 +225,25 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-#: Methods whose operator counts the bench prints: FedAvg (the default client update) and every
-#: method with its own client update (``FunctionalSGD`` under vmap when batched).
-COUNTED = ("FedAvg", "FedProx", "SCAFFOLD", "Fed-MTL", "Per-FedAvg", "L2GD", "APFL", "Ditto")
+def counted() -> tuple[str, ...]:
+    """Methods whose operator counts the bench prints, from the registry: FedAvg (the default
+    client update, which every declared method shares) and every method with its own client
+    update (``FunctionalSGD`` under vmap when batched); wrappers (+FT) are their stages'."""
+    from replearn.neural.algorithms.base import Algorithm
+    from replearn.neural.algorithms.fine_tuning import FineTuned
+    own = tuple(n for n in algorithms.names() if not isinstance(algorithms.get(n), FineTuned)
+                and type(algorithms.get(n)).client_update is not Algorithm.client_update)
+    return ("FedAvg",) + own
 
 
-def operator_counts(model, clients: neural.ClientData, cfg: neural.TrainConfig, methods=COUNTED) -> dict:
+def operator_counts(model, clients: neural.ClientData, cfg: neural.TrainConfig, methods=None) -> dict:
     """Operators dispatched in one round (with its evaluation) of each method by the per-client
     path (one client after another) and by the batched path (the round's clients stacked and
     trained with ``torch.func.vmap``, ``vmap_clients = M``): on a GPU each launch costs a few
     microseconds from Python and each sync stalls the host, so these counts bound a GPU round."""
     one = replace(cfg, rounds=1, eval_every=1)
     out = {}
-    for method in methods:
+    for method in methods or counted():
         for label, c in (("per-client", one), ("batched", replace(one, vmap_clients=clients.n_clients))):
             with scales.OperatorCount() as count:
                 algorithms.run(method, model, clients, c, workers=1)
@@ -262,7 +268,7 @@ def print_counts(model, clients, cfg) -> None:
     counts = operator_counts(model, clients, cfg)
     print(f"  one round with its evaluation ({clients.n_clients} clients): operator launches and host syncs, "
           f"per-client -> batched")
-    for method in COUNTED:
+    for method in counted():
         a, b = counts[(method, "per-client")], counts[(method, "batched")]
         print(f"    {method:<11} {a.launches:>8,} -> {b.launches:>7,} launches ({a.launches / b.launches:4.1f}x fewer), "
               f"{a.syncs:>5,} -> {b.syncs:>4,} syncs")

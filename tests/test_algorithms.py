@@ -334,7 +334,9 @@ def test_client_threads_give_the_iterates_of_one_thread(name):
     assert torch.equal(one.final.accuracy, two.final.accuracy)
 
 
-PROTOCOL = ["FedProx", "SCAFFOLD", "Fed-MTL", "Per-FedAvg", "L2GD", "APFL", "Ditto"]
+#: The registered methods with their own client update (the others declare and share the default).
+PROTOCOL = [n for n in A.names() if type(A.get(n)).client_update is not A.base.Algorithm.client_update
+            and not n.endswith("+FT")]
 #: Clients 0, 1, 2 and 4 hold 12 images each, client 3 holds 8: with every client sampled and
 #: ``vmap_clients = 3`` a round trains one group of three, one client alone, and client 3 alone.
 EQUAL = make_clients(sizes=(12, 12, 12, 8, 12))

@@ -174,8 +174,8 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
     algorithm.check(model, cfg, options)
     phases = tuple(algorithm.phases(model, cfg, options))
     check_phases(algorithm.name, model, phases)
-    sizes = clients.train_sizes
-    check_work(phases, sizes.tolist(), cfg)
+    sizes = [int(n) for n in clients.train_sizes.tolist()]  # Python ints: no scalar reads in the loop
+    check_work(phases, sizes, cfg)
     device, M = clients.device, clients.n_clients
     names = [n for n, _ in model.named_parameters()]
     personal = tuple(algorithm.personal_names(model, options))
@@ -200,7 +200,7 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
         return x_train[i]
 
     def context(w: LocalSGD, i: int, batches, broadcast, draw, own: dict) -> ClientRound:
-        return ClientRound(i, w, images(i), clients.y_train[i], int(sizes[i]), batches, cfg, options,
+        return ClientRound(i, w, images(i), clients.y_train[i], sizes[i], batches, cfg, options,
                            gen if pool is None else None, params, server, broadcast, own, draw, initial, shared,
                            personal, phases)
 
@@ -210,7 +210,7 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
     with OneIntraOpThread(pool is None and device.type == "cpu"):
         try:
             for t in range(cfg.rounds):
-                plan = plan_round(sizes.tolist(), phases, cfg, gen)
+                plan = plan_round(sizes, phases, cfg, gen)
                 selected = list(plan.clients)
                 participants.append(plan.clients)
                 draws = algorithm.draw(plan, cfg, options, gen) or {}
@@ -226,13 +226,11 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
                         raise TypeError(f"{algorithm.name}: client_update must return a neural.ClientUpdate")
                     n_i = float(sizes[i])
                     weighted = {k: v * n_i for k, v in update.upload.items()}
-                    finite = all_finite(update.loss_sum, list(update.upload.values()) + tensors_of(update.state))
-                    first = float(w.first_loss) if w.first_loss is not None else 0.0
-                    peak = float(w.peak_loss) if w.peak_loss is not None else 0.0
-                    return update, weighted, finite, first, peak
+                    return update, weighted, client_stats(update.loss_sum, w.first_loss, w.peak_loss,
+                                                          list(update.upload.values()) + tensors_of(update.state))
 
                 if batched:
-                    keys = {i: (tuple(tuple(len(b) for b in bs) for bs in plan.batches[i]), int(sizes[i]),
+                    keys = {i: (tuple(tuple(len(b) for b in bs) for bs in plan.batches[i]), sizes[i],
                                 _hashable(draws.get(i)), _layout(states[i])) for i in selected}
                     done: dict[int, tuple] = {}
                     for group in groups_of(selected, keys, cfg.vmap_clients):
@@ -247,7 +245,7 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
                         train_client(worker, i) for i in selected)
                 acc: Params = {}
                 round_loss = 0.0
-                for i, (update, weighted, finite, first, peak) in zip(selected, trained):  # in order: the same sums
+                for i, (update, weighted, (loss_sum, first, peak, finite)) in zip(selected, trained):  # in order
                     if not finite:
                         raise FloatingPointError(
                             f"round {t}: client {i}'s local training diverged (non-finite loss, parameters or "
@@ -259,8 +257,8 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
                         if k not in acc:
                             acc[k] = torch.zeros_like(v)
                         acc[k] += v
-                    round_loss += float(sizes[i]) * float(update.loss_sum) / max(update.n_steps, 1)
-                total = float(sizes[selected].sum())
+                    round_loss += float(sizes[i]) * loss_sum / max(update.n_steps, 1)
+                total = float(sum(sizes[i] for i in selected))
                 mean_upload = {k: v / total for k, v in acc.items()}
                 params, server = algorithm.server_update(params, server, mean_upload, selected, M, options)
                 losses[t] = round_loss / total
@@ -292,24 +290,44 @@ def _evaluate(algorithm, model, clients, cfg, options, t, names, personal, own_s
     parameters of ``personal`` it was tested with."""
     M = clients.n_clients
 
+    def refuse(i: int, n: str):
+        raise FloatingPointError(f"round {t}: client {i}'s evaluated parameter {n!r} is not finite, "
+                                 f"{divergence_advice(cfg.lr, algorithm.name, options)}")
+
     def test(w: LocalSGD, i: int):
         p_i = algorithm.eval_params(context(w, i, (), {}, None, own_state(i)))
         with torch.no_grad():
             kept = {n: p_i[n].detach().clone() for n in personal}
-            finite = torch.stack([torch.isfinite(p_i[n]).all() for n in names]).tolist()  # one sync
-            if not all(finite):
-                n = names[finite.index(False)]
-                raise FloatingPointError(f"round {t}: client {i}'s evaluated parameter {n!r} is not finite, "
-                                         f"{divergence_advice(cfg.lr, algorithm.name, options)}")
         if cfg.vmap_clients > 1:
-            return p_i, kept  # tested below, in groups
+            return p_i, kept  # checked and tested below, in groups
+        finite = finite_by_name(p_i, names).tolist()  # one sync
+        if not all(finite):
+            refuse(i, names[finite.index(False)])
         return test_client(w.model, clients, p_i, {}, i, batch_size=1000), kept
 
     tested = list(pool.map(test, range(M)) if pool is not None else (test(worker, i) for i in range(M)))
     if cfg.vmap_clients > 1:
         own = {n: torch.stack([p_i[n] for p_i, _ in tested]) for n in names}
+        finite = torch.stack([torch.isfinite(own[n]).flatten(1).all(1) for n in names]).tolist()  # one sync
+        for k, n in enumerate(names):
+            if not all(finite[k]):
+                refuse(finite[k].index(False), n)
         tested = list(zip(test_all(model, clients, {}, own, cfg.vmap_clients), [k for _, k in tested]))
     return evaluation_of(clients, [r for r, _ in tested]), [p for _, p in tested]
+
+
+def finite_by_name(params: Params, names: Sequence[str]) -> torch.Tensor:
+    """Whether each of ``params[n]`` for ``n`` in ``names`` is finite (a bool tensor in ``names``'
+    order; their norms by one foreach kernel per dtype, no host sync)."""
+    out = [None] * len(names)
+    by_dtype: dict[torch.dtype, list[int]] = {}
+    for k, n in enumerate(names):
+        by_dtype.setdefault(params[n].dtype, []).append(k)
+    for ks in by_dtype.values():
+        norms = torch._foreach_norm([params[names[k]].detach() for k in ks])
+        for k, v in zip(ks, torch.isfinite(torch.stack(norms)).unbind()):
+            out[k] = v
+    return torch.stack(out)
 
 
 def _train_group(algorithm, model: nn.Module, clients: ClientData, group: Sequence[int], plan: RoundPlan, draw,
@@ -343,14 +361,14 @@ def _train_group(algorithm, model: nn.Module, clients: ClientData, group: Sequen
         return update.upload, update.state, update.loss_sum + zero, first, peak
 
     upload, state, loss_sum, first, peak = vmap(one)(_stack_states([states[i] for i in group]), xs, ys, batches)
-    finite = finite_per_client(loss_sum, list(upload.values()) + tensors_of(state)).tolist()
-    firsts, peaks = first.tolist(), peak.tolist()
+    finite = finite_per_client(loss_sum, list(upload.values()) + tensors_of(state))
+    stats = torch.stack([loss_sum.double(), first.double(), peak.double(), finite.double()]).T.tolist()  # one sync
     out = {}
     for g, i in enumerate(group):
         own = {k: v[g] for k, v in upload.items()}
-        n_i = float(clients.train_sizes[i])
+        n_i = float(clients.y_train[i].shape[0])
         out[i] = (ClientUpdate(own, _client_slice(state, g), loss_sum[g], n_steps[0]),
-                  {k: v * n_i for k, v in own.items()}, finite[g], firsts[g], peaks[g])
+                  {k: v * n_i for k, v in own.items()}, stats[g])
     return out
 
 
@@ -369,11 +387,22 @@ def finite_per_client(loss_sum: torch.Tensor, params: Sequence[torch.Tensor]) ->
     return torch.isfinite(norms).all(dim=0)
 
 
-def all_finite(loss_sum: torch.Tensor, tensors: Sequence[torch.Tensor]) -> bool:
-    """Whether a client's summed loss and every floating tensor of ``tensors`` are finite."""
-    norms = [torch.as_tensor(loss_sum, dtype=torch.float64).reshape(())]
-    norms += [t.detach().norm().to(torch.float64) for t in tensors if t.is_floating_point() and t.numel()]
-    return bool(torch.isfinite(torch.stack(norms)).all())
+def client_stats(loss_sum: torch.Tensor, first: torch.Tensor | None, peak: torch.Tensor | None,
+                 tensors: Sequence[torch.Tensor]) -> list[float]:
+    """A trained client's summed loss, first and peak minibatch loss (0 when it took no step) and
+    whether the loss and every floating tensor of ``tensors`` are finite (1.0 or 0.0), read with
+    one host sync (the norms by one foreach kernel per dtype)."""
+    loss_sum = torch.as_tensor(loss_sum).reshape(()).detach()
+    zero = torch.zeros((), dtype=torch.float64, device=loss_sum.device)
+    finite = torch.isfinite(loss_sum)
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        if t.is_floating_point() and t.numel():
+            by_dtype.setdefault(t.dtype, []).append(t.detach())
+    for group in by_dtype.values():
+        finite = finite & torch.isfinite(torch.stack(torch._foreach_norm(group))).all()
+    parts = [loss_sum, zero if first is None else first, zero if peak is None else peak, finite]
+    return torch.stack([x.reshape(()).to(torch.float64) for x in parts]).tolist()
 
 
 def tensors_of(state) -> list[torch.Tensor]:

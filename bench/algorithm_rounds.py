@@ -122,6 +122,7 @@ from torch.utils.data import DataLoader
 from replearn.neural import algorithms, models, personalisation
 from replearn import neural
 from replearn.backend import derive_seed, make_generator
+from replearn.neural.specs import FEDREP_WIDTHS
 
 BOOK = personalisation.FederationSettings().train
 TARGET = 1.0
@@ -597,6 +598,8 @@ def options_for(name: str, ft_epochs: int):
     alg = algorithms.get(name)
     if name.endswith("+FT"):
         return alg.Options(epochs=ft_epochs, base=alg.base.Options())
+    if name == "Local only":  # the reference loop trains the sampled clients each round
+        return alg.Options(epochs=None)
     return alg.Options()
 
 
@@ -617,9 +620,11 @@ def run_reference(name, model, pairs, cfg, opts):
 def finetune_runs(name, model, clients, pairs, cfg, opts):
     """+FT rows: the fine-tuning alone, from the final state of ours' base run (the base's rounds
     are its own row). Ours: what :class:`replearn.neural.algorithms.fine_tuning.FineTuned` runs after
-    the base (:func:`replearn.neural.finetune`, seed ``derive_seed(cfg.seed, 5)``)."""
+    the base (:meth:`~replearn.neural.algorithms.fine_tuning.FineTuned.fine_tune`: the registry's
+    "Fine-tuning", seed ``derive_seed(cfg.seed, 5)``)."""
     base = algorithms.get(name).base
-    state = base.run(model, clients, cfg, opts.base, workers=1).state
+    base_run = base.run(model, clients, cfg, opts.base, workers=1)
+    state = base_run.state
     server = copy.deepcopy(model)
     with torch.no_grad():
         for n, p in server.named_parameters():
@@ -627,9 +632,7 @@ def finetune_runs(name, model, clients, pairs, cfg, opts):
     names = [n for n, _ in model.named_parameters()]
 
     def ours():
-        ft = neural.finetune(model, clients, state=state, epochs=opts.epochs, part=opts.part, lr=cfg.lr,
-                             momentum=cfg.momentum, weight_decay=cfg.weight_decay, batch_size=cfg.batch_size,
-                             augment=cfg.augment, seed=derive_seed(cfg.seed, 5), vmap_clients=cfg.vmap_clients)
+        ft = algorithms.get(name).fine_tune(replace(base_run, state=state), model, clients, opts)
         return ft.final.average, flat_states(ft, names, clients.n_clients)
 
     def reference():
@@ -666,7 +669,7 @@ def step_kernels(model, dtype, batch, reps=10, repeats=3):
 
 
 def bench_dtype(dtype, args, methods):
-    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", dtype=dtype, variant="narrow")
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", dtype=dtype, widths=FEDREP_WIDTHS["narrow"])
     clients = synthetic_clients(args.clients, args.per_client, args.test_per_client, dtype)
     pairs = [(list(zip(x, y)), list(zip(xt, yt)))
              for x, y, xt, yt in zip(clients.x_train, clients.y_train, clients.x_test, clients.y_test)]

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from replearn.neural import data, models
+from replearn.neural.specs import FEDREP_WIDTHS
 
 TARGET = 0.05  # augment at most 5% of a step
 
@@ -44,7 +45,7 @@ def best_of(fn, repeats: int = 5, number: int = 50) -> float:
 def main() -> None:
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
-    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu")
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     x = torch.randn(10, 3, 32, 32, generator=g)
     y = torch.randint(0, 10, (10,), generator=g)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.5)

@@ -13,7 +13,7 @@ on the same model, initial weights and images:
   ``deepcopy(first client model)``, zeroing it and adding ``w_i * param.clone()``.
 - ``previous``: a frozen copy of the engine's round loop before the speed work (one working
   model, index batches on tensors, foreach SGD), kept here, not in the library.
-- ``ours``: :func:`replearn.neural.fedavg`.
+- ``ours``: the registry's FedAvg on the engine's loop, :func:`replearn.neural.run`.
 
 Three settings, 10 clients x 200 images, tau = 10 local steps, momentum 0.5:
 
@@ -26,7 +26,7 @@ Three settings, 10 clients x 200 images, tau = 10 local steps, momentum 0.5:
 Each runs in float32 and float64 (the dtype follows the model; the book's CPU runs use float64).
 All three implementations get the same torch thread count (``--threads``, default torch's):
 ``pfllib`` and ``previous`` use it inside each operation, ``ours`` trains that many clients at
-once, one thread each (:func:`replearn.neural.run_spec`'s ``workers``). Runs are interleaved and
+once, one thread each (:func:`replearn.neural.run`'s ``workers``). Runs are interleaved and
 repeated; the script prints medians and [min, max] of samples/s, the training FLOP/s (forward and
 backward convolutions and matrix products, ``torch.utils.flop_counter``) as % of a float GEMM
 (1024^3) of the same dtype on the same threads, timed in the same process between the runs, and
@@ -34,7 +34,7 @@ the ratios. A last line gives the ceiling no engine can pass: the forward and ba
 alone on one fixed batch and one thread, times the thread count (``kernels``). Then the operator
 launches and host syncs of one round (:class:`replearn.book.scales.OperatorCount`) on the per-client
 path and on the batched path (clients stacked, ``torch.func.vmap``), what bounds a GPU round, for
-FedAvg and for every method of :func:`replearn.neural.run_protocol` (:data:`COUNTED`).
+FedAvg and for every method with its own client update (:func:`counted`).
 
 Run: ``python bench/neural_rounds.py`` (``--settings book --dtypes float64`` for one case;
 ``--counts-only`` for the operator counts alone, which need no quiet machine).
@@ -57,6 +57,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from replearn.neural import algorithms, models, personalisation
 from replearn import neural
 from replearn.book import scales
+from replearn.neural.specs import FEDREP_WIDTHS
 
 BOOK = personalisation.FederationSettings()
 #: setting -> (FedRep CNN widths, batch size, target x the PFLlib-style loop)
@@ -224,19 +225,25 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-#: Methods whose operator counts the bench prints: FedAvg (the engine's spec path, ``run_spec``)
-#: and every method of :func:`replearn.neural.run_protocol` (``FunctionalSGD`` under vmap when batched).
-COUNTED = ("FedAvg", "FedProx", "SCAFFOLD", "Fed-MTL", "Per-FedAvg", "L2GD", "APFL", "Ditto")
+def counted() -> tuple[str, ...]:
+    """Methods whose operator counts the bench prints, from the registry: FedAvg (the default
+    client update, which every declared method shares) and every method with its own client
+    update (``FunctionalSGD`` under vmap when batched); wrappers (+FT) are their stages'."""
+    from replearn.neural.algorithms.base import Algorithm
+    from replearn.neural.algorithms.fine_tuning import FineTuned
+    own = tuple(n for n in algorithms.names() if not isinstance(algorithms.get(n), FineTuned)
+                and type(algorithms.get(n)).client_update is not Algorithm.client_update)
+    return ("FedAvg",) + own
 
 
-def operator_counts(model, clients: neural.ClientData, cfg: neural.TrainConfig, methods=COUNTED) -> dict:
+def operator_counts(model, clients: neural.ClientData, cfg: neural.TrainConfig, methods=None) -> dict:
     """Operators dispatched in one round (with its evaluation) of each method by the per-client
     path (one client after another) and by the batched path (the round's clients stacked and
     trained with ``torch.func.vmap``, ``vmap_clients = M``): on a GPU each launch costs a few
     microseconds from Python and each sync stalls the host, so these counts bound a GPU round."""
     one = replace(cfg, rounds=1, eval_every=1)
     out = {}
-    for method in methods:
+    for method in methods or counted():
         for label, c in (("per-client", one), ("batched", replace(one, vmap_clients=clients.n_clients))):
             with scales.OperatorCount() as count:
                 algorithms.run(method, model, clients, c, workers=1)
@@ -248,7 +255,7 @@ def setting_inputs(name, dtype, x, y, args):
     """The model, clients and configuration of a setting."""
     variant, batch, _ = SETTINGS[name]
     M, n = args.clients, args.per_client
-    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", variant=variant).to(dtype)
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", widths=FEDREP_WIDTHS[variant]).to(dtype)
     parts = list(torch.arange(M * n).split(n))
     clients = neural.ClientData.from_partition(x, y, parts, x, y, [p[:10] for p in parts], dataset="cifar10",
                                                device="cpu", dtype=dtype)
@@ -261,7 +268,7 @@ def print_counts(model, clients, cfg) -> None:
     counts = operator_counts(model, clients, cfg)
     print(f"  one round with its evaluation ({clients.n_clients} clients): operator launches and host syncs, "
           f"per-client -> batched")
-    for method in COUNTED:
+    for method in counted():
         a, b = counts[(method, "per-client")], counts[(method, "batched")]
         print(f"    {method:<11} {a.launches:>8,} -> {b.launches:>7,} launches ({a.launches / b.launches:4.1f}x fewer), "
               f"{a.syncs:>5,} -> {b.syncs:>4,} syncs")
@@ -281,7 +288,7 @@ def bench_setting(name, dtype, x, y, args):
     runs = {
         "pfllib": lambda: pfllib_fedavg(copy.deepcopy(model), pfl_clients, rounds=rounds, tau=tau),
         "previous": lambda: previous_fedavg(model, clients, cfg),
-        "ours": lambda: neural.fedavg(model, clients, cfg),
+        "ours": lambda: neural.run("FedAvg", model, clients, cfg),
     }
     times = {k: [] for k in runs}
     gemms, ceilings = [], []
@@ -296,7 +303,7 @@ def bench_setting(name, dtype, x, y, args):
     samples = M * rounds * tau * batch
     flops = train_flops_per_sample(model, dtype, batch)
     gemm = statistics.median(gemms)
-    print(f"\n{name}: FedRep CNN ({variant}: {models.FEDREP_WIDTHS[variant][:2]} channels), batch {batch}, "
+    print(f"\n{name}: FedRep CNN ({variant}: {FEDREP_WIDTHS[variant][:2]} channels), batch {batch}, "
           f"{str(dtype).removeprefix('torch.')}; {M} clients x {n} images, tau = {tau}, {rounds} rounds, "
           f"{args.repeat} interleaved repeats")
     print(f"  training FLOPs per sample: {flops / 1e6:.1f} MFLOP; GEMM: median {gemm / 1e9:.1f} GFLOP/s "

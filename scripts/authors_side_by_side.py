@@ -31,7 +31,7 @@ Before that, ``sys.modules`` receives:
   from the global torch RNG in torchvision's order; for testing, the normalisation only), and
   ``dict_users_train`` / ``dict_users_test`` from OUR partition (:func:`partition`);
   ``get_model(args)`` returns their ``CNNCifar`` (from their ``models/Nets.py``) loaded with the
-  initial weights of our ``models.make_model("fedrep_cnn", 10, seed)``, mapped by name
+  initial weights of our ``models.make_model("fedrep_cnn", 10, seed, widths=FEDREP_WIDTHS["cifar10"])``, mapped by name
   (:data:`OURS_TO_AUTHORS`); ``read_data`` raises (LEAF data are not used).
 - a dummy ``torchvision`` with an empty ``models`` (their ``models/Nets.py`` imports it) when
   torchvision is not installed, and a minimal ``pandas`` (``DataFrame(...).to_csv``, used for their
@@ -138,6 +138,7 @@ from replearn import neural  # noqa: E402
 from replearn.neural import data as D  # noqa: E402
 from replearn.backend import derive_seed  # noqa: E402
 from replearn.neural.models import make_model  # noqa: E402
+from replearn.neural.specs import FEDREP_WIDTHS
 
 # --------------------------------------------------------------------------------------------
 # Weight mapping
@@ -751,7 +752,7 @@ def main(argv=None) -> dict:
         train_parts, test_parts = partition(cifar, a.clients, a.classes, a.train_per_client, seed)
         sizes = [len(t) for t in train_parts]
         for alg in a.alg:
-            model = make_model("fedrep_cnn", 10, seed, device=device, dtype=torch.float32)
+            model = make_model("fedrep_cnn", 10, seed, device=device, dtype=torch.float32, widths=FEDREP_WIDTHS["cifar10"])
             initial = {n: p_.detach().clone() for n, p_ in model.state_dict().items()}
             x_probe = AuthorsCifar(cifar.x_test[:8], cifar.y_test[:8], train=False).xn.to(device)
             with torch.no_grad():

@@ -30,6 +30,9 @@ from replearn.experiments.ch03_aruba import (s01_online_learning, s02_meta_initi
 from replearn.experiments import settings_classes
 from replearn.book.profiles import _annotated_kinds
 from replearn.theory.trajectory import Trajectory
+from engine_calls import finetune, run_key
+from replearn.neural import algorithms
+from replearn.neural.specs import FEDREP_WIDTHS, NetworkSpec
 
 NAN, INF = float("nan"), float("inf")
 F64 = torch.float64
@@ -446,17 +449,18 @@ CASES_27 = [
                                                          seeds=(0, 2**70)), r"every entry of seeds .*2\*\*64"),
     ("make_generator 2**64", lambda: backend.make_generator(2**64), r"seed must be at most 2\*\*64 - 1"),
     ("check_seeds 2**64", lambda: seeds_lib.check_seeds((0, 2**64)), r"seeds must be at most 2\*\*64"),
-    ("make_model seed 2**64", lambda: models.make_model("fedrep_cnn", 10, 2**64), r"\bseed\b"),
-    ("model n_classes=1e12", lambda: models.FedRepCNN(10**12), r"n_classes=10+ .*MAX_PARAMETERS"),
+    ("make_model seed 2**64", lambda: models.make_model("fedrep_cnn", 10, 2**64, widths=FEDREP_WIDTHS["cifar10"]), r"\bseed\b"),
+    ("model n_classes=1e12", lambda: models.FedRepCNN(10**12, FEDREP_WIDTHS["cifar10"]), r"n_classes=10+ .*MAX_PARAMETERS"),
     ("model channels=1e5", lambda: models.FedAvgCNN(10, channels=(10**5, 10**5, 10**5)), r"channels=.*MAX_PARAM"),
     ("fedrep rounds=1e12", lambda: run_fedrep(rounds=10**12), r"rounds = 10+ .*MAX_COUNT"),
     ("arm iterations=1e12", lambda: meta.arm(B0, W0, POP, beta=0.1, iterations=10**12), r"iterations = 10+"),
     ("partition n_clients=1e12", lambda: data_lib.dirichlet_partition(FEAT_LABELS, 10**12, 0.5, seed=0),
      r"n_clients = 10+"),
     # ------------------------------------------------------------------ data and models
-    ("model variant=''", lambda: models.FedRepCNN(10, variant=""), r"variant must be one of"),
-    ("model variant=1", lambda: models.FedRepCNN(10, variant=1), r"variant must be one of"),
-    ("model n_classes=True", lambda: models.FedRepCNN(True), r"n_classes must be positive ints"),
+    ("network variant=''", lambda: NetworkSpec.fedrep_cnn("", "float32"), r"variant must be one of"),
+    ("network variant=1", lambda: NetworkSpec.fedrep_cnn(1, "float32"), r"variant must be one of"),
+    ("model widths=(1, 2)", lambda: models.FedRepCNN(10, (1, 2)), r"widths must be a tuple"),
+    ("model n_classes=True", lambda: models.FedRepCNN(True, FEDREP_WIDTHS["cifar10"]), r"n_classes must be positive ints"),
     ("partition n_clients float", lambda: data_lib.dirichlet_partition(FEAT_LABELS, 3.0, 0.5, seed=0),
      r"n_clients must be an integer"),
     ("shard n_clients float", lambda: data_lib.shard_partition(FEAT_LABELS, 3.0, 1, seed=0), r"n_clients"),
@@ -661,7 +665,7 @@ def test_neural_divergence_while_finite_names_the_learning_rate(algorithm, lr):
     from replearn import neural
     cfg = neural.TrainConfig(rounds=2, lr=lr, local_steps=3, head_steps=3, batch_size=5)
     with pytest.raises(FloatingPointError, match=rf"lr = {lr:g}"):
-        getattr(neural, algorithm)(_neural_tiny(), _neural_clients(), cfg)
+        run_key(algorithm, _neural_tiny(), _neural_clients(), cfg)
 
 
 @pytest.mark.parametrize("name", ["FedProx", "SCAFFOLD", "Ditto", "APFL", "Per-FedAvg", "Fed-MTL", "FedAvg+FT"])
@@ -676,7 +680,7 @@ def test_neural_protocol_algorithms_report_divergence_with_the_learning_rate(nam
 def test_neural_divergence_factor_is_documented_and_sane():
     from replearn import neural
     assert neural.DIVERGENCE_FACTOR == 1e3 and "DIVERGENCE_FACTOR" in neural.LocalSGD.watch.__doc__
-    ok = neural.fedavg(_neural_tiny(), _neural_clients(), neural.TrainConfig(rounds=2, lr=0.05, local_steps=3))
+    ok = algorithms.run("FedAvg", _neural_tiny(), _neural_clients(), neural.TrainConfig(rounds=2, lr=0.05, local_steps=3))
     assert math.isfinite(ok.accuracy)
 
 
@@ -684,7 +688,7 @@ def test_neural_divergence_factor_is_documented_and_sane():
 def test_neural_huge_pixels_are_named_not_blamed_on_the_step_size(scale):
     from replearn import neural
     with pytest.raises(ValueError, match="client 0 train images.*MAX_INPUT.*normalise"):
-        neural.fedavg(_neural_tiny(), _neural_clients(scale=scale), neural.TrainConfig(rounds=1, lr=0.01))
+        algorithms.run("FedAvg", _neural_tiny(), _neural_clients(scale=scale), neural.TrainConfig(rounds=1, lr=0.01))
 
 
 @pytest.mark.parametrize("bad", [NAN, math.inf, 1e9])
@@ -696,13 +700,13 @@ def test_neural_bad_starting_state_is_named(bad):
     state["body.0.weight"][0, 0, 0, 0] = bad
     cfg = neural.TrainConfig(rounds=1, lr=0.01, local_steps=1)
     with pytest.raises(ValueError, match="starting state's parameter 'body.0.weight'"):
-        neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, _neural_clients(), state=state)
+        run_key("fedavg", model, _neural_clients(), cfg, state=state)
     with pytest.raises(ValueError, match="'body.0.weight'"):
         algorithms.run("Ditto", model, _neural_clients(), cfg, state=state)
     with torch.no_grad():
         model.body[0].weight[0, 0, 0, 0] = bad
     with pytest.raises(ValueError, match="model's parameter 'body.0.weight'"):
-        neural.fedavg(model, _neural_clients(), cfg)
+        algorithms.run("FedAvg", model, _neural_clients(), cfg)
 
 
 def test_neural_evaluate_refuses_a_nan_model():
@@ -732,15 +736,15 @@ def test_neural_absurd_work_is_refused_before_anything_is_allocated():
     from replearn import neural
     model, clients = _neural_tiny(), _neural_clients()
     with pytest.raises(ValueError, match="MAX_RUN_STEPS"):
-        neural.fedavg(model, clients, neural.TrainConfig(rounds=10**6, local_steps=10**5))
+        algorithms.run("FedAvg", model, clients, neural.TrainConfig(rounds=10**6, local_steps=10**5))
     with pytest.raises(ValueError, match="MAX_PHASE_BATCHES"):
-        neural.fedrep(model, clients, neural.TrainConfig(rounds=1, head_steps=5 * 10**6, local_steps=1))
+        algorithms.run("FedRep", model, clients, neural.TrainConfig(rounds=1, head_steps=5 * 10**6, local_steps=1))
     with pytest.raises(ValueError, match="MAX_PHASE_BATCHES"):
-        neural.fedavg(model, clients, neural.TrainConfig(rounds=1, local_epochs=10**6, batch_size=1))
+        algorithms.run("FedAvg", model, clients, neural.TrainConfig(rounds=1, local_epochs=10**6, batch_size=1))
     with pytest.raises(ValueError, match="MAX_RUN_STEPS"):
         algorithms.run("SCAFFOLD", model, clients, neural.TrainConfig(rounds=10**6, local_steps=10**4))
     with pytest.raises(ValueError, match="epochs"):
-        neural.finetune(model, clients, epochs=10**12)
+        finetune(model, clients, epochs=10**12)
     with pytest.raises(ValueError, match="MAX_PHASE_BATCHES"):
         neural.plan_batches(10, 5, steps=10**7, epochs=1, generator=torch.Generator())
 
@@ -933,18 +937,18 @@ def test_starting_state_of_another_architecture_is_named_with_both_shapes():
     wrong = {**good, "head.weight": torch.zeros(5, 8, dtype=F64)}  # a 5-class head
     msg = r"parameter 'head.weight' has shape \(5, 8\), but the model's has shape \(3, 8\)"
     with pytest.raises(ValueError, match=msg):
-        neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, clients, state=wrong)
+        run_key("fedavg", model, clients, cfg, state=wrong)
     with pytest.raises(ValueError, match=msg):
         algorithms.run("Ditto", model, clients, cfg, state=wrong)
     with pytest.raises(ValueError, match=r"'body.0.weight' has shape \(4, 3, 9\)"):
-        neural.run_spec(neural.algorithm_spec("fedrep", model, cfg), model, clients,
+        run_key("fedrep", model, clients, cfg,
                         state={**good, "body.0.weight": torch.zeros(4, 3, 9, dtype=F64)})
     with pytest.raises(ValueError, match=r"entries \['head.extra'\] that are not parameters of the model"):
-        neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, clients,
+        run_key("fedavg", model, clients, cfg,
                         state={**good, "head.extra": torch.zeros(3)})
     with pytest.raises(ValueError, match="'head.bias' must be a torch.Tensor"):
         algorithms.run("FedProx", model, clients, cfg, state={**good, "head.bias": [0.0, 0.0, 0.0]})
     with pytest.raises(ValueError, match="state must be a dict"):
-        neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, clients, state=[1, 2])
-    assert math.isfinite(neural.run_spec(neural.algorithm_spec("fedavg", model, cfg), model, clients,
+        run_key("fedavg", model, clients, cfg, state=[1, 2])
+    assert math.isfinite(run_key("fedavg", model, clients, cfg,
                                          state=good).accuracy)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from replearn.neural import engine
+from replearn.neural.engine import rounds
 from replearn.neural import algorithms, checkpoints
 from replearn import neural
 from tiny_net import Tiny
@@ -33,20 +33,20 @@ def equal_results(a: neural.FedResult, b: neural.FedResult) -> bool:
 
 def counting(monkeypatch, name):
     calls = []
-    original = getattr(engine, name)
-    monkeypatch.setattr(engine, name, lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = getattr(rounds, name)
+    monkeypatch.setattr(rounds, name, lambda *a, **k: calls.append(1) or original(*a, **k))
     return calls
 
 
 def test_a_stored_run_comes_back_bit_for_bit_without_training(tmp_path, monkeypatch):
     model, clients = tiny_model(), tiny_clients()
     cfg = neural.TrainConfig(rounds=2, lr=0.05, batch_size=4, local_steps=2, eval_every=1, last_rounds=1)
-    plain = neural.fedavg(model, clients, cfg)
-    calls = counting(monkeypatch, "_run_spec")
+    plain = algorithms.run("FedAvg", model, clients, cfg)
+    calls = counting(monkeypatch, "_run")
     with checkpoints.resumable(tmp_path):
-        first = neural.fedavg(model, clients, cfg)
-        again = neural.fedavg(model, clients, cfg)
-        other = neural.fedavg(model, clients, neural.TrainConfig(**{**cfg.__dict__, "lr": 0.04}))
+        first = algorithms.run("FedAvg", model, clients, cfg)
+        again = algorithms.run("FedAvg", model, clients, cfg)
+        other = algorithms.run("FedAvg", model, clients, neural.TrainConfig(**{**cfg.__dict__, "lr": 0.04}))
     assert len(calls) == 2  # the repeat was loaded; a changed lr trained again
     assert equal_results(plain, first) and equal_results(first, again)
     assert not all(torch.equal(first.state[n], other.state[n]) for n in first.state)
@@ -56,7 +56,7 @@ def test_a_stored_run_comes_back_bit_for_bit_without_training(tmp_path, monkeypa
 def test_protocol_runs_are_stored_and_options_are_part_of_the_key(tmp_path, monkeypatch):
     model, clients = tiny_model(), tiny_clients()
     cfg = neural.TrainConfig(rounds=2, lr=0.05, batch_size=4, local_steps=2, eval_every=1, last_rounds=1)
-    calls = counting(monkeypatch, "_run_protocol")
+    calls = counting(monkeypatch, "_run")
     opts = algorithms.get("FedProx").Options
     with checkpoints.resumable(tmp_path):
         a = algorithms.run("FedProx", model, clients, cfg, opts(mu=0.1))
@@ -68,11 +68,11 @@ def test_protocol_runs_are_stored_and_options_are_part_of_the_key(tmp_path, monk
 def test_nothing_is_stored_outside_resumable_or_with_a_callback(tmp_path, monkeypatch):
     model, clients = tiny_model(), tiny_clients()
     cfg = neural.TrainConfig(rounds=1, lr=0.05, batch_size=4, local_steps=1, eval_every=1, last_rounds=1)
-    calls = counting(monkeypatch, "_run_spec")
-    neural.fedavg(model, clients, cfg)
+    calls = counting(monkeypatch, "_run")
+    algorithms.run("FedAvg", model, clients, cfg)
     with checkpoints.resumable(tmp_path):
-        neural.fedavg(model, clients, cfg, callback=lambda t, m: None)
-        neural.fedavg(model, clients, cfg, callback=lambda t, m: None)
+        algorithms.run("FedAvg", model, clients, cfg, callback=lambda t, m: None)
+        algorithms.run("FedAvg", model, clients, cfg, callback=lambda t, m: None)
     assert len(calls) == 3 and not list(tmp_path.glob("*.pt"))
     assert checkpoints.active() is None
 
@@ -81,11 +81,11 @@ def test_a_corrupt_stored_run_is_named(tmp_path):
     model, clients = tiny_model(), tiny_clients()
     cfg = neural.TrainConfig(rounds=1, lr=0.05, batch_size=4, local_steps=1, eval_every=1, last_rounds=1)
     with checkpoints.resumable(tmp_path):
-        neural.fedavg(model, clients, cfg)
+        algorithms.run("FedAvg", model, clients, cfg)
     (stored,) = tmp_path.glob("*.pt")
     stored.write_bytes(b"not a run")
     with checkpoints.resumable(tmp_path), pytest.raises(ValueError, match="delete it to re-run"):
-        neural.fedavg(model, clients, cfg)
+        algorithms.run("FedAvg", model, clients, cfg)
 
 
 def test_digest_sees_data_and_dtype():
@@ -120,20 +120,20 @@ class _Crafted:
 
 def test_a_crafted_stored_run_runs_no_code(tmp_path):
     model, clients, cfg = tiny_model(), tiny_clients(), one_round()
-    path = stored_file(tmp_path / "runs", lambda: neural.fedavg(model, clients, cfg))
+    path = stored_file(tmp_path / "runs", lambda: algorithms.run("FedAvg", model, clients, cfg))
     marker = tmp_path / "marker"
     torch.save({"format": checkpoints.FORMAT, "record": {}, "result": _Crafted(marker)}, path)
     with checkpoints.resumable(path.parent), pytest.raises(ValueError, match="delete it to re-run") as err:
-        neural.fedavg(model, clients, cfg)
+        algorithms.run("FedAvg", model, clients, cfg)
     assert str(path) in str(err.value) and not marker.exists()
 
 
 def test_a_foreign_torch_file_is_refused(tmp_path):
     model, clients, cfg = tiny_model(), tiny_clients(), one_round()
-    path = stored_file(tmp_path, lambda: neural.fedavg(model, clients, cfg))
+    path = stored_file(tmp_path, lambda: algorithms.run("FedAvg", model, clients, cfg))
     torch.save({"state": dict(model.state_dict())}, path)
     with checkpoints.resumable(tmp_path), pytest.raises(ValueError, match="not a stored run") as err:
-        neural.fedavg(model, clients, cfg)
+        algorithms.run("FedAvg", model, clients, cfg)
     assert str(path) in str(err.value) and "delete it to re-run" in str(err.value)
 
 
@@ -182,18 +182,18 @@ def test_a_network_with_other_code_misses_the_store(tmp_path, monkeypatch):
     relu, tanh = built(_relu_net()), built(_tanh_net())
     assert repr(relu) == repr(tanh) and all(torch.equal(a, b) for a, b in zip(relu.parameters(), tanh.parameters()))
     assert checkpoints.code_digest(relu) != checkpoints.code_digest(tanh)
-    plain = neural.fedavg(tanh, clients, cfg)
-    calls = counting(monkeypatch, "_run_spec")
+    plain = algorithms.run("FedAvg", tanh, clients, cfg)
+    calls = counting(monkeypatch, "_run")
     with checkpoints.resumable(tmp_path):
-        a = neural.fedavg(relu, clients, cfg)
-        b = neural.fedavg(tanh, clients, cfg)
+        a = algorithms.run("FedAvg", relu, clients, cfg)
+        b = algorithms.run("FedAvg", tanh, clients, cfg)
     assert len(calls) == 2 and len(list(tmp_path.glob("*.pt"))) == 2
     assert equal_results(b, plain) and not equal_results(a, b)
 
 
 def test_a_stored_run_round_trips_every_field(tmp_path, monkeypatch):
     model, clients, cfg = tiny_model(), tiny_clients(), one_round()
-    calls = counting(monkeypatch, "_run_protocol")
+    calls = counting(monkeypatch, "_run")
     with checkpoints.resumable(tmp_path):
         first = algorithms.run("SCAFFOLD", model, clients, cfg)
         again = algorithms.run("SCAFFOLD", model, clients, cfg)

@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from replearn.neural import algorithms as A
+from replearn.neural import algorithms
 from replearn.neural import data as D
 from replearn import neural
 from test_algorithms import make_clients, tiny
+from engine_calls import finetune, run_key
 
 # CIFAR-10's training labels as far as the split is concerned: 10 classes of 5,000 images.
 CIFAR10_LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 5000))
@@ -90,7 +92,7 @@ def test_local_only_trains_every_client_for_its_epochs():
     clients = make_clients()
     r = A.run("Local only", tiny(), clients, CFG, A.get("Local only").Options(epochs=3))
     once = replace(CFG, rounds=1, participation=1.0, local_epochs=3, local_steps=None, eval_every=1, last_rounds=1)
-    ref = neural.run_spec(neural.algorithm_spec("local_only", tiny(), once), tiny(), clients)
+    ref = run_key("local_only", tiny(), clients, once)
     assert all(torch.equal(r.local[n], ref.local[n]) for n in ref.local)
     start = dict(tiny().named_parameters())
     for i in range(clients.n_clients):  # every client trained, sampled or not
@@ -128,9 +130,9 @@ def test_weight_decay_leaves_the_biases_alone():
 
 def test_a_seeded_augmented_round_is_bit_for_bit_repeatable():
     cfg = replace(CFG, augment=True, rounds=2)
-    runs = [neural.fedavg(tiny(), make_clients(), cfg) for _ in range(2)]
+    runs = [algorithms.run("FedAvg", tiny(), make_clients(), cfg) for _ in range(2)]
     assert all(torch.equal(runs[0].state[n], runs[1].state[n]) for n in runs[0].state)
-    plain = neural.fedavg(tiny(), make_clients(), replace(cfg, augment=False))
+    plain = algorithms.run("FedAvg", tiny(), make_clients(), replace(cfg, augment=False))
     assert not torch.equal(plain.state["head.weight"], runs[0].state["head.weight"])
 
 
@@ -140,7 +142,7 @@ def test_the_batched_path_refuses_augmentation(name):
     with pytest.raises(ValueError, match="does not augment"):
         A.run(name, tiny(), make_clients(), cfg)
     with pytest.raises(ValueError, match="does not augment"):
-        neural.finetune(tiny(), make_clients(), epochs=1, augment=True, vmap_clients=2)
+        finetune(tiny(), make_clients(), epochs=1, augment=True, vmap_clients=2)
 
 
 def test_train_config_takes_numpy_reals_as_floats():

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from replearn.neural import models
+from replearn.neural.specs import FEDREP_WIDTHS, NetworkSpec
 
 
 def conv(c_in, c_out, k):
@@ -10,6 +11,10 @@ def conv(c_in, c_out, k):
 
 def linear(n_in, n_out):
     return n_in * n_out + n_out
+
+
+#: The widths make_model needs for each family (the FedAvg CNN has defaults).
+WIDTHS = {"fedrep_cnn": dict(widths=FEDREP_WIDTHS["cifar10"]), "fedavg_cnn": {}}
 
 
 def n_params(module):
@@ -25,7 +30,8 @@ def n_params(module):
      + conv(128, 128, 3) + linear(128 * 16, 256) + linear(256, 128) + linear(128, 10)),
 ])
 def test_shapes_and_parameter_counts(name, n_classes, expected):
-    model = models.make_model(name, n_classes, seed=0, device="cpu")
+    model = NetworkSpec.fedrep_cnn(None, "float32", dataset="cifar10" if n_classes == 10 else "cifar100").build(
+        n_classes, 0, "cpu") if name == "fedrep_cnn" else models.make_model(name, n_classes, seed=0, device="cpu")
     x = torch.randn(4, 3, 32, 32)
     assert model(x).shape == (4, n_classes)
     assert model.features(x).shape == (4, model.feature_dim)
@@ -36,7 +42,7 @@ def test_shapes_and_parameter_counts(name, n_classes, expected):
 
 @pytest.mark.parametrize("name", models.MODEL_NAMES)
 def test_body_head_split_covers_every_parameter_once(name):
-    model = models.make_model(name, 10, seed=0, device="cpu")
+    model = models.make_model(name, 10, seed=0, device="cpu", **WIDTHS[name])
     names = [n for n, _ in model.named_parameters()]
     body, head = model.body_parameter_names(), models.head_parameter_names(model)
     assert head == ("head.weight", "head.bias") == model.head_parameter_names()
@@ -46,7 +52,7 @@ def test_body_head_split_covers_every_parameter_once(name):
 
 @pytest.mark.parametrize("name", models.MODEL_NAMES)
 def test_layer_names_capture_activations_in_order(name):
-    model = models.make_model(name, 10, seed=0, device="cpu")
+    model = models.make_model(name, 10, seed=0, device="cpu", **WIDTHS[name])
     seen = []
     hooks = [model.get_submodule(n).register_forward_hook(lambda m, i, o, n=n: seen.append((n, o.shape)))
              for n in model.layer_names()]
@@ -62,10 +68,10 @@ def test_layer_names_capture_activations_in_order(name):
 def test_seeded_construction_is_deterministic_and_leaves_global_rng_alone():
     torch.manual_seed(123)
     before = torch.get_rng_state()
-    a = models.make_model("fedrep_cnn", 10, seed=5, device="cpu")
+    a = models.make_model("fedrep_cnn", 10, seed=5, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     assert torch.equal(torch.get_rng_state(), before)
-    b = models.make_model("fedrep_cnn", 10, seed=5, device="cpu")
-    c = models.make_model("fedrep_cnn", 10, seed=6, device="cpu")
+    b = models.make_model("fedrep_cnn", 10, seed=5, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
+    c = models.make_model("fedrep_cnn", 10, seed=6, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     for (n, p), (_, q), (_, r) in zip(a.named_parameters(), b.named_parameters(), c.named_parameters()):
         assert p.dtype == torch.float32
         assert torch.equal(p, q), n
@@ -76,12 +82,18 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="unknown model"):
         models.make_model("resnet", 10, seed=0)
     with pytest.raises(ValueError, match="seed"):
-        models.make_model("fedrep_cnn", 10, seed=-1)
-    with pytest.raises(ValueError, match="variant"):
-        models.FedRepCNN(10, variant="imagenet")
+        models.make_model("fedrep_cnn", 10, seed=-1, widths=FEDREP_WIDTHS["cifar10"])
+    with pytest.raises(ValueError, match="variant must be one of"):
+        NetworkSpec.fedrep_cnn("imagenet", "float32")
+    with pytest.raises(ValueError, match="name the dataset"):
+        NetworkSpec.fedrep_cnn(None, "float32")
+    with pytest.raises(ValueError, match="widths must be a tuple"):
+        models.FedRepCNN(10, [64, 64, 120, 64])
+    with pytest.raises(ValueError, match="widths must be positive ints"):
+        models.FedRepCNN(10, (64, 0, 120, 64))
     with pytest.raises(ValueError, match="n_classes"):
         models.FedAvgCNN(0)
-    assert models.FedRepCNN(10, variant="cifar100").variant == "cifar100"
+    assert models.FedRepCNN(10, FEDREP_WIDTHS["cifar100"]).widths == (64, 128, 256, 128)
 
 
 def test_fedavg_cnn_starts_with_logits_that_depend_on_the_input():

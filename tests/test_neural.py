@@ -7,11 +7,15 @@ import pytest
 import torch
 from torch import nn
 
-from replearn.neural import engine
+from replearn.neural.engine import rounds
 from replearn.neural import models
 from replearn import neural
+from replearn.neural.algorithms import dsgd
+from replearn.neural import algorithms
 from replearn.backend import make_generator
+from replearn.neural.specs import FEDREP_WIDTHS
 from tiny_net import Tiny, authors_sgd
+from engine_calls import finetune, run_key
 
 
 def tiny_model(seed=0):
@@ -106,7 +110,7 @@ def reference_sgd(model, trainable, x, y, batches, cfg):
 def test_fedavg_one_full_batch_step_is_centralised_gradient_descent():
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=4, lr=0.3, momentum=0.0, batch_size=BIG, local_steps=1)
-    result = neural.fedavg(model, CLIENTS, cfg)
+    result = algorithms.run("FedAvg", model, CLIENTS, cfg)
     x, y = torch.cat(CLIENTS.x_train), torch.cat(CLIENTS.y_train)
     gd = tiny_model()
     opt = torch.optim.SGD(gd.parameters(), lr=cfg.lr)
@@ -124,7 +128,7 @@ def test_fedavg_averages_client_models_weighted_by_size(participation):
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=3, lr=0.1, momentum=0.9, weight_decay=1e-2, batch_size=BIG, local_steps=3,
                              participation=participation, seed=3)
-    result = neural.fedavg(model, CLIENTS, cfg)
+    result = algorithms.run("FedAvg", model, CLIENTS, cfg)
     assert all(len(p) == round(4 * participation) for p in result.participants)
     everything = BODY + HEAD
     ref, _ = reference(model, CLIENTS, cfg, result.participants, shared=everything, local=[],
@@ -143,7 +147,7 @@ def test_personalised_algorithms_share_exactly_the_right_parts(algorithm, shared
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=3, lr=0.2, momentum=0.5, batch_size=BIG, local_epochs=1, head_epochs=2,
                              participation=0.75, seed=1)
-    result = getattr(neural, algorithm)(model, CLIENTS, cfg)
+    result = run_key(algorithm, model, CLIENTS, cfg)
     ref_global, ref_local = reference(model, CLIENTS, cfg, result.participants, shared=shared, local=local,
                                       phases=phases)
     assert set(result.local) == set(local) and set(result.shared_names) == set(shared)
@@ -157,14 +161,29 @@ def test_personalised_algorithms_share_exactly_the_right_parts(algorithm, shared
         assert torch.equal(result.client_state(trained[0])[name], result.state[name])
 
 
+class Split(algorithms.base.Algorithm):
+    """A method declared by its parts: the body shared, the head personal, the given phases."""
+
+    name = "split"
+
+    def __init__(self, phases):
+        self._phases = tuple(neural.Phase(tuple(t), s, e) for t, s, e in phases)
+
+    def personal_names(self, model, options):
+        return tuple(HEAD)
+
+    def phases(self, model, cfg, options):
+        return self._phases
+
+
 def test_fedrep_heads_change_only_in_head_phase_and_body_only_in_body_phase():
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=1, lr=0.2, batch_size=BIG, head_epochs=3)
-    body_only = neural.run_rounds("x", model, CLIENTS, cfg, shared=BODY, local=HEAD, phases=[(BODY, None, 1)])
+    body_only = neural.run(Split([(BODY, None, 1)]), model, CLIENTS, cfg)
     init = params_of(model)
     for n in HEAD:  # heads frozen in the body phase
         assert torch.equal(body_only.local[n], init[n].expand_as(body_only.local[n]))
-    head_only = neural.run_rounds("x", model, CLIENTS, cfg, shared=BODY, local=HEAD, phases=[(HEAD, None, 3)])
+    head_only = neural.run(Split([(HEAD, None, 3)]), model, CLIENTS, cfg)
     assert_close(head_only.state, init, atol=1e-6)  # bodies unchanged (up to the averaging rounding)
 
 
@@ -172,17 +191,17 @@ def test_runs_are_bit_identical_for_a_seed_and_vmap_matches_sequential():
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=3, lr=0.1, momentum=0.5, weight_decay=1e-3, batch_size=4, local_steps=3,
                              participation=0.75, augment=True, seed=7)
-    a, b = neural.fedrep(model, CLIENTS, cfg), neural.fedrep(model, CLIENTS, cfg)
+    a, b = algorithms.run("FedRep", model, CLIENTS, cfg), algorithms.run("FedRep", model, CLIENTS, cfg)
     assert_close(a.state, b.state, atol=0)
     assert_close(a.local, b.local, atol=0)
     assert torch.equal(a.train_loss, b.train_loss)
-    c = neural.fedrep(model, CLIENTS, replace(cfg, seed=8))
+    c = algorithms.run("FedRep", model, CLIENTS, replace(cfg, seed=8))
     assert not torch.equal(a.state["head.weight"] if "head.weight" in a.state else a.local["head.weight"],
                            c.local["head.weight"])
     # clients with equal schedules (equal batch sizes per step) trained together with vmap
     plain = replace(cfg, augment=False, participation=1.0)
-    seq = neural.fedavg(model, CLIENTS, plain)
-    vm = neural.fedavg(model, CLIENTS, replace(plain, vmap_clients=4))
+    seq = algorithms.run("FedAvg", model, CLIENTS, plain)
+    vm = algorithms.run("FedAvg", model, CLIENTS, replace(plain, vmap_clients=4))
     assert_close(seq.state, vm.state, atol=1e-5)
 
 
@@ -191,13 +210,12 @@ def test_client_threads_give_the_iterates_of_a_one_thread_run(algorithm):
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=3, lr=0.1, momentum=0.5, weight_decay=1e-3, batch_size=4, local_steps=3,
                              head_steps=2, participation=0.75, seed=3)
-    spec = neural.algorithm_spec(algorithm, model, cfg)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = neural.run_spec(spec, model, CLIENTS)  # one thread: the clients one after another
+        one = run_key(algorithm, model, CLIENTS, cfg)  # one thread: the clients one after another
         torch.set_num_threads(2)
-        runs = [neural.run_spec(spec, model, CLIENTS, workers=w) for w in (2, 3, 4)]
+        runs = [run_key(algorithm, model, CLIENTS, cfg, workers=w) for w in (2, 3, 4)]
         assert torch.get_num_threads() == 2  # the pool restores the caller's thread count
     finally:
         torch.set_num_threads(threads)
@@ -211,24 +229,22 @@ def test_client_threads_give_the_iterates_of_a_one_thread_run(algorithm):
 
 def test_client_threads_report_divergence_and_bad_settings():
     cfg = neural.TrainConfig(rounds=3, lr=1e4, momentum=0.0, batch_size=BIG, local_steps=5)
-    spec = neural.algorithm_spec("fedavg", tiny_model(), cfg)
     threads = torch.get_num_threads()
     with pytest.raises(FloatingPointError, match=r"round \d+: client \d+.*lr = 10000"):
-        neural.run_spec(spec, tiny_model(), CLIENTS, workers=2)
+        neural.run("FedAvg", tiny_model(), CLIENTS, cfg, workers=2)
     assert torch.get_num_threads() == threads
     for workers in (0, 1.5, True):
         with pytest.raises(ValueError, match="workers"):
-            neural.run_spec(spec, tiny_model(), CLIENTS, workers=workers)
+            neural.run("FedAvg", tiny_model(), CLIENTS, cfg, workers=workers)
     for change in (dict(augment=True), dict(vmap_clients=2)):
-        bad = neural.algorithm_spec("fedavg", tiny_model(), replace(cfg, lr=0.1, **change))
         with pytest.raises(ValueError, match="workers=1"):
-            neural.run_spec(bad, tiny_model(), CLIENTS, workers=2)
+            neural.run("FedAvg", tiny_model(), CLIENTS, replace(cfg, lr=0.1, **change), workers=2)
 
 
 def test_evaluate_matches_a_direct_computation_and_weights_by_test_size():
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=2, lr=0.2, batch_size=5, head_epochs=1)
-    result = neural.fedrep(model, CLIENTS, cfg)
+    result = algorithms.run("FedRep", model, CLIENTS, cfg)
     ev = neural.evaluate(model, CLIENTS, result.state, result.local, batch_size=4)
     direct = []
     for i in range(CLIENTS.n_clients):
@@ -245,33 +261,33 @@ def test_evaluate_matches_a_direct_computation_and_weights_by_test_size():
 def test_dsgd_is_fedavg_with_one_step_and_matched_config_equalises_updates():
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=2, lr=0.1, batch_size=5, local_steps=4, eval_every=1, last_rounds=2)
-    matched = neural.matched_dsgd_config(cfg)
+    matched = dsgd.matched_config(cfg)
     assert (matched.rounds * 1, matched.eval_every, matched.last_rounds) == (8, 4, 8)
-    d = neural.dsgd(model, CLIENTS, matched)
-    f = neural.fedavg(model, CLIENTS, replace(matched, local_steps=1))
-    assert d.algorithm == "dsgd"
+    d = algorithms.run("D-SGD", model, CLIENTS, matched)
+    f = algorithms.run("FedAvg", model, CLIENTS, replace(matched, local_steps=1))
+    assert d.algorithm == "D-SGD"
     assert_close(d.state, f.state, atol=0)
     assert int((~torch.isnan(d.test_accuracy)).sum()) == 2
     with pytest.raises(ValueError, match="local_steps"):
-        neural.matched_dsgd_config(replace(cfg, local_steps=None))
+        dsgd.matched_config(replace(cfg, local_steps=None))
 
 
 def test_finetune_head_changes_only_heads_all_changes_everything():
     model = tiny_model()
     init = params_of(model)
-    head = neural.finetune(model, CLIENTS, epochs=2, part="head", lr=0.1)
+    head = finetune(model, CLIENTS, epochs=2, part="head", lr=0.1)
     assert set(head.local) == set(HEAD)
     assert_close(head.state, init, atol=0)
     assert not torch.allclose(head.local["head.weight"][0], head.local["head.weight"][1])
-    full = neural.finetune(model, CLIENTS, state=init, epochs=2, part="all", lr=0.1)
+    full = finetune(model, CLIENTS, state=init, epochs=2, part="all", lr=0.1)
     assert set(full.local) == set(BODY + HEAD)
     with pytest.raises(ValueError, match="part"):
-        neural.finetune(model, CLIENTS, part="body")
+        finetune(model, CLIENTS, part="body")
 
 
 def test_callback_reports_every_round():
     seen = []
-    neural.fedavg(tiny_model(), CLIENTS, neural.TrainConfig(rounds=3, batch_size=5, eval_every=2),
+    algorithms.run("FedAvg", tiny_model(), CLIENTS, neural.TrainConfig(rounds=3, batch_size=5, eval_every=2),
                   callback=lambda t, m: seen.append((t, sorted(m))))
     both = ["test_accuracy", "train_loss"]
     assert seen == [(0, ["train_loss"]), (1, both), (2, both)]
@@ -340,70 +356,69 @@ def cifar_clients():
 
 # chance level of the model each algorithm serves: 1/10 for one global model, 1/5 for models with a
 # personal part on clients holding 5 classes
-SMOKE = [(neural.fedavg, 0.1), (neural.fedrep, 0.2), (neural.fedper, 0.2), (neural.lg_fedavg, 0.2),
-         (neural.local_only, 0.2)]
+SMOKE = [("fedavg", 0.1), ("fedrep", 0.2), ("fedper", 0.2), ("lg_fedavg", 0.2), ("local_only", 0.2)]
 
 
-@pytest.mark.parametrize("algorithm, chance", SMOKE, ids=[a.__name__ for a, _ in SMOKE])
+@pytest.mark.parametrize("algorithm, chance", SMOKE, ids=[a for a, _ in SMOKE])
 def test_smoke_on_real_cifar10_loss_falls_and_accuracy_beats_chance(cifar_clients, algorithm, chance):
-    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu")
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     cfg = neural.TrainConfig(rounds=4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1, head_epochs=1,
                              last_rounds=1)
-    result = algorithm(model, cifar_clients, cfg)
+    result = run_key(algorithm, model, cifar_clients, cfg)
     assert result.train_loss[-1] < result.train_loss[0], result.train_loss
     assert result.accuracy > chance + 0.05, (result.algorithm, result.accuracy)
 
 
 def test_smoke_dsgd_and_finetuning_on_real_cifar10(cifar_clients):
-    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu")
+    model = models.make_model("fedrep_cnn", 10, seed=0, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     cfg = neural.TrainConfig(rounds=5, lr=0.05, momentum=0.5, batch_size=10, local_steps=10, last_rounds=1)
-    dsgd = neural.dsgd(model, cifar_clients, neural.matched_dsgd_config(cfg))
-    assert dsgd.train_loss[-1] < dsgd.train_loss[0] and dsgd.accuracy > 0.15, (dsgd.train_loss, dsgd.accuracy)
-    tuned = neural.finetune(model, cifar_clients, state=dsgd.state, epochs=2, part="head", lr=0.05)
-    assert tuned.final.average > dsgd.accuracy + 0.05   # a personal head on 5-class clients beats the global one
+    d = algorithms.run("D-SGD", model, cifar_clients, dsgd.matched_config(cfg))
+    assert d.train_loss[-1] < d.train_loss[0] and d.accuracy > 0.15, (d.train_loss, d.accuracy)
+    tuned = finetune(model, cifar_clients, state=d.state, epochs=2, part="head", lr=0.05)
+    assert tuned.final.average > d.accuracy + 0.05   # a personal head on 5-class clients beats the global one
 
 
 # --------------------------------------------------------------------------------------------
 # The public pieces an FL framework uses
 
 
-def test_split_body_head_and_specs_of_every_algorithm():
+def test_split_body_head_and_what_every_declared_method_shares_keeps_and_trains():
     model = tiny_model()
     body, head = neural.split_body_head(model)
     assert list(body) == BODY and list(head) == HEAD
     with pytest.raises(ValueError, match="head"):
         neural.split_body_head(nn.Sequential(nn.Linear(2, 2)))
     cfg = neural.TrainConfig(local_steps=3, head_epochs=2)
-    expected = {  # algorithm: (shared, local, [(trainable, steps, epochs)])
-        "fedavg": (BODY + HEAD, [], [(BODY + HEAD, 3, 1)]),
-        "dsgd": (BODY + HEAD, [], [(BODY + HEAD, 1, 1)]),
-        "fedrep": (BODY, HEAD, [(HEAD, None, 2), (BODY, 3, 1)]),
-        "fedper": (BODY, HEAD, [(BODY + HEAD, 3, 1)]),
-        "lg_fedavg": (TOP2, LOWER, [(BODY + HEAD, 3, 1)]),
-        "local_only": ([], BODY + HEAD, [(BODY + HEAD, 3, 1)]),
-        "finetune_head": ([], HEAD, [(HEAD, None, 1)]),
-        "finetune_all": ([], BODY + HEAD, [(BODY + HEAD, None, 1)]),
+    expected = {  # method: (options, shared, personal, [(trainable, steps, epochs)])
+        "FedAvg": (None, BODY + HEAD, [], [(BODY + HEAD, 3, 1)]),
+        "D-SGD": (None, BODY + HEAD, [], [(BODY + HEAD, 1, 1)]),
+        "FedRep": (None, BODY, HEAD, [(HEAD, None, 2), (BODY, 3, 1)]),
+        "FedPer": (None, BODY, HEAD, [(BODY + HEAD, 3, 1)]),
+        "LG-FedAvg": (None, TOP2, LOWER, [(BODY + HEAD, 3, 1)]),
+        "Local only": (None, [], BODY + HEAD, [(BODY + HEAD, 3, 1)]),
+        "Fine-tuning": (dict(part="head", epochs=1), [], HEAD, [(HEAD, None, 1)]),
+        "Fine-tuning/all": (dict(part="all", epochs=4), [], BODY + HEAD, [(BODY + HEAD, None, 4)]),
     }
-    assert set(expected) == set(neural.ALGORITHMS)
-    for algorithm, (shared, local, phases) in expected.items():
-        spec = neural.algorithm_spec(algorithm, model, cfg)
-        assert (list(spec.shared), list(spec.local)) == (shared, local), algorithm
-        assert [(list(p.trainable), p.steps, p.epochs) for p in spec.phases] == phases, algorithm
-    assert neural.algorithm_spec("dsgd", model, cfg).cfg.local_steps == 1
-    with pytest.raises(ValueError, match="algorithm must be one of"):
-        neural.algorithm_spec("fedprox", model, cfg)
-    with pytest.raises(ValueError, match="both shared and local"):
-        neural.AlgorithmSpec("x", ("head.bias",), ("head.bias",), (neural.Phase(("head.bias",), 1, 1),), cfg)
-    bad = neural.AlgorithmSpec("x", ("nope",), (), (neural.Phase(("head.bias",), 1, 1),), cfg)
+    for key, (opts, shared, personal, phases) in expected.items():
+        alg = algorithms.get(key.split("/")[0])
+        options = alg.Options(**(opts or {}))
+        assert type(alg).client_update is algorithms.base.Algorithm.client_update, key  # declared, not written
+        assert list(alg.shared_names(model, options)) == shared, key
+        assert list(alg.personal_names(model, options)) == personal, key
+        assert [(list(p.trainable), p.steps, p.epochs) for p in alg.phases(model, cfg, options)] == phases, key
     with pytest.raises(ValueError, match="unknown parameter names.*nope"):
-        neural.run_spec(bad, model, CLIENTS)
+        neural.run(Split([(("nope",), 1, 1)]), model, CLIENTS, cfg)
+    with pytest.raises(ValueError, match="at least one local phase"):
+        neural.run(Split([]), model, CLIENTS, cfg)
+    with pytest.raises(ValueError, match="trains no parameter"):
+        neural.run(Split([((), 1, 1)]), model, CLIENTS, cfg)
 
 
-def test_run_spec_is_what_the_algorithm_functions_run():
+def test_the_registry_runs_the_engines_loop():
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=2, lr=0.1, batch_size=5, local_steps=2, head_steps=2, participation=0.5)
-    a = neural.fedrep(model, CLIENTS, cfg)
-    b = neural.run_spec(neural.algorithm_spec("fedrep", model, cfg), model, CLIENTS)
+    a = algorithms.run("FedRep", model, CLIENTS, cfg)
+    b = run_key("fedrep", model, CLIENTS, cfg)
     assert_close(a.state, b.state, atol=0)
     assert_close(a.local, b.local, atol=0)
 
@@ -431,29 +446,31 @@ def test_plan_round_replays_the_engines_draws():
     model = tiny_model()
     cfg = neural.TrainConfig(rounds=3, lr=0.1, batch_size=5, local_steps=2, head_epochs=1, participation=0.5,
                              seed=4)
-    spec = neural.algorithm_spec("fedrep", model, cfg)
-    result = neural.run_spec(spec, model, CLIENTS)
+    fedrep = algorithms.get("FedRep")
+    result = neural.run(fedrep, model, CLIENTS, cfg)
+    phases = fedrep.phases(model, cfg, None)
+    shared, local = fedrep.shared_names(model, None), fedrep.personal_names(model, None)
     gen = make_generator(cfg.seed)
-    plans = [neural.plan_round(CLIENTS.train_sizes.tolist(), spec.phases, cfg, gen) for _ in range(cfg.rounds)]
+    plans = [neural.plan_round(CLIENTS.train_sizes.tolist(), phases, cfg, gen) for _ in range(cfg.rounds)]
     assert tuple(p.clients for p in plans) == result.participants
     # replay round by round with the public worker and average as the server does
     worker = neural.LocalSGD(model)
     state = params_of(model)
-    heads = {n: state[n].expand(CLIENTS.n_clients, *state[n].shape).clone() for n in spec.local}
+    heads = {n: state[n].expand(CLIENTS.n_clients, *state[n].shape).clone() for n in local}
     for plan in plans:
         total = sum(CLIENTS.x_train[i].shape[0] for i in plan.clients)
-        acc = {n: 0 for n in spec.shared}
+        acc = {n: 0 for n in shared}
         for i in plan.clients:
-            params = {**state, **{n: heads[n][i] for n in spec.local}}
-            for phase, batches in zip(spec.phases, plan.batches[i]):
+            params = {**state, **{n: heads[n][i] for n in local}}
+            for phase, batches in zip(phases, plan.batches[i]):
                 new, _ = worker.train(params, phase.trainable, CLIENTS.x_train[i], CLIENTS.y_train[i], batches, cfg)
                 params = {**params, **new}
-            for n in spec.local:
+            for n in local:
                 heads[n][i] = params[n]
-            for n in spec.shared:
+            for n in shared:
                 acc[n] = acc[n] + CLIENTS.x_train[i].shape[0] * params[n]
-        state = {**state, **{n: acc[n] / total for n in spec.shared}}
-    assert_close({n: state[n] for n in spec.shared}, {n: result.state[n] for n in spec.shared}, atol=1e-6)
+        state = {**state, **{n: acc[n] / total for n in shared}}
+    assert_close({n: state[n] for n in shared}, {n: result.state[n] for n in shared}, atol=1e-6)
     assert_close(heads, result.local, atol=1e-6)
 
 
@@ -479,9 +496,9 @@ def test_local_sgd_is_torch_optim_sgd():
 def test_divergence_is_reported_with_round_client_and_lr():
     cfg = neural.TrainConfig(rounds=3, lr=1e4, momentum=0.0, batch_size=BIG, local_steps=5)
     with pytest.raises(FloatingPointError, match=r"round \d+: client \d+.*lr = 10000"):
-        neural.fedavg(tiny_model(), CLIENTS, cfg)
+        algorithms.run("FedAvg", tiny_model(), CLIENTS, cfg)
     with pytest.raises(FloatingPointError, match="client"):  # personal parts are checked too
-        neural.local_only(tiny_model(), CLIENTS, cfg)
+        run_key("local_only", tiny_model(), CLIENTS, cfg)
 
 
 def test_non_finite_images_are_rejected_naming_the_client():
@@ -496,7 +513,7 @@ def test_clients_without_test_data_are_left_out_of_the_average():
     xt, yt = list(CLIENTS.x_test), list(CLIENTS.y_test)
     xt[1], yt[1] = xt[1][:0], yt[1][:0]
     clients = neural.ClientData(CLIENTS.x_train, CLIENTS.y_train, tuple(xt), tuple(yt))
-    result = neural.fedrep(tiny_model(), clients, neural.TrainConfig(rounds=2, lr=0.1, batch_size=5))
+    result = algorithms.run("FedRep", tiny_model(), clients, neural.TrainConfig(rounds=2, lr=0.1, batch_size=5))
     ev = result.final
     assert torch.isnan(ev.accuracy[1]) and ev.test_sizes[1] == 0
     keep = [0, 2, 3]
@@ -516,7 +533,7 @@ def test_labels_image_sizes_and_devices_must_fit_the_model():
     yt[3][0] = 3
     bad_labels = neural.ClientData(CLIENTS.x_train, CLIENTS.y_train, CLIENTS.x_test, tuple(yt))
     with pytest.raises(ValueError, match="client 3 test labels go up to 3.*3 outputs"):
-        neural.fedavg(model, bad_labels, cfg)
+        algorithms.run("FedAvg", model, bad_labels, cfg)
     with pytest.raises(ValueError, match="client 3 test labels"):
         neural.evaluate(model, bad_labels)
     ys = list(CLIENTS.y_train)
@@ -527,28 +544,28 @@ def test_labels_image_sizes_and_devices_must_fit_the_model():
                               for k, xs in enumerate((CLIENTS.x_train, CLIENTS.y_train, CLIENTS.x_test,
                                                       CLIENTS.y_test))))
     with pytest.raises(ValueError, match=r"images of shape \(3, 16, 16\) do not fit the model"):
-        neural.fedrep(model, big, cfg)
+        algorithms.run("FedRep", model, big, cfg)
     mixed = CLIENTS.x_train[:1] + (CLIENTS.x_train[1][:, :, :4],) + CLIENTS.x_train[2:]
     with pytest.raises(ValueError, match="client 1 train images .* all must agree"):
         neural.ClientData(mixed, CLIENTS.y_train, CLIENTS.x_test, CLIENTS.y_test)
     with pytest.raises(ValueError, match="one floating dtype"):
-        neural.fedavg(copy.deepcopy(model).to(torch.float16), CLIENTS, cfg)
+        algorithms.run("FedAvg", copy.deepcopy(model).to(torch.float16), CLIENTS, cfg)
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="the model is on"):
-            neural.fedavg(copy.deepcopy(model).cuda(), CLIENTS, cfg)
+            algorithms.run("FedAvg", copy.deepcopy(model).cuda(), CLIENTS, cfg)
 
 
 def test_dtype_follows_the_model_float64_matches_float32():
     cfg = neural.TrainConfig(rounds=2, lr=0.1, momentum=0.5, batch_size=5, local_steps=3, seed=2)
-    r32 = neural.fedavg(tiny_model(), CLIENTS, cfg)
+    r32 = algorithms.run("FedAvg", tiny_model(), CLIENTS, cfg)
     m64 = tiny_model().double()
-    r64 = neural.fedavg(m64, CLIENTS, cfg)  # float32 data converted to the model's float64
+    r64 = algorithms.run("FedAvg", m64, CLIENTS, cfg)  # float32 data converted to the model's float64
     assert all(p.dtype == torch.float64 for p in r64.state.values())
     assert r64.train_loss.isfinite().all()
     assert_close({n: p.float() for n, p in r64.state.items()}, r32.state, atol=1e-4)
     c64 = CLIENTS.to(torch.float64)
     assert c64.dtype == torch.float64 and CLIENTS.to(torch.float32) is CLIENTS
-    r64b = neural.fedavg(tiny_model().double(), c64, cfg)
+    r64b = algorithms.run("FedAvg", tiny_model().double(), c64, cfg)
     assert_close(r64b.state, r64.state, atol=0)
     assert neural.evaluate(tiny_model(), c64).accuracy.isfinite().all()  # float64 data, float32 model
 
@@ -577,7 +594,7 @@ def test_the_working_layout_is_channels_last_except_in_float64():
     assert neural.work_layout(torch.float32) == torch.channels_last
     assert neural.work_layout(torch.float64) == torch.contiguous_format
     for dtype, fmt in ((torch.float32, torch.channels_last), (torch.float64, torch.contiguous_format)):
-        fast = neural.fast_copy(models.FedRepCNN(10, variant="narrow").to(dtype))
+        fast = neural.fast_copy(models.FedRepCNN(10, FEDREP_WIDTHS["narrow"]).to(dtype))
         weights = [p for p in fast.parameters() if p.ndim == 4]
         assert weights and all(p.is_contiguous(memory_format=fmt) for p in weights)
         if fmt == torch.channels_last:
@@ -587,7 +604,7 @@ def test_the_working_layout_is_channels_last_except_in_float64():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_fast_copy_computes_the_same_function_and_gradients(dtype):
     for model in (tiny_model().to(dtype), models.make_model("fedrep_cnn", 10, seed=0, device="cpu",
-                                                            variant="cifar10").to(dtype)):
+                                                            widths=FEDREP_WIDTHS["cifar10"]).to(dtype)):
         fast = neural.fast_copy(model)
         kinds = [type(m).__name__ for m in fast.body]
         assert "MaxPool2d" in kinds and kinds.index("MaxPool2d") < kinds.index("ReLU")  # pool before ReLU
@@ -640,11 +657,10 @@ def test_runs_in_the_calling_thread_do_not_depend_on_the_thread_count(extra):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = neural.fedavg(tiny_model().double(), CLIENTS.to(torch.float64), cfg)
+        one = algorithms.run("FedAvg", tiny_model().double(), CLIENTS.to(torch.float64), cfg)
         torch.set_num_threads(3)
-        more = neural.fedavg(tiny_model().double(), CLIENTS.to(torch.float64), cfg) if extra else \
-            neural.run_spec(neural.algorithm_spec("fedavg", tiny_model().double(), cfg), tiny_model().double(),
-                            CLIENTS.to(torch.float64), workers=1)
+        more = algorithms.run("FedAvg", tiny_model().double(), CLIENTS.to(torch.float64), cfg) if extra else \
+            algorithms.run("FedAvg", tiny_model().double(), CLIENTS.to(torch.float64), cfg, workers=1)
         assert torch.get_num_threads() == 3  # restored
     finally:
         torch.set_num_threads(threads)
@@ -679,11 +695,11 @@ def test_finetune_and_fit_heads_batched_match_one_client_at_a_time(part, monkeyp
     clients = neural.ClientData(tuple(x.double() for x in clients.x_train), clients.y_train,
                                 tuple(x.double() for x in clients.x_test), clients.y_test)
     state = params_of(model)
-    groups, real = [], engine._groups
-    monkeypatch.setattr(engine, "_groups", lambda *a: groups.append(real(*a)) or groups[-1])
-    one = neural.finetune(model, clients, state=state, epochs=2, part=part, lr=0.1, batch_size=4, seed=3)
-    assert max(len(g) for g in groups[-1]) == 1
-    batched = neural.finetune(model, clients, state=state, epochs=2, part=part, lr=0.1, batch_size=4, seed=3,
+    groups, real = [], rounds.groups_of
+    monkeypatch.setattr(rounds, "groups_of", lambda *a: groups.append(real(*a)) or groups[-1])
+    one = finetune(model, clients, state=state, epochs=2, part=part, lr=0.1, batch_size=4, seed=3)
+    assert groups == []  # one client at a time: nothing grouped
+    batched = finetune(model, clients, state=state, epochs=2, part=part, lr=0.1, batch_size=4, seed=3,
                               vmap_clients=4)
     assert sorted(len(g) for g in groups[-1]) == [1, 3]  # the three clients of 12 images train together
     for i in range(clients.n_clients):

@@ -19,6 +19,7 @@ from replearn.experiments.ch05_fedrep import s08_local_epochs as s58
 from replearn.experiments.ch05_fedrep import s09_new_clients_cifar as s59
 from replearn.book.profiles import differences
 from replearn.neural.transfer import MatchedTraining
+from engine_calls import finetune
 
 
 def test_make_federation_gives_S_classes_and_matching_test_sets():
@@ -56,7 +57,7 @@ def test_fit_heads_one_epoch_equals_finetune():
     model = P.FederationSettings().network("cifar10", 10, 0, "cpu")
     state = {n: p.detach() for n, p in model.named_parameters()}
     a = P.fit_heads(model, fed.clients, state, epochs=1, lr=0.05, momentum=0.5, batch_size=10, seed=3)
-    b = neural.finetune(model, fed.clients, state=state, epochs=1, part="head", lr=0.05, momentum=0.5,
+    b = finetune(model, fed.clients, state=state, epochs=1, part="head", lr=0.05, momentum=0.5,
                         batch_size=10, seed=3)
     for n in b.local:
         assert torch.equal(a.local[n], b.local[n])

@@ -188,21 +188,22 @@ def test_a_seed_cut_short_resumes_from_its_finished_engine_runs(tmp_path, monkey
     """Within a seed, every finished engine run is stored (replearn.neural.checkpoints): after an
     interruption the driver starts again and the finished runs load instead of training."""
     from replearn import neural
-    from replearn.neural import engine
+    from replearn.neural import algorithms
+    from replearn.neural.engine import rounds
     from test_checkpoints import tiny_clients, tiny_model
 
     model, clients = tiny_model(), tiny_clients()
     cfgs = [neural.TrainConfig(rounds=1, lr=lr, batch_size=4, local_steps=1, eval_every=1, last_rounds=1)
             for lr in (0.05, 0.04)]
     trained, stop = [], [True]
-    real = engine._run_spec
-    monkeypatch.setattr(engine, "_run_spec", lambda *a, **k: trained.append(1) or real(*a, **k))
+    real = rounds._run
+    monkeypatch.setattr(rounds, "_run", lambda *a, **k: trained.append(1) or real(*a, **k))
 
     def driver(s):
-        first = neural.fedavg(model, clients, cfgs[0])
+        first = algorithms.run("FedAvg", model, clients, cfgs[0])
         if stop[0]:
             raise KeyboardInterrupt  # the session ends here
-        second = neural.fedavg(model, clients, cfgs[1])
+        second = algorithms.run("FedAvg", model, clients, cfgs[1])
         return float(first.final.average + second.final.average)
 
     cls = rr.SECTIONS["5.8"][0]
@@ -215,7 +216,7 @@ def test_a_seed_cut_short_resumes_from_its_finished_engine_runs(tmp_path, monkey
     path = rr.run_section("5.8", "long", tmp_path, settings=tiny)
     assert len(trained) == 2  # the first run came back from disk, only the second trained
     assert not (tmp_path / "long" / ".checkpoints" / "5.8-seed3-runs").exists()
-    expected = sum(neural.fedavg(model, clients, c).final.average for c in cfgs)
+    expected = sum(algorithms.run("FedAvg", model, clients, c).final.average for c in cfgs)
     assert json.loads(path.read_text())["results"]["3"]["acc"] == pytest.approx(float(expected), abs=0)
 
 

@@ -19,6 +19,7 @@ from torch.nn import functional as F
 
 from replearn.neural import personalisation
 from replearn.neural.models import make_model
+from replearn.neural.specs import FEDREP_WIDTHS
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("authors_side_by_side", ROOT / "scripts" / "authors_side_by_side.py")
@@ -58,7 +59,7 @@ CNNCifar = _ns["CNNCifar"]
 
 
 def test_weight_mapping_round_trips():
-    model = make_model("fedrep_cnn", 10, 3, device="cpu")
+    model = make_model("fedrep_cnn", 10, 3, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     ours = model.state_dict()
     theirs = sbs.to_authors(ours)
     assert set(theirs) == AUTHORS_NAMES
@@ -71,21 +72,21 @@ def test_weight_mapping_round_trips():
 
 
 def test_mapped_weights_compute_the_same_function():
-    model = make_model("fedrep_cnn", 10, 5, device="cpu")
+    model = make_model("fedrep_cnn", 10, 5, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     net = CNNCifar(sbs.authors_args("fedrep", clients=10, classes=2, rounds=1, participation=0.5))
     net.load_state_dict(sbs.to_authors(model.state_dict()))  # strict: every name and shape
     x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(net(x), torch.log_softmax(model(x), 1))
     # and back: their state into our model
-    other = make_model("fedrep_cnn", 10, 6, device="cpu")
+    other = make_model("fedrep_cnn", 10, 6, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     other.load_state_dict(sbs.from_authors(net.state_dict()))
     with torch.no_grad():
         torch.testing.assert_close(other(x), model(x))
 
 
 def test_mapping_refuses_unknown_or_missing_names():
-    state = make_model("fedrep_cnn", 10, 0, device="cpu").state_dict()
+    state = make_model("fedrep_cnn", 10, 0, device="cpu", widths=FEDREP_WIDTHS["cifar10"]).state_dict()
     with pytest.raises(ValueError, match="body.conv3.weight"):
         sbs.to_authors({**state, "body.conv3.weight": torch.zeros(1)})
     with pytest.raises(ValueError, match="head.bias"):
@@ -260,7 +261,7 @@ def test_harness_runs_their_main_and_cleans_up(tmp_path):
         compile(FAKE_TEST, "test.py", "exec")
     cifar = fake_cifar(train=40, test=20)
     train_parts, test_parts = sbs.partition(cifar, 10, 2, 20, 0)
-    model = make_model("fedrep_cnn", 10, 0, device="cpu")
+    model = make_model("fedrep_cnn", 10, 0, device="cpu", widths=FEDREP_WIDTHS["cifar10"])
     args = sbs.authors_args("fedrep", clients=10, classes=2, rounds=3, participation=0.5)
     x = sbs.AuthorsCifar(cifar.x_test[:4], cifar.y_test[:4], train=False).xn
     with torch.no_grad():

@@ -11,6 +11,7 @@ from replearn.neural import models
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
 from replearn.neural.specs import FederationSpec, NetworkSpec
+from replearn.neural.specs import FEDREP_WIDTHS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import run_results  # noqa: E402
@@ -27,9 +28,9 @@ def test_build_is_make_model_for_both_families():
                             hidden=(64, 32))
     assert same_parameters(spec.build(10, 3, "cpu"), ref)
     spec = NetworkSpec.fedrep_cnn("narrow", "float32")
-    assert spec.widths == models.FEDREP_WIDTHS["narrow"]
+    assert spec.widths == FEDREP_WIDTHS["narrow"]
     assert same_parameters(spec.build(20, 1, "cpu"),
-                           models.make_model("fedrep_cnn", 20, 1, device="cpu", variant="narrow", dtype=torch.float32))
+                           models.make_model("fedrep_cnn", 20, 1, device="cpu", widths=FEDREP_WIDTHS["narrow"], dtype=torch.float32))
 
 
 def test_settings_resolve_their_network():
@@ -39,7 +40,7 @@ def test_settings_resolve_their_network():
         "conv1": 32, "conv2": 64, "conv3": 128, "fc1": 256, "fc2": 128}}
     nets = s57.TableSettings.paper().networks()
     assert set(nets) == {"cifar10", "cifar100"}
-    assert nets["cifar100"].widths == models.FEDREP_WIDTHS["cifar100"]
+    assert nets["cifar100"].widths == FEDREP_WIDTHS["cifar100"]
 
 
 @pytest.mark.parametrize("bad", [dict(family="mlp", widths=(1,), dtype="float32"),
@@ -60,9 +61,9 @@ def test_a_changed_width_makes_committed_results_stale(monkeypatch, tmp_path):
     assert run_results.stale_files(tmp_path) == []
     s = run_results.SECTIONS["5.9"][0].profile("long")
     variant = s.variant or s.dataset  # None: the authors' widths for the dataset
-    widths = models.FEDREP_WIDTHS[variant]
+    widths = FEDREP_WIDTHS[variant]
     assert json.loads(src.read_text())["network"][s.dataset]["widths"]["conv1"] == widths[0]
-    monkeypatch.setitem(models.FEDREP_WIDTHS, variant, (widths[0] + 16, *widths[1:]))
+    monkeypatch.setitem(FEDREP_WIDTHS, variant, (widths[0] + 16, *widths[1:]))
     assert run_results.stale_files(tmp_path) == [str(tmp_path / "long" / "5.9.json")]
 
 

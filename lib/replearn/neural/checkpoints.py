@@ -1,6 +1,6 @@
-"""Resumable long runs: inside :func:`resumable`, every finished federated run of the engine
-(:func:`replearn.neural.run_spec`, :func:`replearn.neural.run_protocol`) is stored on disk under
-a digest of everything it depends on, and an identical later call loads it instead of training.
+"""Resumable long runs: inside :func:`resumable`, every finished federated run of the engine's
+round loop (:func:`replearn.neural.run`) is stored on disk under a digest of everything it
+depends on, and an identical later call loads it instead of training.
 
 A seed of a CIFAR section is a sequence of engine runs (5.7 at the paper's settings: 15 methods
 on each of several partitions; 4.8: FedAvg, D-SGD, then dozens of fine-tunings), hours long on a
@@ -8,8 +8,8 @@ CPU. ``scripts/run_results.py`` runs every seed inside ``resumable(folder)``, so
 short (a session that ends, a machine that goes away) restarts from the runs it finished: the
 driver is called again from the start, and the finished runs come back from disk bit for bit.
 
-Each run has a record (:func:`record`) of what it is a run of: its kind, algorithm,
-configuration and options (their ``repr``: every field), the network (its ``repr`` and
+Each run has a record (:func:`record`) of what it is a run of: its kind, algorithm (its name
+and a digest of its class's code), configuration and options (their ``repr``: every field), the network (its ``repr`` and
 :func:`code_digest`, the source of its modules' classes), and digests (:func:`digest`) of the
 starting parameters and the clients' data (their bytes). The file is ``<digest of the
 record>.pt``, so a changed setting, seed, network (its layers or its code) or data set misses

@@ -155,7 +155,6 @@ run with ``vmap_clients > 1`` in process agrees with the Flower one to float rou
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import json
 import logging
 import math
@@ -201,7 +200,7 @@ _log = logging.getLogger("flwr")
 
 #: The hooks an algorithm needs to run on Flower (those of the engine's round loop).
 HOOKS = ("check_options", "phases", "check", "init_server", "init_client", "draw", "broadcast", "client_update",
-         "server_update", "personal_names", "eval_params")
+         "server_update", "personal_names", "shared_names", "eval_params")
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,8 +232,8 @@ def _runnable(algorithm):
     if not has_hooks(alg):
         missing = [h for h in HOOKS if not callable(getattr(alg, h, None))]
         raise ValueError(f"{alg.name}: Flower runs an algorithm's rounds through its hooks (client_update, "
-                         f"server_update, ...), and this one lacks {missing}; with the one-loop engine every "
-                         f"registered algorithm has them")
+                         f"server_update, ...), and this one lacks {missing}: subclass "
+                         f"replearn.neural.algorithms.base.Algorithm")
     return alg
 
 
@@ -538,7 +537,9 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
             batches=batches, cfg=cfg, options=options, generator=None,
             global_params=from_record(content["arrays"], device), server=unpacked("server", {}),
             broadcast=unpacked("broadcast", {}) if training else {}, state=state,
-            draw=unpacked("draw", None) if training else None, initial=node.initial)
+            draw=unpacked("draw", None) if training else None, initial=node.initial,
+            shared=tuple(alg.shared_names(node.model, options)), personal=tuple(alg.personal_names(node.model, options)),
+            phases=tuple(alg.phases(node.model, cfg, options)))
 
     def evaluated_params(node: _Node, msg: Message) -> Params:
         names = [n for n, _ in node.model.named_parameters()]
@@ -706,9 +707,9 @@ class _NodeStates(Mapping):
 
 def _prepare(alg, model: nn.Module, cfg: TrainConfig, options) -> tuple:
     """The algorithm's phases after its checks against the model and configuration."""
-    phases = tuple(alg.phases(model, cfg, options))
-    neural.AlgorithmSpec(alg.name, (), (), phases, cfg).check(model)  # the phases' names exist
     alg.check(model, cfg, options)
+    phases = tuple(alg.phases(model, cfg, options))
+    neural.check_phases(alg.name, model, phases)
     return phases
 
 
@@ -768,6 +769,7 @@ class ReplayStrategy(FedAvg):
         self.initial = {n: p.clone() for n, p in self.params.items()}
         self.server = alg.init_server(self.params, options)
         self.personal = tuple(alg.personal_names(model, options))
+        self.shared = tuple(alg.shared_names(model, options))
         self.callback = callback
         self.round_timeout = float(round_timeout)
         self.max_update_ratio = float(max_update_ratio)
@@ -1183,8 +1185,7 @@ class ReplayStrategy(FedAvg):
         if self.fetch_states:
             extras["clients"] = self.client_states
         extras["flower"] = FlowerRun(result, self)
-        return neural.FedResult(self.algorithm.name, dict(self.params), dict(self.local),
-                                tuple(n for n in self.names if n not in self.personal), self.personal,
+        return neural.FedResult(self.algorithm.name, dict(self.params), dict(self.local), self.shared, self.personal,
                                 self.train_loss, self.test_accuracy, tuple(self.participants), final, self.cfg,
                                 extras)
 
@@ -1612,15 +1613,8 @@ def run_with(runner: Runner, algorithm, model: nn.Module, clients: ClientData, c
     """Run ``algorithm`` (a registered name or an algorithm object) with ``runner`` doing each
     of its runs of rounds: ``algorithm.run(model, clients, cfg, options, state=, callback=,
     runner=runner)``, so a method built from stages (Local only, the +FT methods) runs every
-    stage through ``runner``. An algorithm whose ``run`` takes no ``runner`` but has the hooks
-    is run by ``runner`` directly."""
-    alg = resolve(algorithm)
-    if "runner" in inspect.signature(alg.run).parameters:
-        return alg.run(model, clients, cfg, options, state=state, callback=callback, runner=runner)
-    if has_hooks(alg):
-        return runner(alg, model, clients, cfg, options, state=state, callback=callback)
-    raise ValueError(f"{alg.name}: its run takes no runner and it lacks the hooks of the engine's round loop, "
-                     f"so Flower cannot run it (it needs the one-loop engine)")
+    stage through ``runner``."""
+    return _runnable(algorithm).run(model, clients, cfg, options, state=state, callback=callback, runner=runner)
 
 
 def run_inprocess(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, options=None, *,

@@ -12,7 +12,8 @@ Two families:
   fc 1600 -> 120 -> fc 120 -> 64 -> fc 64 -> classes. For CIFAR-100 their code uses wider
   layers (``CNNCifar100``): conv 64 and 128 channels, fc 3200 -> 256 -> 128 -> classes. Their
   code also defines a dropout layer (p = 0.6); we leave dropout out so that training draws no
-  random numbers outside our seeded generators.
+  random numbers outside our seeded generators. It takes its widths as numbers
+  (:class:`replearn.neural.specs.NetworkSpec` resolves a name to them, the one place that does).
 
 Every model has ``body`` (everything up to the penultimate features, ReLU included) and
 ``head`` (the last linear layer, as in FedRep, where the head is the last layer), with
@@ -127,27 +128,21 @@ class FedAvgCNN(SplitModel):
         self.feature_dim = width
 
 
-#: (conv1, conv2, fc1, fc2) widths; ``"narrow"`` (16/32 channels) is the book's CPU-sized body.
-FEDREP_WIDTHS = {"cifar10": (64, 64, 120, 64), "cifar100": (64, 128, 256, 128), "narrow": (16, 32, 120, 64)}
-
-
 class FedRepCNN(SplitModel):
-    """LG-FedAvg/FedRep CIFAR CNN (authors' ``CNNCifar`` / ``CNNCifar100``, without dropout).
-
-    ``variant`` picks the widths (conv1, conv2, fc1, fc2): ``"cifar10"`` = (64, 64, 120, 64),
-    ``"cifar100"`` = (64, 128, 256, 128), ``"narrow"`` = (16, 32, 120, 64) (not the authors':
-    the CPU-sized body of the book); by default ``"cifar100"`` when ``n_classes > 10``.
+    """LG-FedAvg/FedRep CIFAR CNN (authors' ``CNNCifar`` / ``CNNCifar100``, without dropout) with
+    the given ``widths`` (conv1, conv2, fc1, fc2). The widths are resolved from a name in one
+    place, :class:`replearn.neural.specs.NetworkSpec` (:data:`replearn.neural.specs.FEDREP_WIDTHS`:
+    the authors' ``"cifar10"`` (64, 64, 120, 64) and ``"cifar100"`` (64, 128, 256, 128), and the
+    book's CPU-sized ``"narrow"`` (16, 32, 120, 64)); the network takes the numbers.
     """
 
-    def __init__(self, n_classes: int = 10, *, variant: str | None = None):
+    def __init__(self, n_classes: int, widths: tuple[int, int, int, int]):
         super().__init__()
-        _check_widths(n_classes=n_classes)
-        if variant is None:
-            variant = "cifar100" if n_classes > 10 else "cifar10"
-        if not isinstance(variant, str) or variant not in FEDREP_WIDTHS:
-            raise ValueError(f"variant must be one of {tuple(FEDREP_WIDTHS)} (or None for the default of "
-                             f"n_classes), got {variant!r}")
-        c1, c2, f1, f2 = FEDREP_WIDTHS[variant]
+        if not isinstance(widths, tuple) or len(widths) != 4:
+            raise ValueError(f"widths must be a tuple (conv1, conv2, fc1, fc2) of positive ints, got {widths!r}; "
+                             f"NetworkSpec.fedrep_cnn resolves a name such as 'cifar10' to them")
+        _check_widths(n_classes=n_classes, widths=widths)
+        c1, c2, f1, f2 = widths
         _check_parameters(f2 * n_classes + n_classes, f"n_classes={n_classes}")
         self.body = nn.Sequential(OrderedDict([
             ("conv1", nn.Conv2d(3, c1, 5)), ("relu1", nn.ReLU()), ("pool1", nn.MaxPool2d(2)),
@@ -159,7 +154,7 @@ class FedRepCNN(SplitModel):
         self.head = nn.Linear(f2, n_classes)
         self._capture = ("body.relu1", "body.relu2", "body.relu_fc1", "body.relu_fc2")
         self.n_classes = n_classes
-        self.variant = variant
+        self.widths = widths
         self.feature_dim = f2
 
 

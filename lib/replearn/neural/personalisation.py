@@ -19,6 +19,7 @@ import torch
 
 from replearn.neural import data as D
 from replearn import neural
+from replearn.neural import algorithms
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.neural.specs import Federation, FederationSpec, NetworkSpec
@@ -90,8 +91,7 @@ class FederationSettings(Settings):
     def network_spec(self, dataset: str) -> NetworkSpec:
         """The FedRep CNN for ``dataset``, resolved: ``variant`` widths (``None``: the authors'
         widths for the dataset) in ``dtype`` (:class:`replearn.neural.specs.NetworkSpec`)."""
-        variant = self.variant or ("cifar100" if dataset == "cifar100" else "cifar10")
-        return NetworkSpec.fedrep_cnn(variant, self.dtype)
+        return NetworkSpec.fedrep_cnn(self.variant, self.dtype, dataset=dataset)
 
     def networks(self) -> dict[str, NetworkSpec]:
         """The resolved network of every dataset these settings train on, as results files record it."""
@@ -142,15 +142,14 @@ def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int,
 
 def fit_heads(model, clients: neural.ClientData, state: dict, *, epochs: int, lr: float, momentum: float,
               batch_size: int, seed: int, vmap_clients: int = 1) -> neural.FedResult:
-    """Each client fits its own head on the frozen body of ``state`` (the SGD of
-    :func:`replearn.neural.finetune` with ``part="head"``), one epoch per round, evaluated after
-    every epoch: ``test_accuracy[e]`` is the accuracy after ``e + 1`` epochs. The momentum buffer
-    restarts every epoch (it does within ``finetune`` only once); with ``epochs = 1`` this is
-    exactly ``finetune(..., epochs=1, part="head")``. ``vmap_clients``: clients with equal data
+    """Each client fits its own head on the frozen body of ``state`` (the registry's
+    "Fine-tuning" with ``part="head"``), one epoch per round, evaluated after every epoch:
+    ``test_accuracy[e]`` is the accuracy after ``e + 1`` epochs. The momentum buffer restarts
+    every epoch (in one fine-tuning run of several epochs it starts only once); with
+    ``epochs = 1`` this is exactly that fine-tuning with ``epochs=1``. ``vmap_clients``: clients with equal data
     sizes fit their heads together as one batched computation (for a GPU), 1: one after another."""
     check_int(epochs, "epochs", 1)
-    head = tuple(n for n, _ in model.named_parameters() if n.startswith("head."))
     cfg = neural.TrainConfig(rounds=epochs, lr=lr, momentum=momentum, batch_size=batch_size, local_epochs=1,
                              eval_every=1, last_rounds=1, seed=seed, vmap_clients=vmap_clients)
-    return neural.run_rounds("finetune_head", model, clients, cfg, shared=(), local=head,
-                             phases=[(head, None, 1)], state=state)
+    tuning = algorithms.get("Fine-tuning")
+    return neural.run(tuning, model, clients, cfg, tuning.Options(part="head", epochs=1), state=state)

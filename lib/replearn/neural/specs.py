@@ -27,7 +27,7 @@ import torch
 from replearn.neural import data as D
 from replearn import neural
 from replearn.checks import check_int
-from replearn.neural.models import FEDREP_WIDTHS, make_model
+from replearn.neural.models import make_model
 
 __all__ = ["FAMILIES", "Federation", "FederationSpec", "NetworkSpec"]
 
@@ -157,6 +157,11 @@ class FederationSpec:
                                                    dataset=cifar.name)
         return Federation(clients, k, tuple(int(c) for c in classes))
 
+#: The FedRep CNN's widths (conv1, conv2, fc1, fc2) by name: the authors' ``CNNCifar`` for
+#: CIFAR-10 and ``CNNCifar100`` for CIFAR-100 (lgcollins/FedRep ``models/Nets.py``), and
+#: ``"narrow"`` (16/32 channels), the book's CPU-sized body. The only table of widths by name.
+FEDREP_WIDTHS = {"cifar10": (64, 64, 120, 64), "cifar100": (64, 128, 256, 128), "narrow": (16, 32, 120, 64)}
+
 #: The network families and the names of their widths.
 FAMILIES = {"fedavg_cnn": ("conv1", "conv2", "conv3", "fc1", "fc2"),
             "fedrep_cnn": ("conv1", "conv2", "fc1", "fc2")}
@@ -194,10 +199,17 @@ class NetworkSpec:
         return cls("fedavg_cnn", tuple(channels) + tuple(hidden), dtype)
 
     @classmethod
-    def fedrep_cnn(cls, variant: str, dtype: str) -> "NetworkSpec":
-        """The FedRep authors' CNN with the widths of ``variant`` (:data:`replearn.neural.models.FEDREP_WIDTHS`)."""
-        if variant not in FEDREP_WIDTHS:
-            raise ValueError(f"variant must be one of {tuple(FEDREP_WIDTHS)}, got {variant!r}")
+    def fedrep_cnn(cls, variant: str | None, dtype: str, *, dataset: str | None = None) -> "NetworkSpec":
+        """The FedRep authors' CNN with the widths of ``variant`` (:data:`FEDREP_WIDTHS`); ``None``:
+        the authors' widths for ``dataset`` (``"cifar100"``'s for CIFAR-100, else ``"cifar10"``'s).
+        This is where every CIFAR section's widths are resolved."""
+        if variant is None:
+            if dataset not in ("cifar10", "cifar100"):
+                raise ValueError(f"variant None means the authors' widths for the dataset: name the dataset "
+                                 f"('cifar10' or 'cifar100'), got {dataset!r}")
+            variant = dataset
+        if not isinstance(variant, str) or variant not in FEDREP_WIDTHS:
+            raise ValueError(f"variant must be one of {tuple(FEDREP_WIDTHS)} (or None for the dataset's), got {variant!r}")
         return cls("fedrep_cnn", FEDREP_WIDTHS[variant], dtype, variant)
 
     def build(self, n_classes: int, seed: int, device) -> torch.nn.Module:
@@ -205,7 +217,7 @@ class NetworkSpec:
         if self.family == "fedavg_cnn":
             kwargs = dict(channels=self.widths[:3], hidden=self.widths[3:])
         else:
-            kwargs = dict(variant=self.variant)
+            kwargs = dict(widths=tuple(self.widths))
         return make_model(self.family, n_classes, seed, device=device, dtype=_DTYPES[self.dtype], **kwargs)
 
     def record(self) -> dict:

@@ -24,6 +24,7 @@ import torch
 from replearn.neural import data as D
 from replearn.neural import checkpoints, similarity
 from replearn import neural
+from replearn.neural import algorithms
 from replearn.backend import default_device, derive_seed
 from replearn.checks import check_int
 from replearn.book.profiles import Settings
@@ -120,8 +121,7 @@ def train_matched(model_fn, clients: neural.ClientData, taus, s: MatchedTraining
     s.check_taus(taus)
     out = {}
     for tau in taus:
-        run = neural.dsgd if tau == DSGD else neural.fedavg
-        out[tau] = run(model_fn(), clients, s.config(tau))
+        out[tau] = algorithms.run("D-SGD" if tau == DSGD else "FedAvg", model_fn(), clients, s.config(tau))
     return out
 
 
@@ -315,11 +315,12 @@ def new_clients(cifar: D.CifarData, classes: torch.Tensor | None, n_clients: int
 
 def finetune_all(s: PretrainSettings, state: dict, clients: neural.ClientData, n_classes: int, seed: int):
     """Fine-tune the whole pre-trained model (fresh head) on every new client: the model and the
-    :class:`~replearn.neural.FedResult` of :func:`replearn.neural.finetune`."""
+    :class:`~replearn.neural.FedResult` of the registry's "Fine-tuning" with ``part="all"``."""
     model, full = new_model(s, state, n_classes, derive_seed(seed, 5), clients.device)
-    return model, neural.finetune(model, clients, state=full, epochs=s.ft_epochs, part="all", lr=s.ft_lr,
-                                  momentum=s.train.momentum, batch_size=s.ft_batch_size, seed=derive_seed(seed, 6),
-                                  vmap_clients=s.train.vmap_clients)
+    cfg = neural.TrainConfig(lr=s.ft_lr, momentum=s.train.momentum, batch_size=s.ft_batch_size,
+                             seed=derive_seed(seed, 6), vmap_clients=s.train.vmap_clients)
+    tuning = algorithms.get("Fine-tuning")
+    return model, tuning.run(model, clients, cfg, tuning.Options(part="all", epochs=s.ft_epochs), state=full)
 
 
 def layer_activations(model, state: dict, x: torch.Tensor, layers) -> dict[str, torch.Tensor]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from replearn.neural import data as D
+from replearn.neural import algorithms
+from replearn.neural.algorithms.fine_tuning import FineTuningOptions
 from replearn import neural
 from replearn.neural import similarity
 from replearn.backend import derive_seed
@@ -102,9 +104,9 @@ def run_cka(s: CKASettings, *, cifar10: D.CifarData | None = None,
     for tau, state in pre.states.items():
         model, full = new_model(s, state, cifar10.n_classes, derive_seed(s.seed, 32), cl.device)
         layers = tuple(name for name in model.layer_names() if name != "head")
-        res = neural.finetune(model, cl, state=full, epochs=s.ft_epochs, part="all", lr=s.ft_lr,
-                              momentum=s.train.momentum, batch_size=s.ft_batch_size, seed=derive_seed(s.seed, 33),
-                              vmap_clients=s.train.vmap_clients)
+        tuning = neural.TrainConfig(lr=s.ft_lr, momentum=s.train.momentum, batch_size=s.ft_batch_size,
+                                    seed=derive_seed(s.seed, 33), vmap_clients=s.train.vmap_clients)
+        res = algorithms.run("Fine-tuning", model, cl, tuning, FineTuningOptions("all", s.ft_epochs), state=full)
         before[tau] = layer_activations(model, full, px, layers)
         rows = []
         for i in range(cl.n_clients):

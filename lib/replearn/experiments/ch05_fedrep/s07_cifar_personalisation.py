@@ -131,10 +131,8 @@ class TableSettings(FederationSettings):
         """The paper profile sized for a few minutes of one GPU on the offline subsets: two
         partitions, CIFAR-10 (100, 2) and CIFAR-100 (100, 5), every method of Table 1, T = 100 rounds (the
         paper's), evaluated every 5 rounds, one seed; every method trains a round's 10 clients as
-        one batched computation (``vmap_clients``: the engine's spec path for FedAvg, FedPer,
-        LG-FedAvg, FedRep and Local only, :func:`replearn.neural.run_protocol`'s for the others,
-        batched fine-tuning for the +FT methods). Without augmentation, which the batched path
-        does not draw."""
+        one batched computation (``vmap_clients``: the batched path of :func:`replearn.neural.run`,
+        fine-tuning included). Without augmentation, which the batched path does not draw."""
         p = cls.paper()
         return replace(p, partitions=(("cifar10", 100, 2), ("cifar100", 100, 5)), seeds=(0,), full_data=False,
                        train=replace(p.train, eval_every=5, vmap_clients=10, augment=False))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from replearn.neural import data as D
+from replearn.neural import algorithms
 from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_int
@@ -123,9 +124,9 @@ def run_epochs(s: EpochSettings, *, cifar: D.CifarData | None = None) -> EpochRe
         for method in ("FedRep", "FedAvg"):
             model = s.network(s.dataset, fed.n_classes, derive_seed(s.seed, 3), cl.device)
             if method == "FedRep":
-                r = neural.fedrep(model, cl, s.config(head_epochs=e))
+                r = algorithms.run("FedRep", model, cl, s.config(head_epochs=e))
             else:
-                r = neural.fedavg(model, cl, s.config(local_epochs=e))
+                r = algorithms.run("FedAvg", model, cl, s.config(local_epochs=e))
             acc[method].append(r.accuracy)
             curves[method].append(r.test_accuracy)
     return EpochResult(tuple(s.epochs), {m: torch.tensor(v) for m, v in acc.items()},

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from replearn.neural import data as D
+from replearn.neural import algorithms
 from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_int
@@ -151,7 +152,7 @@ def run_new_clients(s: NewClientSettings, *, cifar: D.CifarData | None = None) -
     device = fed.clients.device
     init = s.network(s.dataset, fed.n_classes, derive_seed(s.seed, 3), device)
     cfg = s.config()
-    runs = {"FedRep": neural.fedrep(init, fed.clients, cfg), "FedAvg": neural.fedavg(init, fed.clients, cfg)}
+    runs = {name: algorithms.run(name, init, fed.clients, cfg) for name in ("FedRep", "FedAvg")}
     bodies = {m: r.state for m, r in runs.items()}
     bodies["random body"] = {n: p.detach() for n, p in init.named_parameters()}
     new_model = s.network(s.dataset, new.n_classes, derive_seed(s.seed, 22), device)

@@ -1,11 +1,14 @@
-"""Federated algorithms as open units: every method of Table 1 of Collins et al. (2021) in its
-own module, registered by discovery.
+"""Federated algorithms as open units: every method of Table 1 of Collins et al. (2021), D-SGD
+and fine-tuning, each in its own module, registered by discovery.
 
 Each module of this package defines ``ALGORITHM`` (or ``ALGORITHMS``), instances of
-:class:`replearn.neural.algorithms.base.Algorithm`: a name (Table 1's), an ``Options`` dataclass of
-hyper-parameters and ``run(model, clients, cfg, options) -> neural.FedResult``. The registry
-:data:`REGISTRY` is filled from the modules found in the package, so adding an algorithm means
-adding one file (and its test). :func:`run` is the single entry point:
+:class:`replearn.neural.algorithms.base.Algorithm`: a name (Table 1's), its Table 1 row and
+numbers, an ``Options`` dataclass of hyper-parameters and the hooks the engine's one round loop
+(:func:`replearn.neural.run`) calls. The registry :data:`REGISTRY` is filled from the modules
+found in the package, so adding an algorithm means adding one file (and its test); a reader's
+own method, defined anywhere, joins with :func:`register`. The registry is the only list of
+methods: :func:`table1` and :func:`paper_table1` read Table 1 from it, and the book's pages, the
+benchmarks, the tests and Flower (:mod:`replearn.neural.flower`) take their methods from it. :func:`run` is the single entry point:
 ``algorithms.run("Ditto", model, clients, cfg, algorithms.get("Ditto").Options(lam=1.0))``;
 ``FedResult.final`` is the evaluation of what each client would use (its personal, mixed,
 adapted or fine-tuned model). :func:`methods_table` lists them all: what each shares, keeps
@@ -96,11 +99,14 @@ def get(name: str) -> Algorithm:
 
 
 def run(name: str, model, clients: neural.ClientData, cfg: neural.TrainConfig, options=None, *, state=None,
-        callback=None, workers: int | None = None) -> neural.FedResult:
+        callback=None, workers: int | None = None, runner=None) -> neural.FedResult:
     """Train ``name`` on ``clients`` from ``model`` (its parameters, or ``state``) with ``cfg``
     and the algorithm's ``options`` (default: its ``Options()``); ``workers``: client threads
-    (see :func:`replearn.neural.run_spec`). Returns the run's :class:`~replearn.neural.FedResult`."""
-    return get(name).run(model, clients, cfg, options, state=state, callback=callback, workers=workers)
+    (see :func:`replearn.neural.run`); ``runner``: what runs the rounds (default the engine's
+    loop; :mod:`replearn.neural.flower` passes Flower's). Returns the run's
+    :class:`~replearn.neural.FedResult`."""
+    return get(name).run(model, clients, cfg, options, state=state, callback=callback, workers=workers,
+                         runner=runner)
 
 
 class MethodRow(NamedTuple):
@@ -142,10 +148,10 @@ class MethodsTable(tuple):
 def methods_table(algorithms=None) -> MethodsTable:
     """What each algorithm shares, keeps personal and adds to its local objective, and its
     paper's key in ``references.bib``: one :class:`MethodRow` per algorithm of ``algorithms``
-    (names; default: every registered one, in the registry's order, Table 1's), from its
+    (names; default: the methods of Table 1, :func:`table1`, in its order), from its
     ``summary`` (:class:`~replearn.neural.algorithms.base.Summary`)."""
     rows = []
-    for name in (names() if algorithms is None else algorithms):
+    for name in (table1() if algorithms is None else algorithms):
         alg = get(name)
         if alg.summary is None:
             raise ValueError(f"{name}: the algorithm has no summary")

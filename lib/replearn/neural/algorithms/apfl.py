@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import Momentum, ProtocolAlgorithm, Summary, joint_names, set_real, table1_accuracy
+from replearn.neural.algorithms.base import Momentum, Algorithm, Summary, joint_names, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def mix(alpha: torch.Tensor, v: dict, w: dict) -> dict:
     return {n: alpha * v[n] + (1 - alpha) * w[n] for n in w}
 
 
-class APFL(ProtocolAlgorithm):
+class APFL(Algorithm):
     name, table1_row, Options = "APFL", 11, APFLOptions
     paper_accuracy = table1_accuracy(83.77, 72.29, 82.39, 78.20, 55.44)
     models = 2  # a client trains two models a round (cost estimates)
@@ -61,7 +61,7 @@ class APFL(ProtocolAlgorithm):
         personal="a personal model vᵢ and a mixing weight αᵢ; it uses αᵢvᵢ + (1 − αᵢ)w",
         local_objective="vᵢ and αᵢ trained on the loss of the mixture, besides w's local SGD",
         cite="deng2020apfl")
-    batched = True  # client_update also runs batched (ProtocolAlgorithm)
+    batched = True  # its client_update also runs batched (vmap-safe)
 
     def init_client(self, initial, options):
         first = next(iter(initial.values()))

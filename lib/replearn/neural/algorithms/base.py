@@ -1,24 +1,17 @@
 """The algorithm protocol: what a federated algorithm of :mod:`replearn.neural.algorithms` is.
 
-An algorithm is an :class:`Algorithm` with a ``name`` (its name in Table 1 of Collins et al.,
+An algorithm is an :class:`Algorithm`: a ``name`` (its name in Table 1 of Collins et al.,
 2021), an ``Options`` dataclass of its hyper-parameters (documented defaults, validated at
 construction, real ones stored as Python floats by :func:`set_real`; its class attribute
 ``step_scales`` names the fields that scale a training step besides the learning rate, e.g.
 FedProx's ``mu``, which a divergence error lists with their values,
-:func:`replearn.neural.check_divergence`) and ``run(model, clients, cfg, options) ->
-neural.FedResult``. Three kinds:
-
-- :class:`SpecAlgorithm`: an algorithm that :func:`replearn.neural.algorithm_spec` describes
-  (what is shared, kept local and trained in which phases: FedAvg, FedPer, LG-FedAvg, FedRep,
-  local-only); it runs on :func:`replearn.neural.run_spec`, the engine's original code path;
-- :class:`ProtocolAlgorithm`: an algorithm given by its steps, run by
-  :func:`replearn.neural.run_protocol`: the local phases whose minibatches the engine plans,
-  a client step (``client_update``: local objectives with extra gradient terms, custom local
-  steps), per-client state kept across rounds (``init_client`` and the returned state), server
-  state and a server step other than a weighted average (``init_server``, ``server_update``),
-  extra random draws made in the calling thread (``draw``), what every sampled client is sent
-  besides the model (``broadcast``) and what a client is evaluated with (``eval_params``);
-- wrappers such as :class:`replearn.neural.algorithms.fine_tuning.FineTuned` (+FT).
+:func:`replearn.neural.check_divergence`), its Table 1 data and the hooks the engine's one
+round loop (:func:`replearn.neural.run`) calls. A method that only chooses what is shared, kept
+per client and trained in which phases (FedAvg, D-SGD, FedPer, LG-FedAvg, FedRep, Local only,
+fine-tuning) declares that and inherits the default client update; the others (FedProx,
+SCAFFOLD, Ditto, APFL, L2GD, Per-FedAvg, Fed-MTL) override the client update and what else
+differs; wrappers such as :class:`replearn.neural.algorithms.fine_tuning.FineTuned` (+FT)
+override ``run`` to chain runs.
 
 Helpers for the client steps: :class:`Momentum` (``torch.optim.SGD``'s update on any list of
 tensors; :class:`replearn.neural.Momentum`, re-exported here) and :func:`joint_phase`.
@@ -46,7 +39,7 @@ from replearn.neural import Momentum
 
 Params = dict[str, torch.Tensor]
 
-__all__ = ["TABLE1_COLUMNS", "Algorithm", "table1_accuracy", "Momentum", "NoOptions", "ProtocolAlgorithm", "SpecAlgorithm", "Summary",
+__all__ = ["TABLE1_COLUMNS", "Algorithm", "table1_accuracy", "Momentum", "NoOptions", "Summary",
            "check_real", "joint_names", "joint_phase", "set_real"]
 
 
@@ -129,22 +122,60 @@ def joint_phase(model: nn.Module, cfg: neural.TrainConfig, *, factor: int = 1) -
 
 
 class Algorithm:
-    """A federated algorithm: ``name`` (Table 1's), ``table1_row`` (its row in Table 1 of
-    Collins et al. (2021), counted from 0, which orders the registry; None for a method outside
-    Table 1), ``paper_accuracy`` (its Table 1 numbers, :func:`table1_accuracy`; empty outside
-    Table 1), ``models`` (how many models a client trains in a round, for cost estimates:
-    2 for Ditto, APFL and Per-FedAvg), ``Options`` (its hyper-parameters), :meth:`run`,
-    ``batched``: whether a round's clients train as one batched computation when
-    ``cfg.vmap_clients > 1`` (else one after another whatever ``cfg.vmap_clients`` says), and
-    ``summary`` (a :class:`Summary`)."""
+    """A federated algorithm, run by the engine's one round loop :func:`replearn.neural.run`.
+
+    What it is: ``name`` (Table 1's), ``table1_row`` (its row in Table 1 of Collins et al.
+    (2021), counted from 0, which orders the registry; None for a method outside Table 1),
+    ``paper_accuracy`` (its Table 1 numbers, :func:`table1_accuracy`; empty outside Table 1),
+    ``models`` (how many models a client trains in a round, for cost estimates: 2 for Ditto,
+    APFL and Per-FedAvg), ``Options`` (its hyper-parameters), ``summary`` (a :class:`Summary`)
+    and ``batched``: whether its ``client_update`` also runs for a group of clients at once
+    under ``torch.func.vmap`` when ``cfg.vmap_clients > 1`` (else its clients train one after
+    another whatever ``cfg.vmap_clients`` says).
+
+    What it does, as hooks the loop calls (see :func:`replearn.neural.run` for when). The
+    defaults make the methods that only choose what is shared, kept and trained a declaration:
+
+    - ``personal_names(model, options)``: what each client keeps across rounds and is evaluated
+      with (default: nothing); ``shared_names(model, options)``: what the server averages
+      (default: every other parameter); ``phases(model, cfg, options)``: the local phases
+      (default: one joint phase of ``local_steps`` or ``local_epochs``);
+    - ``client_update(ctx)`` (default: the phases in order from the server's shared parameters
+      and the client's personal ones, each with a fresh momentum buffer; uploads the shared
+      names, keeps the personal ones as its state), ``server_update`` (default: the server's
+      parameters become the weighted mean of the uploads named like parameters),
+      ``eval_params(ctx)`` (default: the server's parameters with the client's personal ones);
+    - for methods with more: ``check``, ``init_server``, ``init_client``, ``draw`` (extra random
+      numbers drawn in the calling thread), ``broadcast`` (what every sampled client is sent
+      besides the model).
+
+    FedAvg, D-SGD, FedPer, LG-FedAvg, FedRep, Local only and fine-tuning only declare; FedProx,
+    SCAFFOLD, Ditto, APFL, L2GD, Per-FedAvg and Fed-MTL override ``client_update`` and what else
+    differs. A subclass that overrides ``client_update`` runs batched only if it says so
+    (``batched = True``): its update must then use only ``ctx.worker``'s methods and
+    out-of-place tensor arithmetic (the ``foreach_*`` helpers of :mod:`replearn.neural`, not
+    ``torch._foreach_*`` or in-place updates of tensors it did not create), take no Python
+    decision on a tensor's value (no ``float()``, ``.item()``, ``if tensor``), and not depend
+    on ``ctx.client`` or ``ctx.n`` (there they are those of the group's first client).
+
+    ``run(model, clients, cfg, options, *, runner=None)`` trains it with ``runner`` (default
+    :func:`replearn.neural.run`, the in-process loop; :mod:`replearn.neural.flower` passes one
+    that runs the same hooks on Flower); wrappers (Local only's one-off training, the +FT
+    methods) override ``run`` to call ``runner`` for each of their stages.
+    """
 
     name: str = ""
     table1_row: int | None = None
     paper_accuracy: dict = {}
     models: int = 1
     Options: type = NoOptions
-    batched: bool = False
+    batched: bool = True
     summary: Summary | None = None  # what it shares, keeps personal, adds locally; its paper
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "client_update" in cls.__dict__ and "batched" not in cls.__dict__:
+            cls.batched = False  # an own client update opts in to the batched path
 
     def check_options(self, options):
         """``options`` (default ``Options()``), which must be an instance of ``Options``."""
@@ -156,53 +187,25 @@ class Algorithm:
         return options
 
     def run(self, model: nn.Module, clients: neural.ClientData, cfg: neural.TrainConfig, options=None, *,
-            state: Params | None = None, callback: Callable | None = None,
-            workers: int | None = None) -> neural.FedResult:
-        raise NotImplementedError
+            state: Params | None = None, callback: Callable | None = None, workers: int | None = None,
+            runner: Callable | None = None) -> neural.FedResult:
+        """Train from ``model``'s parameters (or ``state``) on ``clients`` with ``cfg`` and
+        ``options``: ``runner(self, model, clients, cfg, options, state=, callback=, workers=)``,
+        by default the engine's loop :func:`replearn.neural.run`."""
+        return (runner or neural.run)(self, model, clients, cfg, self.check_options(options), state=state,
+                                      callback=callback, workers=workers)
 
-    def __repr__(self) -> str:
-        return f"<algorithm {self.name!r}>"
+    def personal_names(self, model: nn.Module, options) -> tuple[str, ...]:
+        return ()
 
+    def shared_names(self, model: nn.Module, options) -> tuple[str, ...]:
+        personal = set(self.personal_names(model, options))
+        return tuple(n for n, _ in model.named_parameters() if n not in personal)
 
-class SpecAlgorithm(Algorithm):
-    """An algorithm of :func:`replearn.neural.algorithm_spec` (``key``), run by
-    :func:`replearn.neural.run_spec`: exactly the engine's code path and iterates."""
-
-    key: str = ""
-    batched = True  # run_spec's vmap path
-
-    def spec(self, model: nn.Module, cfg: neural.TrainConfig, options) -> neural.AlgorithmSpec:
-        """What the algorithm shares, keeps local and trains (default: ``algorithm_spec(key)``)."""
-        return neural.algorithm_spec(self.key, model, cfg)
-
-    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
-        options = self.check_options(options)
-        result = neural.run_spec(self.spec(model, cfg, options), model, clients, state=state,
-                                 callback=callback, workers=workers)
-        return dataclasses.replace(result, algorithm=self.name)
-
-
-class ProtocolAlgorithm(Algorithm):
-    """An algorithm given by its steps, run by :func:`replearn.neural.run_protocol` (see there
-    for when each hook runs). The defaults: one joint phase (``local_steps`` or
-    ``local_epochs``), no server or client state, no extra draws or broadcast, the server's
-    parameters become the weighted mean of the uploads named like parameters, nothing
-    personal, clients evaluated with the server's parameters. Subclasses override
-    ``client_update`` and what differs.
-
-    ``batched = True`` declares that ``client_update`` also runs for a group of clients at once
-    under ``torch.func.vmap`` (:func:`replearn.neural.run_protocol` with ``cfg.vmap_clients >
-    1``): it uses only ``ctx.worker``'s methods and out-of-place tensor arithmetic (the
-    ``foreach_*`` helpers of :mod:`replearn.neural`, not ``torch._foreach_*`` or in-place
-    updates of tensors it did not create), takes no Python decision on a tensor's value
-    (no ``float()``, ``.item()``, ``if tensor``), and does not depend on ``ctx.client`` or
-    ``ctx.n`` (there they are those of the group's first client). Otherwise (the default) the
-    algorithm's clients train one at a time whatever ``cfg.vmap_clients`` says."""
-
-    def phases(self, model, cfg, options) -> tuple[neural.Phase, ...]:
+    def phases(self, model: nn.Module, cfg: neural.TrainConfig, options) -> tuple[neural.Phase, ...]:
         return (joint_phase(model, cfg),)
 
-    def check(self, model, cfg, options) -> None:
+    def check(self, model: nn.Module, cfg: neural.TrainConfig, options) -> None:
         """Checks that need the model and configuration (raise ``ValueError``)."""
 
     def init_server(self, params: Params, options) -> dict:
@@ -211,28 +214,36 @@ class ProtocolAlgorithm(Algorithm):
     def init_client(self, initial: Params, options) -> dict:
         return {}
 
-    def draw(self, plan: neural.RoundPlan, cfg, options, generator: torch.Generator) -> dict:
+    def draw(self, plan: neural.RoundPlan, cfg: neural.TrainConfig, options, generator: torch.Generator) -> dict:
         return {}
 
     def broadcast(self, params: Params, server: dict, states: dict, selected: Sequence[int], options) -> dict:
         return {}
 
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
-        raise NotImplementedError
+        """The phases of ``ctx.phases`` in order, each on its ``ctx.batches[k]`` with a fresh
+        momentum buffer, from the server's parameters and the client's personal ones (its state,
+        or the starting parameters before its first round); uploads ``ctx.shared`` and keeps
+        ``ctx.personal`` as its state."""
+        params = {**ctx.global_params, **{n: ctx.state[n] if n in ctx.state else ctx.initial[n] for n in ctx.personal}}
+        loss_sum, n_steps = None, 0
+        for phase, batches in zip(ctx.phases, ctx.batches):
+            new, loss = ctx.worker.train(params, phase.trainable, ctx.x, ctx.y, batches, ctx.cfg, ctx.generator)
+            params = {**params, **new}
+            loss_sum = loss if loss_sum is None else loss_sum + loss
+            n_steps += len(batches)
+        return neural.ClientUpdate({n: params[n] for n in ctx.shared}, {n: params[n] for n in ctx.personal},
+                                   loss_sum, n_steps)
 
     def server_update(self, params: Params, server: dict, mean_upload: Params, selected: Sequence[int],
                       n_clients: int, options) -> tuple[Params, dict]:
         return {n: mean_upload.get(n, p) for n, p in params.items()}, server
 
-    def personal_names(self, model: nn.Module, options) -> tuple[str, ...]:
-        return ()
-
     def eval_params(self, ctx: neural.ClientRound) -> Params:
-        return ctx.global_params
+        return {**ctx.global_params, **{n: ctx.state[n] if n in ctx.state else ctx.initial[n] for n in ctx.personal}}
 
-    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
-        return neural.run_protocol(self, model, clients, cfg, options, state=state, callback=callback,
-                                   workers=workers)
+    def __repr__(self) -> str:
+        return f"<algorithm {self.name!r}>"
 
 
 def options_doc(options_type: type) -> str:

@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import ProtocolAlgorithm, Summary, joint_names, joint_phase, set_real, table1_accuracy
+from replearn.neural.algorithms.base import Algorithm, Summary, joint_names, joint_phase, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class DittoOptions:
         set_real(self, "lam", low=0)
 
 
-class Ditto(ProtocolAlgorithm):
+class Ditto(Algorithm):
     name, table1_row, Options = "Ditto", 12, DittoOptions
     paper_accuracy = table1_accuracy(85.39, 70.34, 80.36, 78.91, 56.34)
     models = 2  # a client trains two models a round (cost estimates)
@@ -43,7 +43,7 @@ class Ditto(ProtocolAlgorithm):
         personal="a personal model vᵢ",
         local_objective="for vᵢ, a pull (λ/2)‖vᵢ − w‖² toward the global model (a second local phase)",
         cite="li2021ditto")
-    batched = True  # client_update also runs batched (ProtocolAlgorithm)
+    batched = True  # its client_update also runs batched (vmap-safe)
 
     def phases(self, model, cfg, options):
         return (joint_phase(model, cfg), joint_phase(model, cfg))  # global update, personal update

@@ -26,7 +26,7 @@ from typing import ClassVar
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import ProtocolAlgorithm, Summary, joint_names, set_real, table1_accuracy
+from replearn.neural.algorithms.base import Algorithm, Summary, joint_names, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def coefficient(options: FedMTLOptions, d: int) -> float:
     return options.lam if options.lam is not None else 10.0 ** -(math.floor(math.log10(d)) + 2)
 
 
-class FedMTL(ProtocolAlgorithm):
+class FedMTL(Algorithm):
     name, table1_row, Options = "Fed-MTL", 7, FedMTLOptions
     paper_accuracy = table1_accuracy(80.46, 58.31, 76.53, 71.47, 41.25)
     summary = Summary(
@@ -59,7 +59,7 @@ class FedMTL(ProtocolAlgorithm):
         personal="the whole model wᵢ",
         local_objective="the MOCHA regulariser λ(‖W‖² + tr(WΩWᵀ)) over the round's models W, Ω fixed",
         cite="smith2017fedmtl")
-    batched = True  # client_update also runs batched (ProtocolAlgorithm)
+    batched = True  # its client_update also runs batched (vmap-safe)
 
     def init_client(self, initial, options):
         return {"w": {n: p.clone() for n, p in initial.items()}}

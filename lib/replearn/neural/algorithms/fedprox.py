@@ -5,21 +5,20 @@ clients minimise the proximal local objective of eq. (2),
 Each local SGD step (the engine's :class:`replearn.neural.LocalSGD`, same minibatches,
 momentum and weight decay as FedAvg) uses the gradient ``grad F_k(w; batch) + mu (w - w^t)``;
 the server's model becomes the n_i-weighted average of the clients' models (as FedAvg; the
-paper's inexact local solves are these fixed numbers of steps or epochs). ``mu = 0`` runs
-FedAvg itself (its :func:`replearn.neural.run_spec` code path, the same arithmetic), so its
-iterates, losses and evaluations are FedAvg's bit for bit in every dtype and on every path.
+paper's inexact local solves are these fixed numbers of steps or epochs). With ``mu = 0`` the
+step is FedAvg's (no extra term is added), so its iterates, losses and evaluations are
+FedAvg's bit for bit in every dtype and on every path.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import ProtocolAlgorithm, Summary, set_real, table1_accuracy
+from replearn.neural.algorithms.base import Algorithm, Summary, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class FedProxOptions:
         set_real(self, "mu", low=0)
 
 
-class FedProx(ProtocolAlgorithm):
+class FedProx(Algorithm):
     name, table1_row, Options = "FedProx", 3, FedProxOptions
     paper_accuracy = table1_accuracy(39.92, 50.99, 21.93, 20.17, 28.52)
     summary = Summary(
@@ -42,17 +41,7 @@ class FedProx(ProtocolAlgorithm):
         personal="nothing",
         local_objective="a proximal term (μ/2)‖w − wᵗ‖² toward the server's model wᵗ",
         cite="li2020fedprox")
-    batched = True  # client_update also runs batched (ProtocolAlgorithm)
-
-    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
-        options = self.check_options(options)
-        if options.mu == 0:  # no proximal term: FedAvg's own run, so FedAvg's arithmetic exactly
-            from replearn.neural.algorithms.fedavg import ALGORITHM as fedavg
-            result = fedavg.run(model, clients, cfg, state=state, callback=callback, workers=workers)
-            sampled = dict.fromkeys(i for sel in result.participants for i in sel)  # by first sampling
-            return dataclasses.replace(result, algorithm=self.name,
-                                       extras={"server": {}, "clients": {i: {} for i in sampled}})
-        return super().run(model, clients, cfg, options, state=state, callback=callback, workers=workers)
+    batched = True  # its client_update also runs batched (vmap-safe)
 
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
         names = tuple(ctx.global_params)

@@ -1,15 +1,17 @@
 """FedRep (Collins, Hassani, Mokhtari, Shakkottai, 2021, Alg. 1): a shared body (representation)
 and a personal head per client; each round a sampled client first trains its head with the
 body frozen (``head_epochs``/``head_steps``, 10 epochs in the paper), then the body with the
-head frozen (``local_epochs``/``local_steps``); the server averages the bodies. Runs on
-:func:`replearn.neural.run_spec` (``algorithm_spec("fedrep")``).
+head frozen (``local_epochs``/``local_steps``); the server averages the bodies. Declares its
+split and its two phases and inherits the default client update of
+:class:`~replearn.neural.algorithms.base.Algorithm`.
 """
 
-from replearn.neural.algorithms.base import SpecAlgorithm, Summary, table1_accuracy
+from replearn import neural
+from replearn.neural.algorithms.base import Algorithm, Summary, table1_accuracy
 
 
-class FedRep(SpecAlgorithm):
-    name, table1_row, key = "FedRep", 14, "fedrep"
+class FedRep(Algorithm):
+    name, table1_row = "FedRep", 14
     paper_accuracy = table1_accuracy(87.70, 75.68, 83.27, 79.15, 56.10)
     summary = Summary(
         shares="the body (all layers below the head)",
@@ -17,6 +19,17 @@ class FedRep(SpecAlgorithm):
         local_objective="nothing to the loss; the head is trained first (body frozen, 10 epochs), "
                         "then the body (head frozen)",
         cite="collins2021fedrep")
+
+    def personal_names(self, model, options):
+        return neural.split_body_head(model)[1]
+
+    def phases(self, model, cfg, options):
+        body, head = neural.split_body_head(model)
+        return (neural.Phase(head, cfg.head_steps, cfg.head_epochs), neural.Phase(body, cfg.local_steps, cfg.local_epochs))
+
+    def check(self, model, cfg, options):
+        if cfg.head_steps is None and cfg.head_epochs < 1:
+            raise ValueError("FedRep needs head_epochs >= 1 or head_steps")
 
 
 ALGORITHM = FedRep()

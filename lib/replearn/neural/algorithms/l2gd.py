@@ -33,7 +33,7 @@ from typing import ClassVar
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import Momentum, ProtocolAlgorithm, Summary, joint_names, set_real, table1_accuracy
+from replearn.neural.algorithms.base import Momentum, Algorithm, Summary, joint_names, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class L2GDOptions:
             raise ValueError(f"p must be < 1 (some steps must be local), got {self.p!r}")
 
 
-class L2GD(ProtocolAlgorithm):
+class L2GD(Algorithm):
     name, table1_row, Options = "L2GD", 10, L2GDOptions
     paper_accuracy = table1_accuracy(81.04, 59.98, 71.96, 72.13, 42.84)
     summary = Summary(
@@ -61,7 +61,7 @@ class L2GD(ProtocolAlgorithm):
         personal="the whole model xᵢ",
         local_objective="a penalty (λ/2)‖xᵢ − x̄‖², taken as random steps toward x̄ (probability p)",
         cite="hanzely2020l2gd")
-    batched = True  # client_update also runs batched (ProtocolAlgorithm)
+    batched = True  # its client_update also runs batched (vmap-safe)
 
     def check(self, model, cfg, options):
         theta = cfg.lr * options.lam / options.p

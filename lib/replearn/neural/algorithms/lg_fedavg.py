@@ -2,14 +2,15 @@
 lower layers (a local representation) and the server averages the top layers; joint local
 updates. Which layers are shared follows the FedRep authors' code (``main_fedrep.py`` of
 lgcollins/FedRep, ``--alg lg``: ``w_glob_keys`` are ``fc2`` and ``fc3`` of their CIFAR CNN, the
-top two layers). Runs on :func:`replearn.neural.run_spec` (``algorithm_spec("lg_fedavg")``).
+top two layers). Declares its split and inherits the default client update of
+:class:`~replearn.neural.algorithms.base.Algorithm`.
 """
 
 from dataclasses import dataclass
 
 from replearn import neural
 from replearn.checks import check_int
-from replearn.neural.algorithms.base import SpecAlgorithm, Summary, table1_accuracy
+from replearn.neural.algorithms.base import Algorithm, Summary, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,8 @@ class LGOptions:
         check_int(self.shared_layers, "shared_layers", 1)
 
 
-class LGFedAvg(SpecAlgorithm):
-    name, table1_row, key = "LG-FedAvg", 9, "lg_fedavg"
+class LGFedAvg(Algorithm):
+    name, table1_row = "LG-FedAvg", 9
     paper_accuracy = table1_accuracy(84.14, 63.02, 77.48, 72.44, 38.76)
     Options = LGOptions
     summary = Summary(
@@ -33,8 +34,12 @@ class LGFedAvg(SpecAlgorithm):
         local_objective="nothing: all layers trained jointly",
         cite="liang2020lgfedavg")
 
-    def spec(self, model, cfg, options):
-        return neural.algorithm_spec(self.key, model, cfg, lg_shared_layers=options.shared_layers)
+    def shared_names(self, model, options):
+        return neural.top_layers(model, options.shared_layers)
+
+    def personal_names(self, model, options):
+        shared = set(self.shared_names(model, options))
+        return tuple(n for n, _ in model.named_parameters() if n not in shared)
 
 
 ALGORITHM = LGFedAvg()

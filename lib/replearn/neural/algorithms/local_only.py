@@ -5,17 +5,17 @@ As the authors run it (``main_local.py`` of lgcollins/FedRep): every client trai
 independently for ``epochs`` epochs of the run's SGD, whether or not a federated method would
 have sampled it, and is tested once at the end. ``epochs = None`` trains instead in the rounds
 where the client is sampled (``cfg.rounds`` rounds at ``cfg.participation``, the budget of the
-federated methods; what the book's first near-paper runs did). Runs on
-:func:`replearn.neural.run_spec` (``algorithm_spec("local_only")``).
+federated methods; what the book's first near-paper runs did). Everything is personal, nothing
+shared, one joint phase: it inherits the default client update of
+:class:`~replearn.neural.algorithms.base.Algorithm`.
 """
 
 from dataclasses import dataclass, replace
 
 import torch
 
-from replearn import neural
 from replearn.checks import check_int
-from replearn.neural.algorithms.base import SpecAlgorithm, Summary, table1_accuracy
+from replearn.neural.algorithms.base import Algorithm, Summary, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class LocalOnlyOptions:
             check_int(self.epochs, "epochs", 1)
 
 
-class LocalOnly(SpecAlgorithm):
-    name, table1_row, key = "Local only", 0, "local_only"
+class LocalOnly(Algorithm):
+    name, table1_row = "Local only", 0
     paper_accuracy = table1_accuracy(89.79, 70.68, 78.30, 75.29, 41.29)
     summary = Summary(
         shares="nothing (no communication)",
@@ -40,16 +40,20 @@ class LocalOnly(SpecAlgorithm):
         cite="collins2021fedrep")  # the baseline of Table 1
     Options = LocalOnlyOptions
 
-    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None):
+    def personal_names(self, model, options):
+        return tuple(n for n, _ in model.named_parameters())
+
+    def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None, runner=None):
         """With ``epochs``: one round in which every client trains ``epochs`` epochs, recorded as
         the last of ``cfg.rounds`` rounds (``train_loss`` and ``test_accuracy`` NaN before it,
         ``participants`` empty before it), so that ``accuracy`` is that one evaluation."""
         options = self.check_options(options)
         if options.epochs is None:
-            return super().run(model, clients, cfg, options, state=state, callback=callback, workers=workers)
+            return super().run(model, clients, cfg, options, state=state, callback=callback, workers=workers,
+                               runner=runner)
         once = replace(cfg, rounds=1, participation=1.0, local_epochs=options.epochs, local_steps=None,
                        eval_every=1, last_rounds=1)
-        r = super().run(model, clients, once, options, state=state, workers=workers)
+        r = super().run(model, clients, once, options, state=state, workers=workers, runner=runner)
         pad = cfg.rounds - 1
         loss = torch.cat([torch.full((pad,), float("nan")), r.train_loss])
         acc = torch.cat([torch.full((pad,), float("nan")), r.test_accuracy])

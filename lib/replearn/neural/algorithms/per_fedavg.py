@@ -22,7 +22,7 @@ from typing import ClassVar
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import Momentum, ProtocolAlgorithm, Summary, joint_names, joint_phase, set_real, table1_accuracy
+from replearn.neural.algorithms.base import Momentum, Algorithm, Summary, joint_names, joint_phase, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class PerFedAvgOptions:
         set_real(self, "alpha", low=0, low_open=True)
 
 
-class PerFedAvg(ProtocolAlgorithm):
+class PerFedAvg(Algorithm):
     name, table1_row, Options = "Per-FedAvg", 8, PerFedAvgOptions
     paper_accuracy = table1_accuracy(82.27, 67.20, 67.36, 72.05, 52.49)
     models = 2  # a client trains two models a round (cost estimates)
@@ -46,7 +46,7 @@ class PerFedAvg(ProtocolAlgorithm):
         personal="nothing kept; adapted for evaluation by one gradient step (size α) on its data",
         local_objective="MAML's: the loss after one inner step, fᵢ(w − α∇fᵢ(w)) (first-order version)",
         cite="fallah2020perfedavg")
-    batched = True  # client_update also runs batched (ProtocolAlgorithm)
+    batched = True  # its client_update also runs batched (vmap-safe)
 
     def phases(self, model, cfg, options):
         return (joint_phase(model, cfg, factor=2),)

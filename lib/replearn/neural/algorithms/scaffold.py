@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 
 from replearn import neural
-from replearn.neural.algorithms.base import ProtocolAlgorithm, Summary, set_real, table1_accuracy
+from replearn.neural.algorithms.base import Algorithm, Summary, set_real, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ScaffoldOptions:
         set_real(self, "global_lr", low=0, low_open=True)
 
 
-class Scaffold(ProtocolAlgorithm):
+class Scaffold(Algorithm):
     name, table1_row, Options = "SCAFFOLD", 5, ScaffoldOptions
     paper_accuracy = table1_accuracy(37.72, 47.33, 33.79, 20.32, 22.52)
     summary = Summary(
@@ -44,7 +44,7 @@ class Scaffold(ProtocolAlgorithm):
         personal="no model; its control variate cᵢ",
         local_objective="a gradient correction c − cᵢ in every step (control variates, against client drift)",
         cite="karimireddy2020scaffold")
-    batched = True  # client_update also runs batched (ProtocolAlgorithm)
+    batched = True  # its client_update also runs batched (vmap-safe)
 
     def init_server(self, params, options):
         return {"c": {n: torch.zeros_like(p) for n, p in params.items()}}

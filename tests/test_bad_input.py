@@ -386,7 +386,7 @@ CASES = [
     ("Moment noise<0", lambda: s02_fedrep.MomentSettings(noise_std=-1.0), r"noise_std"),
     ("Trajectory r=0", lambda: s02_fedrep.TrajectorySettings(r=0.0), r"\br\b"),
     ("Rate window", lambda: s03_theory.RateSettings(window=(0.1, 0.01)), r"window"),
-    ("Federation tol=0", lambda: s03_theory.FederationSettings(tol=0.0), r"tol"),
+    ("Federation tol=0", lambda: s03_theory.LinearFederationSettings(tol=0.0), r"tol"),
     ("Fig1 ms=()", lambda: s04_fig1_local_vs_global.Fig1Settings(ms=()), r"ms"),
     ("Fig3 r>1", lambda: s05_fig3_head_updates.Fig3Settings(r=1.5), r"\br\b"),
     ("Fig4 fedavg_alpha=0", lambda: s06_new_clients.Fig4Settings(fedavg_alpha=0.0), r"fedavg_alpha"),

@@ -24,7 +24,7 @@ def test_rates_match_infinite_sample_factor_and_beat_theorem():
 
 
 def test_federation_small_grid():
-    cfg = s03.FederationSettings(d=12, k=2, ns=(5, 200), ms=(3, 10), rounds=150)
+    cfg = s03.LinearFederationSettings(d=12, k=2, ns=(5, 200), ms=(3, 10), rounds=150)
     res = s03.run_federation(cfg)
     assert bool(res.recovered[0, 1])          # m = 3 with 200 clients recovers col(B_*)
     assert not bool(res.recovered[0, 0])      # m = 3 with 5 clients does not
@@ -37,8 +37,8 @@ def test_federation_small_grid():
 @pytest.mark.parametrize("make", [
     lambda: s03.run_rates(s03.RateSettings(dist0=1.0)),
     lambda: s03.run_rates(s03.RateSettings(etas=(0.0,))),
-    lambda: s03.run_federation(s03.FederationSettings(tol=0.0)),
-    lambda: s03.run_federation(s03.FederationSettings(ns=(2.5,))),
+    lambda: s03.run_federation(s03.LinearFederationSettings(tol=0.0)),
+    lambda: s03.run_federation(s03.LinearFederationSettings(ns=(2.5,))),
 ])
 def test_bad_inputs_raise(make):
     with pytest.raises(ValueError):
@@ -46,7 +46,7 @@ def test_bad_inputs_raise(make):
 
 
 def test_paper_profiles_are_valid():
-    for cls in (s03.RateSettings, s03.FederationSettings):
+    for cls in (s03.RateSettings, s03.LinearFederationSettings):
         cfg = cls.paper()
         assert isinstance(cfg, cls)
 
@@ -57,7 +57,7 @@ def test_tables_and_figure():
     rates = s03.run_rates(s03.RateSettings(d=10, k=2, n=40, m=40, etas=(0.2,), conds=(2.0,), rounds=200))
     lines = s03.rate_table(rates).splitlines()
     assert lines[0].startswith("E_0 = ") and len(lines) == 3 and lines[2].rstrip().endswith("x")
-    cfg = s03.FederationSettings(d=12, k=2, ns=(5, 200), ms=(3, 10), rounds=150)
+    cfg = s03.LinearFederationSettings(d=12, k=2, ns=(5, 200), ms=(3, 10), rounds=150)
     fed = s03.run_federation(cfg)
     table = s03.federation_table(fed, cfg).splitlines()
     assert table[0].startswith("  n   | smallest m") and len(table) == 3

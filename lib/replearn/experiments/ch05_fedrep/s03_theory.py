@@ -98,7 +98,7 @@ def run_rates(cfg: RateSettings, device=None) -> RateResult:
 # --------------------------------------------------------------------------- federation
 
 @dataclass(frozen=True)
-class FederationSettings(InstanceSettings):
+class LinearFederationSettings(InstanceSettings):
     """Grid of client counts ``ns`` and per-client sample sizes ``ms`` (fixed noiseless data,
     each client keeps its m samples for the whole run), dimension d, rank k, paper heads; FedRep
     (exact heads, MoM start, step eta, full participation) for ``rounds``; a run counts as
@@ -158,7 +158,7 @@ class FederationResult:
         return torch.tensor(out, dtype=torch.float64)
 
 
-def run_federation(cfg: FederationSettings, device=None) -> FederationResult:
+def run_federation(cfg: LinearFederationSettings, device=None) -> FederationResult:
     """FedRep over an (m, n) grid against local-only least squares (book 5.3)."""
     device = default_device() if device is None else torch.device(device)
     Bstar = linear.ground_truth_representation(cfg.d, cfg.k, seed=cfg.seed, device=device)
@@ -199,7 +199,7 @@ def rate_table(rates: RateResult) -> str:
     return "\n".join(lines)
 
 
-def federation_table(fed: FederationResult, cfg: FederationSettings) -> str:
+def federation_table(fed: FederationResult, cfg: LinearFederationSettings) -> str:
     """Per number of clients n, as lines of text: the smallest m at which FedRep recovers
     col(B_*), the counting bound and local-only training's error at that m."""
     import numpy as np
@@ -214,7 +214,7 @@ def federation_table(fed: FederationResult, cfg: FederationSettings) -> str:
     return "\n".join(lines)
 
 
-def plot_federation(fed: FederationResult, cfg: FederationSettings):
+def plot_federation(fed: FederationResult, cfg: LinearFederationSettings):
     """FedRep's final distance to B_* (log10) over the number of clients n and samples per
     client m, recoveries ticked, with the counting bound ``k + k(d-k)/n``. Returns the figure."""
     import matplotlib.pyplot as plt

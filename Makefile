@@ -21,7 +21,7 @@ export REPLEARN_DATA := $(SHARED_DATA)
 endif
 endif
 
-.PHONY: book test data data-preflight unit nbval nbval-portable execute results bench lab launch-check constraints clean
+.PHONY: flower-simulation book test data data-preflight unit nbval nbval-portable execute results bench lab launch-check constraints clean
 
 # Every notebook runs once under strict nbval, two at a time (pytest-xdist, one notebook per worker,
 # one thread each). The notebooks that train CNNs on CIFAR (float64, a minute or two each) run on
@@ -88,6 +88,11 @@ execute: $(STAMP)
 results: PROFILE ?= long
 results: $(STAMP)
 	REPLEARN_PROFILE=$(PROFILE) $(BIN)/python scripts/run_results.py --profile $(PROFILE) $(SECTIONS)
+
+# Every registered method on Flower's simulation engine (Ray), each equal to its in-process run;
+# `make test` runs three there and every method on the in-process grid (about 5 minutes here).
+flower-simulation: $(FLOWER_STAMP)
+	REPLEARN_FLOWER_SIMULATION=all $(BIN)/python -m pytest tests/test_flower.py -k simulation_engine -q
 
 bench: $(STAMP)
 	@for f in bench/*.py; do echo "== $$f"; MPLBACKEND=Agg $(BIN)/python $$f || exit 1; done

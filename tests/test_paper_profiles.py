@@ -173,20 +173,35 @@ SECTIONS = {"4.7": (s47, s47.SimilaritySettings), "4.8": (s48, s48.TransferSetti
 @pytest.mark.parametrize("section", sorted(SECTIONS))
 def test_paper_profile_matches_every_setting_the_sources_state(section):
     """Appendix B's table (:func:`replearn.book.scales.settings_table`): ``paper()`` equals every value
-    the sources state, and every stated setting is a real field."""
+    the paper's text states and every value the authors' code sets (where comparable), every
+    stated setting is a real field, and a section without public code says so on every row."""
     module, cls = SECTIONS[section]
-    rows = scales.settings_table(cls, module.PAPER_SETTINGS)
+    rows = scales.settings_table(cls, module.PAPER_SETTINGS, code_values=module.AUTHORS_CODE)
     stated = [r for r in rows if r["source"] != "not stated"]
     assert len(stated) == len(module.PAPER_SETTINGS)
-    assert not [r["setting"] for r in rows if r["deviation"]]
+    assert not [r["setting"] for r in rows if r["deviation"] or r["code_deviation"]]
+    if module.AUTHORS_CODE is None:
+        assert {r["code_source"] for r in rows} == {scales.NO_PUBLIC_CODE}
+    else:
+        assert len([r for r in rows if r["code"] != "—"]) == len(module.AUTHORS_CODE)
 
 
 def test_settings_table_flags_a_deviation_and_an_unknown_field():
-    rows = scales.settings_table(s58.EpochSettings, {"train.rounds": (50, "a made-up source")})
+    rows = scales.settings_table(s58.EpochSettings, {"train.rounds": (50, "a made-up source")},
+                                 code_values={"train.lr": (0.5, "a made-up file"), "split": ("the noniid split", "x")})
     row = next(r for r in rows if r["setting"] == "train.rounds")
-    assert row["deviation"] and row["stated"] == 50 and row["paper()"] == 100
+    assert row["deviation"] and row["stated"] == 50 and row["paper()"] == 100 and not row["code_deviation"]
+    lr = next(r for r in rows if r["setting"] == "train.lr")
+    assert lr["code_deviation"] and not lr["deviation"] and lr["code"] == 0.5 and lr["source"] == "not stated"
+    split = next(r for r in rows if r["setting"] == "split")
+    assert not split["code_deviation"]  # a description, not compared
     with pytest.raises(ValueError, match="no settings"):
         scales.settings_table(s58.EpochSettings, {"train.nonsense": (1, "x")})
+    with pytest.raises(ValueError, match="code_values must name its fields"):
+        scales.settings_table(s58.EpochSettings, {}, code_values={"train.nonsense": (1, "x")})
+    table = scales.settings_display(s58.EpochSettings, s58.PAPER_SETTINGS, "5.8", code_values=s58.AUTHORS_CODE)
+    html = table._repr_html_()
+    assert "authors&#x27; code" in html and "models/Update.py" in html and "≠" not in html
 
 
 def test_launches_per_step_is_what_the_engine_dispatches():

@@ -146,33 +146,50 @@ def _flat(s, prefix: str = "") -> dict:
     return out
 
 
-def settings_table(cls, paper_values: dict, *, profiles=("paper", "long", "default"),
-                   skip=("seed",)) -> list[dict]:
-    """One row per setting of the settings class ``cls``: the value the sources state
+#: The authors'-code column of a section whose paper has no public code.
+NO_PUBLIC_CODE = "no public code"
+
+
+def settings_table(cls, paper_values: dict, *, code_values: dict | None = None,
+                   profiles=("paper", "long", "default"), skip=("seed",)) -> list[dict]:
+    """One row per setting of the settings class ``cls``: the value the paper's text states
     (``stated``) and where (``source``; ``paper_values[field] = (value, source)``, a source like
-    "FedRep paper, Sec. 5.2"; fields the sources do not state are marked ``"not stated"``)
-    beside the value of every profile in ``profiles`` (columns ``"paper()"``, ``"long()"``,
-    ``"default()"``), and whether ``paper()`` differs from the stated value (``deviation``). Rows are the
-    fields that differ between profiles or that the paper states, in declaration order;
-    ``skip`` fields are left out. The table Appendix B renders is built from this, so it cannot
-    drift from the code."""
+    "FedRep paper, Sec. 5.2"; fields it does not state are ``"not stated"``), what the authors'
+    code does (``code`` and ``code_source``: ``code_values[field] = (value, repository path)``;
+    ``"not in the code"`` for a field it does not set, :data:`NO_PUBLIC_CODE` for every field when
+    ``code_values`` is None), beside the value of every profile in ``profiles`` (columns
+    ``"paper()"``, ``"long()"``, ``"default()"``), whether ``paper()`` differs from the paper's
+    value (``deviation``) and from the code's (``code_deviation``; a code value given as a
+    sentence, a ``str`` with a space, describes and is not compared). Rows are the fields that
+    differ between profiles or that the paper or the code state, in declaration order; ``skip``
+    fields are left out. The table Appendix B renders is built from this, so it cannot drift
+    from the code."""
     values = {p: _flat(cls.profile(p)) for p in profiles}
-    unknown = sorted(set(paper_values) - set(values[profiles[0]]))
-    if unknown:
-        raise ValueError(f"{cls.__name__} has no settings {unknown}; paper_values must name its fields "
-                         f"(composed ones as 'train.lr')")
+    for what, given in (("paper_values", paper_values), ("code_values", code_values or {})):
+        unknown = sorted(set(given) - set(values[profiles[0]]))
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no settings {unknown}; {what} must name its fields "
+                             f"(composed ones as 'train.lr')")
     rows = []
     for name in values[profiles[0]]:
         if name in skip:
             continue
         vals = {p: values[p][name] for p in profiles}
         stated = name in paper_values
-        if not stated and len({repr(v) for v in vals.values()}) == 1:
+        in_code = code_values is not None and name in code_values
+        if not stated and not in_code and len({repr(v) for v in vals.values()}) == 1:
             continue
         paper_value, source = paper_values.get(name, (None, "not stated"))
+        if code_values is None:
+            code_value, code_source = None, NO_PUBLIC_CODE
+        else:
+            code_value, code_source = code_values.get(name, (None, "not in the code"))
         row = {"setting": name, "stated": paper_value if stated else "—", "source": source,
+               "code": code_value if in_code else "—", "code_source": code_source,
                **{f"{p}()": v for p, v in vals.items()}}
         row["deviation"] = stated and "paper" in vals and _differs(vals["paper"], paper_value)
+        comparable = in_code and not (isinstance(code_value, str) and " " in code_value)  # not a sentence
+        row["code_deviation"] = comparable and "paper" in vals and _differs(vals["paper"], code_value)
         rows.append(row)
     return rows
 
@@ -205,14 +222,21 @@ def show_value(v) -> str:
     return str(v)
 
 
-def settings_display(cls, paper_values: dict, caption: str):
-    """:func:`settings_table` as one :class:`replearn.book.plotting.Table` (the sources' value,
-    ``paper()``, ``long()``, the CPU default, and last, where the sources state it, the longest
-    text, so that the values stand side by side; a ``paper()`` value that deviates from a
-    stated one is marked "≠")."""
+def settings_display(cls, paper_values: dict, caption: str, *, code_values: dict | None = None):
+    """:func:`settings_table` as one :class:`replearn.book.plotting.Table`: what the paper's text
+    states, what the authors' code does, ``paper()``, ``long()``, the CPU default, and last,
+    where each source states it (the longest text, so that the values stand side by side); a
+    ``paper()`` value that deviates from the paper's text or the authors' code is marked "≠", a
+    setting the code does not set shows "—"."""
     from replearn.book.plotting import Table
-    rows = [[r["setting"], show_value(r["stated"]) if r["source"] != "not stated" else "—",
-             ("≠ " if r["deviation"] else "") + show_value(r["paper()"]), show_value(r["long()"]),
-             show_value(r["default()"]), r["source"]] for r in settings_table(cls, paper_values)]
-    return Table(["setting", "sources", "paper()", "long()", "CPU default", "where stated"], rows,
-                 caption=caption, align="llllll")
+    rows = []
+    for r in settings_table(cls, paper_values, code_values=code_values):
+        where = [f"paper: {r['source']}" if r["source"] != "not stated" else "",
+                 f"code: {r['code_source']}" if r["code"] != "—" else ""]
+        rows.append([r["setting"], show_value(r["stated"]) if r["source"] != "not stated" else "not stated",
+                     show_value(r["code"]) if r["code"] != "—" else (
+                         "—" if r["code_source"] == "not in the code" else r["code_source"]),
+                     ("≠ " if r["deviation"] or r["code_deviation"] else "") + show_value(r["paper()"]),
+                     show_value(r["long()"]), show_value(r["default()"]), "; ".join(w for w in where if w) or "—"])
+    return Table(["setting", "paper", "authors' code", "paper()", "long()", "CPU default", "where stated"], rows,
+                 caption=caption, align="lllllll")

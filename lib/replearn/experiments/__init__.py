@@ -42,13 +42,18 @@ def settings_by_section() -> dict[str, list[type[Settings]]]:
     return {f"{c}.{s}": classes for (c, s), classes in sorted(found.items()) if classes}
 
 
-def paper_settings() -> dict[str, tuple[type[Settings], dict]]:
-    """The sections whose driver states the sources' settings (a ``PAPER_SETTINGS`` dict, see
-    :func:`replearn.book.scales.settings_table`), keyed by section number: ``(settings class,
-    PAPER_SETTINGS)``, the class being the driver's first settings class. In book order."""
+def paper_settings() -> dict[str, tuple[type[Settings], dict, dict | None]]:
+    """The sections whose driver states the sources' settings, keyed by section number:
+    ``(settings class, PAPER_SETTINGS, AUTHORS_CODE)``, the class being the driver's first
+    settings class: what the paper's text states and what the authors' code does (None: no
+    public code; see :func:`replearn.book.scales.settings_table`). In book order. A driver with
+    ``PAPER_SETTINGS`` must say ``AUTHORS_CODE`` too."""
     found = {}
     for section, classes in settings_by_section().items():
         module = importlib.import_module(classes[0].__module__)
         if hasattr(module, "PAPER_SETTINGS"):
-            found[section] = (classes[0], module.PAPER_SETTINGS)
+            if not hasattr(module, "AUTHORS_CODE"):
+                raise ValueError(f"{module.__name__} states PAPER_SETTINGS but not AUTHORS_CODE (None when the "
+                                 f"paper has no public code)")
+            found[section] = (classes[0], module.PAPER_SETTINGS, module.AUTHORS_CODE)
     return found

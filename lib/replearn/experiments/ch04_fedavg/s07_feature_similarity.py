@@ -33,6 +33,10 @@ from replearn.book.widgets import explorer as build_explorer
 PAPER_SETTINGS = {"clients": (100, "FedAvg-FT paper, Sec. 5.2 (M = 100)"),
                   "alpha": (0.6, "FedAvg-FT paper, Sec. 5.2 (Dirichlet 0.6)")}
 
+#: What the authors' code does: the FedAvg-FT paper (Collins et al., 2022) has no public code, so
+#: Appendix B's column says so for every setting.
+AUTHORS_CODE = None
+
 
 @dataclass(frozen=True)
 class SimilaritySettings(MatchedTraining):

@@ -32,6 +32,10 @@ PAPER_SETTINGS = {"clients": (80, "FedAvg-FT paper, Sec. 5.2 (80 clients)"),
                   "trials": (5, "FedAvg-FT paper, Fig. 5 caption (five trials)"),
                   "new_clients": (5, "FedAvg-FT paper, Fig. 5 caption (five new clients per trial)")}
 
+#: What the authors' code does: the FedAvg-FT paper (Collins et al., 2022) has no public code, so
+#: Appendix B's column says so for every setting.
+AUTHORS_CODE = None
+
 
 @dataclass(frozen=True)
 class TransferSettings(PretrainSettings):

@@ -31,6 +31,10 @@ from replearn.neural.transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, la
 PAPER_SETTINGS = {"tau": (50, "talk (FedAvg tau = 50)"),
                   "total_steps": (125_000, "talk (T tau = 125,000)")}
 
+#: What the authors' code does: the FedAvg-FT paper (Collins et al., 2022) has no public code, so
+#: Appendix B's column says so for every setting.
+AUTHORS_CODE = None
+
 
 @dataclass(frozen=True)
 class CKASettings(PretrainSettings):

@@ -37,23 +37,44 @@ TABLE_METHODS = ("Local only", "FedAvg", "FedAvg+FT", "FedPer", "LG-FedAvg", "Fe
 PAPER_TABLE1 = algorithms.paper_table1()
 
 
-#: What the FedRep paper states of Table 1's setting, by settings field: (value, where it says so).
+#: What the FedRep paper's text states of Table 1's setting, by settings field: (value, where).
 PAPER_SETTINGS = {"partitions": (tuple(PAPER_TABLE1), "FedRep paper, Table 1 (CIFAR columns)"),
                   "train_per_client": (None, "FedRep paper, Sec. 5.2 (50,000/n each: the whole training set)"),
-                  "train.lr": (0.01, "the FedRep authors' code (not in the paper)"),
-                  "train.momentum": (0.5, "the FedRep authors' code (not in the paper)"),
-                  "train.batch_size": (10, "the FedRep authors' code (not in the paper)"),
                   "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)"),
-                  "train.weight_decay": (1e-4, "the FedRep authors' code, models/Update.py (weights only; not in the paper)"),
-                  "train.augment": (True, "the FedRep authors' code, utils/train_utils.py (RandomCrop(32, 4) + flip)"),
-                  "split": ("authors", "the FedRep authors' code, utils/sampling.py (noniid)"),
-                  "local_only_epochs": (10, "the FedRep authors' code, main_local.py (--epochs default; not in the paper)"),
-                  "lg_shared_layers": (2, "the FedRep authors' code, main_fedrep.py (w_glob_keys fc2, fc3 for --alg lg)"),
                   "train.rounds": (100, "FedRep paper, Sec. 5.2 (T = 100 for CIFAR)"),
                   "train.head_epochs": (10, "FedRep paper, Sec. 5.2 (ten head epochs)"),
                   "train.last_rounds": (10, "FedRep paper, Sec. 5.2 (final 10 rounds averaged)"),
                   "ft_epochs": (10, "FedRep paper, Sec. 5.2 (+FT: ten epochs of the head)"),
                   "methods": (algorithms.table1(), "FedRep paper, Table 1 (every method)")}
+
+#: What the FedRep authors' code (public repository lgcollins/FedRep) does, by settings field:
+#: (value, the file and argument that set it; a value with a space describes rather than states).
+AUTHORS_CODE = {"partitions": (tuple(PAPER_TABLE1), "scripts/FedRep_cifar10_2shards.sh, _5shards, _2shards_1000users, "
+                                                    "FedRep_cifar100_5shards.sh, _20shards"),
+                "train_per_client": ("its shards, at most 500", "utils/options.py (--m_tr 500)"),
+                "test_per_client": ("test images of its classes", "utils/sampling.py (noniid, the training label sets)"),
+                "train.rounds": (100, "scripts/FedRep_cifar10_2shards.sh (--epochs 100)"),
+                "train.lr": (0.01, "scripts/FedRep_cifar10_2shards.sh (--lr 0.01)"),
+                "train.momentum": (0.5, "utils/options.py (--momentum default)"),
+                "train.weight_decay": (1e-4, "models/Update.py (weights only)"),
+                "train.batch_size": (10, "scripts/FedRep_cifar10_2shards.sh (--local_bs 10)"),
+                "train.head_epochs": (10, "scripts/FedRep_cifar10_2shards.sh (--local_ep 11 with --local_rep_ep 1)"),
+                "train.local_epochs": (1, "scripts/FedRep_cifar10_2shards.sh (--local_rep_ep 1)"),
+                "train.participation": (0.1, "scripts/FedRep_cifar10_2shards.sh (--frac 0.1)"),
+                "train.augment": (True, "utils/train_utils.py (RandomCrop(32, 4) + flip)"),
+                "train.eval_every": ("rounds 50, 100 and the last 10", "main_fedrep.py (--test_freq 50, and every "
+                                                                      "round of the last 10)"),
+                "train.last_rounds": (10, "main_fedrep.py (accs10: the final 10 rounds)"),
+                "variant": (None, "models/Nets.py (CNNCifar, CNNCifar100)"),
+                "dtype": ("float32", "PyTorch's default"),
+                "seeds": ("five runs", "scripts/FedRep_cifar10_2shards.sh (for RUN in 1 to 5)"),
+                "split": ("authors", "utils/sampling.py (noniid)"),
+                "ft_epochs": (10, "main_fedrep.py (the final round tunes the head for 10 local epochs)"),
+                "methods": (algorithms.table1(), "main_fedrep.py (--alg fedavg, prox, maml, lg, fedper, fedrep), "
+                                                 "main_local.py, main_scaffold.py, main_mtl.py, main_l2gd.py, "
+                                                 "main_apfl.py, main_ditto.py"),
+                "local_only_epochs": (10, "main_local.py (--epochs default)"),
+                "lg_shared_layers": (2, "main_fedrep.py (w_glob_keys fc2, fc3 for --alg lg)")}
 
 
 @dataclass(frozen=True)

@@ -22,17 +22,23 @@ from replearn.book.scales import require_data
 from replearn.neural.personalisation import PAPER_OPTIM, FederationSettings, first_protocol, make_federation
 
 
-#: What the FedRep paper states of Fig. 5's setting, by settings field: (value, where it says so).
+#: What the FedRep paper's text states of Fig. 5's setting, by settings field: (value, where).
 PAPER_SETTINGS = {"dataset": ("cifar10", "FedRep paper, Fig. 5 caption"),
                   "train_per_client": (None, "FedRep paper, Sec. 5.2 (50,000/n each)"),
-                  "train.lr": (0.01, "the FedRep authors' code (not in the paper)"),
-                  "train.momentum": (0.5, "the FedRep authors' code (not in the paper)"),
-                  "train.batch_size": (10, "the FedRep authors' code (not in the paper)"),
                   "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)"),
-                  "train.weight_decay": (1e-4, "the FedRep authors' code, models/Update.py (weights only; not in the paper)"),
-                  "train.augment": (True, "the FedRep authors' code, utils/train_utils.py (RandomCrop(32, 4) + flip)"),
-                  "split": ("authors", "the FedRep authors' code, utils/sampling.py (noniid)"),
                   "train.rounds": (100, "FedRep paper, Sec. 5.2 (T = 100 for CIFAR)")}
+
+#: What the FedRep authors' code (lgcollins/FedRep) does, by settings field: (value, where). It
+#: has no script for Fig. 5; these are its defaults and its optimiser and data pipeline.
+AUTHORS_CODE = {"train.lr": (0.01, "utils/options.py (--lr default)"),
+                "train.momentum": (0.5, "utils/options.py (--momentum default)"),
+                "train.batch_size": (10, "utils/options.py (--local_bs default)"),
+                "train.participation": (0.1, "utils/options.py (--frac default)"),
+                "train.weight_decay": (1e-4, "models/Update.py (weights only)"),
+                "train.augment": (True, "utils/train_utils.py (RandomCrop(32, 4) + flip)"),
+                "split": ("authors", "utils/sampling.py (noniid)"),
+                "variant": (None, "models/Nets.py (CNNCifar, CNNCifar100)"),
+                "dtype": ("float32", "PyTorch's default")}
 
 
 @dataclass(frozen=True)

@@ -25,16 +25,23 @@ from replearn.neural.personalisation import PAPER_OPTIM, FederationSettings, fir
 NEW_METHODS = ("FedRep", "FedAvg", "random body")
 
 
-#: What the FedRep paper states of Fig. 6's setting that carries over to our CIFAR analogue, by
-#: settings field: (value, where it says so). Fig. 6 itself uses FEMNIST letters -> digits.
+#: What the FedRep paper's text states of Fig. 6's setting that carries over to our CIFAR analogue,
+#: by settings field: (value, where). Fig. 6 itself uses FEMNIST letters -> digits.
 PAPER_SETTINGS = {"new_train": (500, "FedRep paper, Sec. 5.2 (500 samples at the new client)"),
-                  "train.lr": (0.01, "the FedRep authors' code (not in the paper)"),
-                  "train.momentum": (0.5, "the FedRep authors' code (not in the paper)"),
-                  "train.batch_size": (10, "the FedRep authors' code (not in the paper)"),
-                  "train.weight_decay": (1e-4, "the FedRep authors' code, models/Update.py (weights only; not in the paper)"),
-                  "train.augment": (True, "the FedRep authors' code, utils/train_utils.py (RandomCrop(32, 4) + flip)"),
-                  "split": ("authors", "the FedRep authors' code, utils/sampling.py (noniid)"),
                   "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)")}
+
+#: What the FedRep authors' code (lgcollins/FedRep) does, by settings field: (value, where): its
+#: optimiser, data pipeline and fine-tuning cap (it has no CIFAR script for Fig. 6).
+AUTHORS_CODE = {"new_train": (500, "utils/options.py (--m_ft 500: samples per user for fine-tuning)"),
+                "train.lr": (0.01, "utils/options.py (--lr default)"),
+                "train.momentum": (0.5, "utils/options.py (--momentum default)"),
+                "train.batch_size": (10, "utils/options.py (--local_bs default)"),
+                "train.participation": (0.1, "utils/options.py (--frac default)"),
+                "train.weight_decay": (1e-4, "models/Update.py (weights only)"),
+                "train.augment": (True, "utils/train_utils.py (RandomCrop(32, 4) + flip)"),
+                "split": ("authors", "utils/sampling.py (noniid)"),
+                "variant": (None, "models/Nets.py (CNNCifar, CNNCifar100)"),
+                "dtype": ("float32", "PyTorch's default")}
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ results: $(STAMP)
 	REPLEARN_PROFILE=$(PROFILE) $(BIN)/python scripts/run_results.py --profile $(PROFILE) $(SECTIONS)
 
 # Every registered method on Flower's simulation engine (Ray), each equal to its in-process run;
-# `make test` runs three there and every method on the in-process grid (about 5 minutes here).
+# `make test` runs three there and every method on the in-process grid (about 3 minutes here).
 flower-simulation: $(FLOWER_STAMP)
 	REPLEARN_FLOWER_SIMULATION=all $(BIN)/python -m pytest tests/test_flower.py -k simulation_engine -q
 

@@ -288,7 +288,7 @@ def test_simulation_engine_matches_inprocess(name, cfg):
     ref = alg.run(model_fn(), CLIENTS, cfg)
     run = flower.run_simulation(name, model_fn(), CLIENTS, cfg, data_fn=lambda i: CLIENTS.subset([i]),
                                 fetch_states=True)
-    assert len(set(run.participants)) > 1 or cfg.participation == 1 or run.participants[0] == ()
+    assert len(set(run.participants)) > 1 or run.config.participation == 1 or run.participants[0] == ()
     assert_same_run(run, ref)
 
 

@@ -261,7 +261,7 @@ def test_gpu_profile_slices_run_batched_on_the_cpu(c10):
 
 def test_gpu_table_batches_every_method():
     """5.7's gpu profile batches every method's clients (the protocol methods on
-    ``run_protocol``'s batched path), so its estimate counts them batched."""
+    the loop's batched path), so its estimate counts them batched."""
     s = s57.TableSettings.gpu()
     assert s.train.vmap_clients == 10 and s.train.rounds == 100
     one = replace(s, partitions=s.partitions[:1], methods=("SCAFFOLD",))

@@ -1497,10 +1497,7 @@ def inprocess_runner(*, app: ClientApp | None = None, connect_timeout: float = C
     def runner(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, options=None, *,
                state: Params | None = None, callback: Callable | None = None,
                workers: int | None = None) -> neural.FedResult:
-        alg = _runnable(algorithm)
-        options = alg.check_options(options)
-        _check_cfg(cfg)
-        clients = _checked_clients(model, clients)
+        alg, options, clients = _start(algorithm, model, clients, cfg, options)
         node_app = app or client_app(lambda: model, lambda i: clients.subset([i]), cfg, alg, options,
                                      call_timeout=settings.round_timeout)
         grid = InProcessGrid(node_app, clients.n_clients, call_timeout=settings.round_timeout)
@@ -1518,6 +1515,15 @@ def inprocess_runner(*, app: ClientApp | None = None, connect_timeout: float = C
         return finished["result"]
 
     return runner
+
+
+def _start(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, options):
+    """What a runner checks before a Flower run: the algorithm (a registered name or object with
+    the hooks), its options, ``cfg`` and the clients against the model."""
+    alg = _runnable(algorithm)
+    options = alg.check_options(options)
+    _check_cfg(cfg)
+    return alg, options, _checked_clients(model, clients)
 
 
 def _ray_defaults(n_clients: int) -> dict:
@@ -1564,10 +1570,7 @@ def simulation_runner(*, data_fn: Callable[[int], ClientData] | None = None, bac
     def runner(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, options=None, *,
                state: Params | None = None, callback: Callable | None = None,
                workers: int | None = None) -> neural.FedResult:
-        alg = _runnable(algorithm)
-        options = alg.check_options(options)
-        _check_cfg(cfg)
-        clients = _checked_clients(model, clients)
+        alg, options, clients = _start(algorithm, model, clients, cfg, options)
         n_clients = clients.n_clients
         if importlib.util.find_spec("ray") is None:  # else Flower exits the interpreter
             raise ImportError("Flower's simulation engine needs Ray: pip install -r requirements-flower.txt "

@@ -27,8 +27,23 @@ from replearn.book.profiles import Settings
 from replearn.book.seeds import check_seeds
 from replearn.neural.transfer import DTYPES
 
-__all__ = ["PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
+__all__ = ["AUTHORS_PIPELINE", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
 
+
+
+#: What the FedRep authors' code (public repository lgcollins/FedRep) does for every experiment,
+#: by settings field: (value, the file and argument that set it): its optimiser's defaults, its
+#: data pipeline, split and networks. Each CIFAR section of chapter 5 records these with its own
+#: (``AUTHORS_CODE`` of its driver; Appendix B's "authors' code" column).
+AUTHORS_PIPELINE = {"train.lr": (0.01, "utils/options.py (--lr default)"),
+                    "train.momentum": (0.5, "utils/options.py (--momentum default)"),
+                    "train.batch_size": (10, "utils/options.py (--local_bs default)"),
+                    "train.participation": (0.1, "utils/options.py (--frac default)"),
+                    "train.weight_decay": (1e-4, "models/Update.py (weights only)"),
+                    "train.augment": (True, "utils/train_utils.py (RandomCrop(32, 4) + flip)"),
+                    "split": ("authors", "utils/sampling.py (noniid)"),
+                    "variant": (None, "models/Nets.py (CNNCifar, CNNCifar100)"),
+                    "dtype": ("float32", "PyTorch's default")}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from replearn.book import scales
 from replearn.neural import algorithms
 from replearn.neural.algorithms.fine_tuning import FineTuned
 from replearn.book.scales import require_data
-from replearn.neural.personalisation import PAPER_OPTIM, FederationSettings, first_protocol, make_federation
+from replearn.neural.personalisation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, first_protocol, make_federation
 
 #: Methods of Table 1 that the CPU default runs, in the paper's order (the paper and gpu
 #: profiles run every method of Table 1, :func:`replearn.neural.algorithms.table1`).
@@ -48,27 +48,23 @@ PAPER_SETTINGS = {"partitions": (tuple(PAPER_TABLE1), "FedRep paper, Table 1 (CI
                   "methods": (algorithms.table1(), "FedRep paper, Table 1 (every method)")}
 
 #: What the FedRep authors' code (public repository lgcollins/FedRep) does, by settings field:
-#: (value, the file and argument that set it; a value with a space describes rather than states).
-AUTHORS_CODE = {"partitions": (tuple(PAPER_TABLE1), "scripts/FedRep_cifar10_2shards.sh, _5shards, _2shards_1000users, "
+#: (value, the file and argument that set it; a value with a space describes rather than states):
+#: its pipeline (:data:`replearn.neural.personalisation.AUTHORS_PIPELINE`) and Table 1's scripts.
+AUTHORS_CODE = {**AUTHORS_PIPELINE,
+                "partitions": (tuple(PAPER_TABLE1), "scripts/FedRep_cifar10_2shards.sh, _5shards, _2shards_1000users, "
                                                     "FedRep_cifar100_5shards.sh, _20shards"),
                 "train_per_client": ("its shards, at most 500", "utils/options.py (--m_tr 500)"),
                 "test_per_client": ("test images of its classes", "utils/sampling.py (noniid, the training label sets)"),
                 "train.rounds": (100, "scripts/FedRep_cifar10_2shards.sh (--epochs 100)"),
                 "train.lr": (0.01, "scripts/FedRep_cifar10_2shards.sh (--lr 0.01)"),
-                "train.momentum": (0.5, "utils/options.py (--momentum default)"),
-                "train.weight_decay": (1e-4, "models/Update.py (weights only)"),
                 "train.batch_size": (10, "scripts/FedRep_cifar10_2shards.sh (--local_bs 10)"),
                 "train.head_epochs": (10, "scripts/FedRep_cifar10_2shards.sh (--local_ep 11 with --local_rep_ep 1)"),
                 "train.local_epochs": (1, "scripts/FedRep_cifar10_2shards.sh (--local_rep_ep 1)"),
                 "train.participation": (0.1, "scripts/FedRep_cifar10_2shards.sh (--frac 0.1)"),
-                "train.augment": (True, "utils/train_utils.py (RandomCrop(32, 4) + flip)"),
                 "train.eval_every": ("rounds 50, 100 and the last 10", "main_fedrep.py (--test_freq 50, and every "
                                                                       "round of the last 10)"),
                 "train.last_rounds": (10, "main_fedrep.py (accs10: the final 10 rounds)"),
-                "variant": (None, "models/Nets.py (CNNCifar, CNNCifar100)"),
-                "dtype": ("float32", "PyTorch's default"),
                 "seeds": ("five runs", "scripts/FedRep_cifar10_2shards.sh (for RUN in 1 to 5)"),
-                "split": ("authors", "utils/sampling.py (noniid)"),
                 "ft_epochs": (10, "main_fedrep.py (the final round tunes the head for 10 local epochs)"),
                 "methods": (algorithms.table1(), "main_fedrep.py (--alg fedavg, prox, maml, lg, fedper, fedrep), "
                                                  "main_local.py, main_scaffold.py, main_mtl.py, main_l2gd.py, "

@@ -19,7 +19,7 @@ from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
 from replearn.book.scales import require_data
-from replearn.neural.personalisation import PAPER_OPTIM, FederationSettings, first_protocol, make_federation
+from replearn.neural.personalisation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, first_protocol, make_federation
 
 
 #: What the FedRep paper's text states of Fig. 5's setting, by settings field: (value, where).
@@ -30,15 +30,7 @@ PAPER_SETTINGS = {"dataset": ("cifar10", "FedRep paper, Fig. 5 caption"),
 
 #: What the FedRep authors' code (lgcollins/FedRep) does, by settings field: (value, where). It
 #: has no script for Fig. 5; these are its defaults and its optimiser and data pipeline.
-AUTHORS_CODE = {"train.lr": (0.01, "utils/options.py (--lr default)"),
-                "train.momentum": (0.5, "utils/options.py (--momentum default)"),
-                "train.batch_size": (10, "utils/options.py (--local_bs default)"),
-                "train.participation": (0.1, "utils/options.py (--frac default)"),
-                "train.weight_decay": (1e-4, "models/Update.py (weights only)"),
-                "train.augment": (True, "utils/train_utils.py (RandomCrop(32, 4) + flip)"),
-                "split": ("authors", "utils/sampling.py (noniid)"),
-                "variant": (None, "models/Nets.py (CNNCifar, CNNCifar100)"),
-                "dtype": ("float32", "PyTorch's default")}
+AUTHORS_CODE = {**AUTHORS_PIPELINE}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
 from replearn.book.scales import require_data
-from replearn.neural.personalisation import PAPER_OPTIM, FederationSettings, first_protocol, fit_heads, make_federation
+from replearn.neural.personalisation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, first_protocol, fit_heads, make_federation
 
 NEW_METHODS = ("FedRep", "FedAvg", "random body")
 
@@ -32,16 +32,7 @@ PAPER_SETTINGS = {"new_train": (500, "FedRep paper, Sec. 5.2 (500 samples at the
 
 #: What the FedRep authors' code (lgcollins/FedRep) does, by settings field: (value, where): its
 #: optimiser, data pipeline and fine-tuning cap (it has no CIFAR script for Fig. 6).
-AUTHORS_CODE = {"new_train": (500, "utils/options.py (--m_ft 500: samples per user for fine-tuning)"),
-                "train.lr": (0.01, "utils/options.py (--lr default)"),
-                "train.momentum": (0.5, "utils/options.py (--momentum default)"),
-                "train.batch_size": (10, "utils/options.py (--local_bs default)"),
-                "train.participation": (0.1, "utils/options.py (--frac default)"),
-                "train.weight_decay": (1e-4, "models/Update.py (weights only)"),
-                "train.augment": (True, "utils/train_utils.py (RandomCrop(32, 4) + flip)"),
-                "split": ("authors", "utils/sampling.py (noniid)"),
-                "variant": (None, "models/Nets.py (CNNCifar, CNNCifar100)"),
-                "dtype": ("float32", "PyTorch's default")}
+AUTHORS_CODE = {"new_train": (500, "utils/options.py (--m_ft 500: samples per user for fine-tuning)"), **AUTHORS_PIPELINE}
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 :func:`load_or_skip` loads a real CIFAR subset (the ``cifar10`` / ``cifar100`` fixtures of
 ``tests/conftest.py`` use it) and skips the test when it is missing; :func:`fake_cifar` is a
 small synthetic stand-in for CIFAR-10 (random uint8 images with class-dependent mean colours,
-same layout as :class:`replearn.neural.data.CifarData`) on which the FedRep drivers run in seconds.
+same layout as :class:`replearn.neural.data.CifarData`) on which the FedRep drivers run in seconds;
+:data:`RESULTS` is the folder of the committed results files.
 """
 
 from pathlib import Path
@@ -12,6 +13,9 @@ import pytest
 import torch
 
 from replearn.neural import data as D
+
+#: The committed results files (``book/results``) the drivers' tests read.
+RESULTS = Path(__file__).resolve().parents[1] / "book" / "results"
 
 
 def load_or_skip(name: str) -> D.CifarData:

@@ -39,3 +39,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def glued(monkeypatch):
+    """What a test's code glues (myst-nb's ``glue``), as ``{name: value}``, instead of displaying it."""
+    import myst_nb
+
+    calls = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
+    return calls

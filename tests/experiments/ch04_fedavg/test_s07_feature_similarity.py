@@ -108,20 +108,10 @@ def test_explorer_redraws_for_model_and_class():
 
 # --------------------------------------------------------------------------- what the page shows
 
-from pathlib import Path
 
+from cifar_fixtures import RESULTS
 from replearn.book import results
 
-RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
-
-
-@pytest.fixture
-def glued(monkeypatch):
-    import myst_nb
-
-    calls = {}
-    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
-    return calls
 
 
 def _runs(n=3):

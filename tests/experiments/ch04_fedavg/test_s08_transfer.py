@@ -51,23 +51,13 @@ def test_transfer_tiny(cifar10, cifar100):
 
 # --------------------------------------------------------------------------- what the page shows
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
+from cifar_fixtures import RESULTS
 from replearn.book import results
 
-RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
-
-
-@pytest.fixture
-def glued(monkeypatch):
-    import myst_nb
-
-    calls = {}
-    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
-    return calls
 
 
 def _runs(n=3):

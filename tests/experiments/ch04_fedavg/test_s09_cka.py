@@ -46,24 +46,14 @@ def test_cka_tiny(cifar10, cifar100):
 
 # --------------------------------------------------------------------------- what the page shows
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
+from cifar_fixtures import RESULTS
 from replearn.book import results
 
-RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
 LAYERS = ("body.relu1", "body.relu2", "body.relu_fc1")
-
-
-@pytest.fixture
-def glued(monkeypatch):
-    import myst_nb
-
-    calls = {}
-    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
-    return calls
 
 
 def _runs(n=3):

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from cifar_fixtures import fake_cifar
+from cifar_fixtures import RESULTS, fake_cifar
 
 from replearn.experiments.ch05_fedrep import s08_local_epochs as s08
 from replearn.neural import TrainConfig
@@ -74,21 +74,10 @@ def first_protocol_undone(long, p):
 
 # --------------------------------------------------------------------------- what the page shows
 
-from pathlib import Path
 from types import SimpleNamespace
 
 from replearn.book import results
 
-RESULTS = Path(__file__).resolve().parents[3] / "book" / "results"
-
-
-@pytest.fixture
-def glued(monkeypatch):
-    import myst_nb
-
-    calls = {}
-    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.__setitem__(name, value))
-    return calls
 
 
 def _runs(n=3):

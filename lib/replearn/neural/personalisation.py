@@ -130,13 +130,6 @@ PAPER_OPTIM = dict(train_per_client=None, test_per_client=None, variant=None, dt
                                             eval_every=1, last_rounds=10))
 
 
-def first_protocol(s):
-    """``s`` with the protocol of the book's first near-paper runs, which the committed ``long``
-    results files used and keep until they are re-run: the disjoint shard split
-    (:func:`replearn.neural.data.disjoint_shard_partition`), no weight decay and no augmentation."""
-    return replace(s, split="disjoint", train=replace(s.train, weight_decay=0.0, augment=False))
-
-
 def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int, *,
                     train_per_client: int | None, test_per_client: int | None, seed: int,
                     classes=None, split: str = "authors") -> Federation:

@@ -192,9 +192,8 @@ class PretrainSettings(MatchedTraining):
         offline subset (250 images of each CIFAR-100 class, so 250 per client, not 500), with
         750 local updates (T = 15 rounds of tau = 50; the paper: 125,000, which would take about
         two weeks of one core), 2 seeds (a seed of 4.8 takes about 40 minutes of one core here). One
-        pre-training per seed serves 4.8 and 4.9. Until its results are re-run it keeps the disjoint
-        shard split (:func:`replearn.neural.data.disjoint_shard_partition`) its committed results used."""
-        return replace(cls.paper(), total_steps=750, seeds=(0, 1), full_data=False, split="disjoint")
+        pre-training per seed serves 4.8 and 4.9."""
+        return replace(cls.paper(), total_steps=750, seeds=(0, 1), full_data=False)
 
     @classmethod
     def paper(cls):

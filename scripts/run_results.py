@@ -4,6 +4,7 @@
     python scripts/run_results.py --profile paper 4.7 5.7   # chosen sections, the papers' settings (GPU)
     python scripts/run_results.py --profile long --check 5.9  # re-run one seed, compare with the committed file
     python scripts/run_results.py --profile long 5.7-seeds    # 5.7's six main methods over seeds 1 and 2
+    python scripts/run_results.py --profile long 5.7-m200 5.7-m500  # 40 clients with 200, then 500 images each
 
 ``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
 the profile's settings (:meth:`replearn.book.profiles.Settings.profile`); every finished seed is
@@ -102,10 +103,15 @@ SECTIONS = {
     "5.8": (s58.EpochSettings, s58.run_epochs, _epochs),
     "5.9": (s59.NewClientSettings, s59.run_new_clients, _new_clients),
     "5.7-seeds": (s57.TableSettings, s57.run_table, _table),
+    "5.7-m200": (s57.TableSettings, s57.run_table, _table),
+    "5.7-m500": (s57.TableSettings, s57.run_table, _table),
 }
 #: sections whose settings are not their class's profile (``name(profile) -> settings``): 5.7's six
-#: main methods over seeds 1 and 2, beside 5.7's one-seed run of all 15; run only when named.
-VARIANTS = {"5.7-seeds": s57.TableSettings.more_seeds}
+#: main methods over seeds 1 and 2, beside 5.7's one-seed run of all 15; Local only, FedAvg and
+#: FedRep on 40 clients with 200 and with the paper's 500 training images each; run only when named.
+VARIANTS = {"5.7-seeds": s57.TableSettings.more_seeds,
+            "5.7-m200": functools.partial(s57.TableSettings.per_client_images, 200),
+            "5.7-m500": functools.partial(s57.TableSettings.per_client_images, 500)}
 #: what runs when no section is named
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in VARIANTS)
 
@@ -123,7 +129,7 @@ RUN_GROUPS = {"4.8": ("4.8", "4.9"), "4.9": ("4.8", "4.9")}
 
 #: section -> the driver's launch estimate of one seed (:func:`replearn.book.scales.launch_estimate`)
 WORK = {"4.7": s47.work, "4.8": s48.work, "4.9": s49.work, "5.7": s57.work, "5.8": s58.work, "5.9": s59.work,
-        "5.7-seeds": s57.work}
+        "5.7-seeds": s57.work, "5.7-m200": s57.work, "5.7-m500": s57.work}
 
 
 def launch_line(section: str, profile: str) -> str:
@@ -207,11 +213,14 @@ def fingerprint_changes(recorded, now: dict) -> list[str]:
 
 
 def commit() -> str:
-    """The current git commit (with ``-dirty`` when tracked files differ from it), or ``unknown``."""
+    """The current git commit (with ``-dirty`` when tracked files other than the results files
+    differ from it), or ``unknown``. The results files are left out: a session that runs several
+    sections one after another rewrites them, and they are this script's output, not its code."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                f":(exclude){RESULTS.relative_to(ROOT).as_posix()}"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -88,8 +88,8 @@ def test_long_profiles_differ_from_the_cpu_defaults_and_have_a_spread():
     for section, (cls, _, _) in rr.SECTIONS.items():
         d, l = cls.default(), rr.section_settings(section, "long")
         assert l != d and l.dtype == "float32" and not l.full_data, section
-        if section == "5.7":
-            assert l.seeds == (0,) and all(n >= 100 for _, n, _ in l.partitions)
+        if section in ("5.7", "5.7-m200", "5.7-m500"):  # one seed, the spread over its (40 or 100) clients
+            assert l.seeds == (0,) and all(n >= 40 for _, n, _ in l.partitions)
         else:
             assert len(l.seeds) >= 2, section
 
@@ -102,6 +102,13 @@ def test_more_seeds_of_5_7_are_its_long_run_for_the_main_methods_on_other_seeds(
     assert set(more.methods) < set(main.methods) and len(more.methods) == 6
     assert not set(more.seeds) & set(main.seeds) and len(main.seeds + more.seeds) == 3
     assert "5.7-seeds" not in rr.DEFAULT_SECTIONS and "5.7" in rr.DEFAULT_SECTIONS
+
+
+def test_the_data_per_client_sections_run_only_when_named():
+    small, big = rr.section_settings("5.7-m200", "long"), rr.section_settings("5.7-m500", "long")
+    assert (small.kept_per_client, big.kept_per_client, big.train_per_client) == (200, None, 500)
+    assert not {"5.7-m200", "5.7-m500"} & set(rr.DEFAULT_SECTIONS)
+    assert rr.section_settings("5.7-m500", "paper").full_data  # the paper profile's: 500 of the full dataset
 
 
 def test_the_table_summary_keeps_per_client_accuracies():
@@ -333,3 +340,23 @@ def test_a_seed_rerun_on_another_machine_is_checked_against_its_own_fingerprint(
     assert rr.check_section("5.8", "long", tmp_path, seed=0)["mode"] == "exact"
     c = rr.check_section("5.8", "long", tmp_path, seed=1)
     assert c["mode"] == "tolerance" and "cpu_capability AVX2 vs AVX512" in c["reason"]
+
+
+def test_the_commit_is_dirty_for_changed_code_but_not_for_rewritten_results_files(tmp_path, monkeypatch):
+    import subprocess
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
+                                    check=True, capture_output=True)
+    (tmp_path / "book" / "results" / "long").mkdir(parents=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "book" / "results" / "long" / "5.8.json").write_text("{}\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "start")
+    monkeypatch.setattr(rr, "ROOT", tmp_path)
+    monkeypatch.setattr(rr, "RESULTS", tmp_path / "book" / "results")
+    head = rr.commit()
+    assert len(head) == 40
+    (tmp_path / "book" / "results" / "long" / "5.8.json").write_text('{"a": 1}\n')  # an earlier section's output
+    assert rr.commit() == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert rr.commit() == head + "-dirty"

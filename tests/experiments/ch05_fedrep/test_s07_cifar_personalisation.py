@@ -100,22 +100,14 @@ def test_cpu_default_and_paper_profile():
         (10, 0.01, None, None, 10)
     assert (p.train_per_client, p.test_per_client, p.ft_epochs) == (None, None, 10)
     long = s07.TableSettings.long()  # near-paper: the paper profile with fewer rounds, one partition and seed
-    # the protocol of the committed near-paper files until they are re-run (personalisation.first_protocol)
-    assert long.split == "disjoint" and long.train.weight_decay == 0 and not long.train.augment
+    # the authors' protocol (their split, weight decay and augmentation), as in the paper profile
     assert p.split == "authors" and p.train.weight_decay == 1e-4 and p.train.augment
-    assert long.local_only_epochs is None and long.lg_shared_layers == 1
-    long = first_protocol_undone(long, p)
-    assert replace(long, partitions=p.partitions, seeds=p.seeds, full_data=True,
-                   train=replace(long.train, rounds=p.train.rounds, eval_every=p.train.eval_every)) == p
+    assert long.split == p.split and long.train.weight_decay == p.train.weight_decay and long.train.augment
+    assert long.local_only_epochs == p.local_only_epochs == 10 and long.lg_shared_layers == p.lg_shared_layers == 2
+    # the paper's rounds and evaluation schedule (T = 100, every round, the last 10 averaged)
+    assert replace(long, partitions=p.partitions, seeds=p.seeds, full_data=True) == p
     assert long.partitions == (("cifar10", 100, 2),) and long.methods == algorithms.table1() and long.seeds == (0,)
-    assert long.train.rounds > t.train.rounds and long.train.rounds % long.train.eval_every == 0
-
-
-def first_protocol_undone(long, p):
-    """``long`` with the fields of the first near-paper protocol set to the paper profile's."""
-    extra = {k: getattr(p, k) for k in ("local_only_epochs", "lg_shared_layers") if hasattr(p, k)}
-    return replace(long, split=p.split, **extra,
-                   train=replace(long.train, weight_decay=p.train.weight_decay, augment=p.train.augment))
+    assert (long.train.rounds, long.train.eval_every, long.train.last_rounds) == (100, 1, 10)
 
 
 # --------------------------------------------------------------------------- what the page shows
@@ -193,3 +185,64 @@ def test_figures_count_the_methods_from_the_run():
     fig = s07.plot_long(lv, rounds=10)
     assert fig.axes[0].get_title().startswith(f"all {len(lv.methods)} methods")
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------- data per client
+
+def test_the_data_per_client_runs_differ_only_in_the_images_each_client_keeps():
+    small, big = (s07.TableSettings.per_client_images(m) for m in (200, 500))
+    long = s07.TableSettings.long()
+    assert replace(small, kept_per_client=None) == big and small.kept_per_client == 200
+    assert big.partitions == (("cifar10", s07.DATA_CLIENTS, 2),) and big.train_per_client == 500
+    assert big.methods == s07.DATA_METHODS and set(s07.DATA_METHODS) <= set(long.methods)
+    assert replace(big, partitions=long.partitions, methods=long.methods, train_per_client=long.train_per_client) == long
+    # 40 clients of 500: the whole offline subset (2,000 images of each CIFAR-10 class)
+    assert s07.DATA_CLIENTS * 500 == 20_000 and s07.DATA_CLIENTS * big.train.participation * big.train.rounds == 400
+    with pytest.raises(ValueError, match="images"):
+        s07.TableSettings.per_client_images(0)
+    with pytest.raises(ValueError, match="kept_per_client"):
+        replace(big, kept_per_client=0)
+
+
+def test_kept_per_client_keeps_the_label_sets_and_test_sets():
+    s = s07.TableSettings(**dict(TINY, methods=("Local only", "FedRep")))
+    cifar = {"cifar10": fake_cifar()}
+    full, kept = (s07.run_table(replace(s, kept_per_client=k), cifar=cifar) for k in (None, 12))
+    p = s.partitions[0]
+    assert full.train_sizes[p].tolist() == [20] * 5 and kept.train_sizes[p].tolist() == [12] * 5
+    assert torch.equal(full.test_sizes[p], kept.test_sizes[p])
+    fed = make_federation(cifar["cifar10"], 5, 2, train_per_client=20, test_per_client=10, seed=s.seed)
+    cl = fed.clients.take_train(12, seed=0)
+    assert all(set(a.tolist()) >= set(b.tolist()) for a, b in zip(fed.clients.y_train, cl.y_train))
+    assert full.accuracy[p] != kept.accuracy[p]
+
+
+def _long_table(acc: dict, client: dict, n=40):
+    part = ("cifar10", n, 2)
+    key, paper = s07.paper_reference(part)
+    return s07.LongTable(part, "/".join(map(str, part)), key, paper, list(acc), 0, acc, client)
+
+
+def test_the_data_gap_table_pairs_the_clients_and_glues_what_the_page_says(glued):
+    small = _long_table({"FedAvg": 30.0, "FedRep": 80.0},
+                        {"FedAvg": [30.0, 31, 29, 30], "FedRep": [80.0, 79, 81, 80]})
+    big = _long_table({"FedAvg": 31.0, "FedRep": 85.0},
+                      {"FedAvg": [31.0, 29, 31, 30], "FedRep": [85.0, 84, 86, 85]})
+    near = _long_table({"FedAvg": 29.0, "FedRep": 81.0, "Local only": 75.0}, {}, n=100)
+    table = s07.data_gap_table(small, big, near)
+    assert [row[0] for row in table.rows] == ["FedAvg", "FedRep"] and table.rows[1][2] == "81.0"
+    assert glued["t1-m500-fedrep"] == "85.0" and glued["t1-m200-fedrep"] == "80.0"
+    assert glued["t1-mgain-fedrep"].startswith("higher beyond the spread (+5")       # paired over the clients
+    assert glued["t1-mgain-fedavg"].startswith("not separated")
+    assert glued["t1-mleft-fedrep"] == f"{s07.PAPER_TABLE1[('cifar10', 100, 2)]['FedRep'] - 85:+.1f}"
+
+
+def test_read_data_gap_refuses_runs_that_differ_in_more_than_the_data():
+    def file(kept, **extra):
+        settings = {"partitions": [["cifar10", 40, 2]], "methods": ["FedRep"], "kept_per_client": kept, **extra}
+        return SimpleNamespace(settings=settings, seeds=(0,), values=lambda *a: [0.8],
+                               results={"0": {"client_accuracy": {"cifar10/40/2": {"FedRep": [0.8, 0.9]}}}})
+    small, big = s07.read_data_gap(file(200), file(None))
+    assert small.acc["FedRep"] == big.acc["FedRep"] == 80.0
+    with pytest.raises(ValueError, match="rounds"):
+        s07.read_data_gap(file(200, rounds=50), file(None, rounds=100))

@@ -53,23 +53,16 @@ def test_cpu_default_long_and_paper_profiles():
     assert e.train.eval_every == e.train.rounds and len(e.seeds) >= 3
     long = s08.EpochSettings.long()  # near-paper: the paper profile with fewer rounds, values of E and seeds
     p = s08.EpochSettings.paper()
-    # the protocol of the committed near-paper files until they are re-run (personalisation.first_protocol)
-    assert long.split == "disjoint" and long.train.weight_decay == 0 and not long.train.augment
+    # the authors' protocol (their split, weight decay and augmentation), as in the paper profile
     assert p.split == "authors" and p.train.weight_decay == 1e-4 and p.train.augment
-    long = first_protocol_undone(long, p)
+    assert long.split == p.split and long.train.weight_decay == p.train.weight_decay and long.train.augment
     assert replace(long, epochs=p.epochs, seeds=p.seeds, full_data=True,
-                   train=replace(long.train, rounds=p.train.rounds, eval_every=p.train.eval_every)) == p
+                   train=replace(long.train, rounds=p.train.rounds)) == p
+    assert long.train.eval_every == 1 and long.train.rounds >= 5 * long.train.last_rounds  # every round, last 10
     assert set(long.epochs) < set(p.epochs) and len(long.seeds) >= 2
     assert long.train.rounds > e.train.rounds and long.train.rounds % long.train.eval_every == 0
     assert p.clients == 100 and p.classes_per_client == 2 and p.train.participation == 0.1
     assert (p.train.rounds, p.train.lr, p.train.batch_size, p.dtype) == (100, 0.01, 10, "float32")
-
-
-def first_protocol_undone(long, p):
-    """``long`` with the fields of the first near-paper protocol set to the paper profile's."""
-    extra = {k: getattr(p, k) for k in ("local_only_epochs", "lg_shared_layers") if hasattr(p, k)}
-    return replace(long, split=p.split, **extra,
-                   train=replace(long.train, weight_decay=p.train.weight_decay, augment=p.train.augment))
 
 
 # --------------------------------------------------------------------------- what the page shows

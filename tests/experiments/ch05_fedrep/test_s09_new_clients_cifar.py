@@ -51,24 +51,17 @@ def test_cpu_default_long_and_paper_profiles():
     assert n.new_classes_per_client <= n.n_new and len(n.seeds) >= 3
     long = s09.NewClientSettings.long()  # near-paper: the paper profile with fewer rounds and seeds, 250 new images
     p = s09.NewClientSettings.paper()
-    # the protocol of the committed near-paper files until they are re-run (personalisation.first_protocol)
-    assert long.split == "disjoint" and long.train.weight_decay == 0 and not long.train.augment
+    # the authors' protocol (their split, weight decay and augmentation), as in the paper profile
     assert p.split == "authors" and p.train.weight_decay == 1e-4 and p.train.augment
-    long = first_protocol_undone(long, p)
+    assert long.split == p.split and long.train.weight_decay == p.train.weight_decay and long.train.augment
     assert replace(long, new_train=p.new_train, seeds=p.seeds, full_data=True,
-                   train=replace(long.train, rounds=p.train.rounds, eval_every=p.train.eval_every)) == p
+                   train=replace(long.train, rounds=p.train.rounds)) == p
+    assert long.train.eval_every == 1 and long.train.rounds >= 5 * long.train.last_rounds  # every round, last 10
     assert long.new_train == 250 and len(long.seeds) >= 2  # all the offline subset holds per CIFAR-100 class
     assert long.train.rounds > n.train.rounds and long.train.rounds % long.train.eval_every == 0
     assert (p.dataset, p.n_new, p.clients, p.classes_per_client) == ("cifar100", 20, 80, 5)  # 80 x 5 shards: 5 per class
     assert (p.new_classes_per_client, p.new_train, p.head_epochs_new) == (5, 500, 20)
     assert (p.train.rounds, p.train.participation, p.train.lr, p.dtype) == (100, 0.1, 0.01, "float32")
-
-
-def first_protocol_undone(long, p):
-    """``long`` with the fields of the first near-paper protocol set to the paper profile's."""
-    extra = {k: getattr(p, k) for k in ("local_only_epochs", "lg_shared_layers") if hasattr(p, k)}
-    return replace(long, split=p.split, **extra,
-                   train=replace(long.train, weight_decay=p.train.weight_decay, augment=p.train.augment))
 
 
 # --------------------------------------------------------------------------- what the page shows

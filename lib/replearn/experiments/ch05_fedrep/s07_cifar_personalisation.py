@@ -31,6 +31,11 @@ from replearn.neural.personalisation import AUTHORS_PIPELINE, PAPER_OPTIM, Feder
 #: profiles run every method of Table 1, :func:`replearn.neural.algorithms.table1`).
 TABLE_METHODS = ("Local only", "FedAvg", "FedAvg+FT", "FedPer", "LG-FedAvg", "FedRep")
 
+#: The clients and methods of the data-per-client comparison (:meth:`TableSettings.per_client_images`):
+#: the three methods whose near-paper accuracies sit furthest from the paper's.
+DATA_CLIENTS = 40
+DATA_METHODS = ("Local only", "FedAvg", "FedRep")
+
 #: Table 1 of Collins et al. (2021): average test accuracy (%) of its methods for (dataset, n
 #: clients, S classes per client), r = 0.1, read from each method's file
 #: (``paper_accuracy``; the paper's "LG-Fed" is LG-FedAvg, "PerFedAvg" Per-FedAvg).
@@ -81,7 +86,10 @@ class TableSettings(FederationSettings):
     ``local_only_epochs``: every client's epochs under Local only (the authors' ``main_local.py``
     trains each client on its own for ``--epochs`` epochs, default 10; ``None``: only in the rounds
     where it is sampled, as the book's first near-paper runs did); ``lg_shared_layers``: the top
-    layers LG-FedAvg shares (2: the authors' ``fc2`` and ``fc3``; 1: the head only).
+    layers LG-FedAvg shares (2: the authors' ``fc2`` and ``fc3``; 1: the head only);
+    ``kept_per_client``: after the partition, each client keeps this many of its training images,
+    drawn at random (:meth:`replearn.neural.ClientData.take_train`; ``None``: all), so that runs
+    with different amounts of data per client share their label sets and test sets.
     The ``clients`` and ``classes_per_client`` fields are not used here: each partition names its own."""
 
     def options(self, method: str):
@@ -97,10 +105,13 @@ class TableSettings(FederationSettings):
     methods: tuple[str, ...] = TABLE_METHODS
     local_only_epochs: int | None = 10
     lg_shared_layers: int = 2
+    kept_per_client: int | None = None
 
     def validate(self) -> None:
         super().validate()
         check_int(self.ft_epochs, "ft_epochs", 1)
+        if self.kept_per_client is not None:
+            check_int(self.kept_per_client, "kept_per_client", 1)
         algorithms.get("Local only").Options(epochs=self.local_only_epochs)
         algorithms.get("LG-FedAvg").Options(shared_layers=self.lg_shared_layers)
         unknown = [m for m in self.methods if m not in algorithms.table1()]
@@ -134,6 +145,21 @@ class TableSettings(FederationSettings):
         profile's own seed 0 (which runs every method), three seeds for the main comparisons
         (section ``5.7-seeds`` of ``scripts/run_results.py``)."""
         return replace(cls.profile(profile), methods=TABLE_METHODS, seeds=(1, 2))
+
+    @classmethod
+    def per_client_images(cls, images: int, profile: str = "long"):
+        """``profile``'s settings for :data:`DATA_METHODS` on :data:`DATA_CLIENTS` CIFAR-10 clients
+        of S = 2 classes with ``images`` training images each (sections ``5.7-m200`` and
+        ``5.7-m500`` of ``scripts/run_results.py``). The offline subset's 20,000 CIFAR-10 images
+        give 40 clients the paper's 500 each (the paper: 100 clients of 500; ``long``: 100 of 200),
+        so the two sections differ only in the data per client: both partition 500 images per
+        client and the 200-image run keeps 200 of each client's (``kept_per_client``), so they have
+        the same label sets and test sets, rounds, participation (a client is sampled about 10
+        times in T = 100, as in the paper) and initial network; paired over the clients, they
+        measure what the paper's larger client datasets are worth (:func:`data_gap`)."""
+        check_int(images, "images", 1)
+        return replace(cls.profile(profile), partitions=(("cifar10", DATA_CLIENTS, 2),), methods=DATA_METHODS,
+                       train_per_client=500, kept_per_client=None if images == 500 else images)
 
     @classmethod
     def paper(cls):
@@ -205,6 +231,8 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
         fed = make_federation(cifar[name], n, S, train_per_client=s.train_per_client,
                               test_per_client=s.test_per_client, seed=s.seed, split=s.split)
         cl = fed.clients
+        if s.kept_per_client is not None:
+            cl = cl.take_train(s.kept_per_client, seed=derive_seed(s.seed, 13))
 
         def model_fn():
             return s.network(name, fed.n_classes, derive_seed(s.seed, 3), cl.device)
@@ -564,3 +592,45 @@ def seed_checks(sacc: dict, paper: dict) -> list[tuple[str, str, object, dict]]:
                          else "is not separated from it by the spread over seeds, unlike the paper"),
                   paper="Table 1: Local only above FedRep (+2.09 points) at (100, 2)",
                   **diff("Local only", "FedRep")))]
+
+
+# --------------------------------------------------------------------------- data per client
+
+def read_data_gap(m200, m500) -> tuple[LongTable, LongTable]:
+    """The runs of sections ``5.7-m200`` and ``5.7-m500`` (results files, :func:`replearn.book.results.load`)
+    as two :class:`LongTable`, checked to differ only in the data per client
+    (:meth:`TableSettings.per_client_images`): the same settings but ``kept_per_client``."""
+    same = [k for k in set(m200.settings) | set(m500.settings)
+            if k != "kept_per_client" and m200.settings.get(k) != m500.settings.get(k)]
+    if same or m200.seeds != m500.seeds:
+        raise ValueError(f"5.7-m200 and 5.7-m500 must differ only in kept_per_client; they also differ in "
+                         f"{sorted(same) or 'their seeds'}: re-run both with the same code")
+    return read_long(m200), read_long(m500)
+
+
+def data_gap_table(small: LongTable, big: LongTable, near: LongTable):
+    """What the paper's 500 training images per client are worth, for each method of both runs:
+    the paper's accuracy, the near-paper run's (``near``: 100 clients of 200 images), the 40-client
+    runs with 200 (``small``) and 500 (``big``) images each, the gain from 500 images paired over
+    the 40 clients (the same label sets and test sets; :func:`replearn.book.claims.compared`) and
+    the gap to the paper left with 500. Glues ``t1-m200-<slug>`` and ``t1-m500-<slug>`` (%),
+    ``t1-mgain-<slug>`` (the paired comparison) and ``t1-mleft-<slug>`` (the paper minus the
+    500-image run, in points)."""
+    from replearn.book.claims import compared, fmt, glue_text
+    from replearn.book.plotting import Table
+
+    rows = []
+    for m in small.methods:
+        gain = compared(big.client[m], small.client[m])
+        left = fmt(big.paper[m] - big.acc[m], "+.1f")
+        glue_text(f"t1-m200-{slug(m)}", fmt(small.acc[m], ".1f"))
+        glue_text(f"t1-m500-{slug(m)}", fmt(big.acc[m], ".1f"))
+        glue_text(f"t1-mgain-{slug(m)}", gain)
+        glue_text(f"t1-mleft-{slug(m)}", left)
+        rows.append([m, fmt(big.paper[m], ".2f"), fmt(near.acc[m], ".1f") if m in near.acc else "not run",
+                     fmt(small.acc[m], ".1f"), fmt(big.acc[m], ".1f"), gain, left])
+    n = len(small.client[small.methods[0]])
+    return Table(["method", "paper %", f"near-paper % ({near.part[1]} x 200)", f"{n} x 200 %", f"{n} x 500 %",
+                  "500 minus 200, paired over clients", "paper minus 500, points"], rows, align="lrrrrlr",
+                 caption=f"the near-paper protocol on {n} CIFAR-10 clients of S = {small.part[2]} classes with 200 "
+                         f"and with 500 training images each (the same clients, label sets and test sets; one seed)")

@@ -912,8 +912,8 @@ def disjoint_shard_partition(labels, n_clients: int, classes_per_client: int, *,
     order) and the ``p``-th shard goes to client ``p mod n_clients``; the clients are then
     shuffled. For 100 clients with 2 of the 10 CIFAR-10 classes this gives exactly 5 disjoint
     class pairs, each held by 20 clients, on every seed: not the authors' split (a global model
-    then fails group by group). Kept because the book's first near-paper runs used it (the
-    ``split = "disjoint"`` of their settings). Every sample is used exactly once.
+    then fails group by group). The book uses it for new clients that must hold distinct classes
+    (4.8, 4.9 and 5.9's held-out clients: chance is then exactly 1/S). Every sample is used exactly once.
     """
     y, n_clients, classes, per_class = _shard_setup(labels, n_clients, classes_per_client)
     rng = _rng(seed)

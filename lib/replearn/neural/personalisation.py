@@ -62,8 +62,8 @@ class FederationSettings(Settings):
     widths for the dataset); ``dtype``: ``"float64"`` on the CPU (printed results independent
     of the CPU's kernels and thread count), ``"float32"`` on a GPU; ``seeds``: the seeds
     :func:`replearn.book.seeds.over_seeds` runs; ``split``: the shard split (``"authors"``:
-    :func:`replearn.neural.data.shard_partition`; ``"disjoint"``: the disjoint class groups of the
-    book's first near-paper runs); ``full_data``: the run needs the full official
+    :func:`replearn.neural.data.shard_partition`; ``"disjoint"``: disjoint class groups,
+    :func:`replearn.neural.data.disjoint_shard_partition`); ``full_data``: the run needs the full official
     dataset and stops before training on the offline subsets (:func:`replearn.book.scales.require_data`;
     set by the paper profiles, whose ``None`` counts mean the paper's whole training and test sets).
 

@@ -49,7 +49,7 @@ class FederationSpec:
     ``classes_per_client`` S classes each, cut by ``split`` (``"authors"``:
     :func:`replearn.neural.data.shard_partition`, the pathological non-IID split of the LG-FedAvg and
     FedRep code; ``"disjoint"``: :func:`replearn.neural.data.disjoint_shard_partition`, disjoint class
-    groups, what the book's first near-paper runs used) or Dirichlet(``alpha``)
+    groups, which gives new clients distinct classes) or Dirichlet(``alpha``)
     label proportions (:func:`replearn.neural.data.dirichlet_partition`); ``train_per_client``: a
     random class-balanced subset of that many images per client is partitioned (``None``: all
     training images of the classes); ``test_per_client``: test images per client in the

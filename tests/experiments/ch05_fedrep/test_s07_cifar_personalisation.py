@@ -234,6 +234,7 @@ def test_the_data_gap_table_pairs_the_clients_and_glues_what_the_page_says(glued
     assert glued["t1-m500-fedrep"] == "85.0" and glued["t1-m200-fedrep"] == "80.0"
     assert glued["t1-mgain-fedrep"].startswith("higher beyond the spread (+5")       # paired over the clients
     assert glued["t1-mgain-fedavg"].startswith("not separated")
+    assert glued["t1-mdiff-fedrep"].startswith("+5") and " [+5" in glued["t1-mdiff-fedrep"]
     assert glued["t1-mleft-fedrep"] == f"{s07.PAPER_TABLE1[('cifar10', 100, 2)]['FedRep'] - 85:+.1f}"
 
 
@@ -246,3 +247,23 @@ def test_read_data_gap_refuses_runs_that_differ_in_more_than_the_data():
     assert small.acc["FedRep"] == big.acc["FedRep"] == 80.0
     with pytest.raises(ValueError, match="rounds"):
         s07.read_data_gap(file(200, rounds=50), file(None, rounds=100))
+
+
+def test_paper_gaps_count_a_gap_beyond_the_spread_over_clients(glued):
+    paper = s07.PAPER_TABLE1[("cifar10", 100, 2)]
+    near = _long_table({"FedAvg": paper["FedAvg"] - 20, "FedRep": paper["FedRep"] - 0.5},
+                       {"FedAvg": [paper["FedAvg"] - 20 + d for d in (-1, 0, 1, 0)],
+                        "FedRep": [paper["FedRep"] - 0.5 + d for d in (-5, 5, -5, 5)]}, n=100)
+    table, beyond = s07.paper_gaps(near)
+    assert beyond == ["FedAvg"] and glued["t1-long-n-gaps"] == "1 of 2"
+    assert glued["t1-long-gap-fedavg"] == "-20.0" and [row[-1] for row in table.rows] == \
+        ["beyond the spread", "within the spread"]
+
+
+def test_glue_long_settings_quotes_the_results_file(glued):
+    settings = {"train": {"rounds": 100, "participation": 0.1, "eval_every": 1}, "local_only_epochs": 10}
+    s07.glue_long_settings(settings, fake_cifar(train=40, test=20), 4)   # 400 and 200 images over 4 clients
+    assert (glued["t1-long-train"], glued["t1-long-test"], glued["t1-long-visits"]) == ("100", "50", "10")
+    assert glued["t1-long-schedule"] == "after every round" and glued["t1-long-local-epochs"] == "10"
+    s07.glue_long_settings({**settings, "train": {**settings["train"], "eval_every": 5}}, fake_cifar(), 4)
+    assert glued["t1-long-schedule"] == "every 5 rounds"

@@ -85,7 +85,7 @@ class TableSettings(FederationSettings):
     for ``ft_epochs`` epochs.
     ``local_only_epochs``: every client's epochs under Local only (the authors' ``main_local.py``
     trains each client on its own for ``--epochs`` epochs, default 10; ``None``: only in the rounds
-    where it is sampled, as the book's first near-paper runs did); ``lg_shared_layers``: the top
+    where it is sampled); ``lg_shared_layers``: the top
     layers LG-FedAvg shares (2: the authors' ``fc2`` and ``fc3``; 1: the head only);
     ``kept_per_client``: after the partition, each client keeps this many of its training images,
     drawn at random (:meth:`replearn.neural.ClientData.take_train`; ``None``: all), so that runs
@@ -419,18 +419,31 @@ def read_long(long) -> LongTable:
     return LongTable(part, label, key, paper, methods, seed, acc, client)
 
 
+def glue_long_settings(settings: dict, cifar: D.CifarData, n: int) -> None:
+    """Glue the near-paper run's settings the prose quotes, from its results file's ``settings``
+    and the data it ran on (``cifar``, ``n`` clients): images per client (``t1-long-train``,
+    ``t1-long-test``), rounds, visits per client and evaluation schedule (``t1-long-rounds``,
+    ``t1-long-visits``, ``t1-long-schedule``) and Local only's epochs (``t1-long-local-epochs``)."""
+    from replearn.book.claims import fmt, glue_text
+
+    t = settings["train"]
+    glue_text("t1-long-train", str(len(cifar.y_train) // n))
+    glue_text("t1-long-test", str(len(cifar.y_test) // n))
+    glue_text("t1-long-rounds", str(t["rounds"]))
+    glue_text("t1-long-visits", fmt(t["rounds"] * t["participation"], ".2g"))
+    glue_text("t1-long-schedule", "after every round" if t["eval_every"] == 1 else f"every {t['eval_every']} rounds")
+    glue_text("t1-long-local-epochs", str(settings["local_only_epochs"]))
+
+
 def glue_long_accuracies(lv: LongTable) -> tuple[dict, dict]:
-    """Glue what the prose says of the near-paper run: FedAvg's clients at exactly 0% and Local
-    only's at exactly 50% (``t1-long-fedavg-zero``, ``t1-long-local-half``), every method's
-    accuracy (``t1-long-<slug>``), FedRep's rank here and in the paper (``t1-long-rank-fedrep``,
+    """Glue what the prose says of the near-paper run: every method's accuracy
+    (``t1-long-<slug>``), FedRep's rank here and in the paper (``t1-long-rank-fedrep``,
     ``t1-paper-rank-fedrep``) and the Spearman correlation with the paper's column
     (``t1-long-spearman``); returns the ranks ``(ours, the paper's)``."""
     from scipy.stats import spearmanr
 
     from replearn.book.claims import fmt, glue_text
 
-    glue_text("t1-long-fedavg-zero", str(sum(a == 0 for a in lv.client["FedAvg"])))
-    glue_text("t1-long-local-half", str(sum(a == 50 for a in lv.client["Local only"])))
     lrank, prank = rank(lv.acc), rank({m: lv.paper[m] for m in lv.methods})
     for m in lv.methods:
         glue_text(f"t1-long-{slug(m)}", fmt(lv.acc[m], ".1f"))
@@ -614,10 +627,12 @@ def data_gap_table(small: LongTable, big: LongTable, near: LongTable):
     runs with 200 (``small``) and 500 (``big``) images each, the gain from 500 images paired over
     the 40 clients (the same label sets and test sets; :func:`replearn.book.claims.compared`) and
     the gap to the paper left with 500. Glues ``t1-m200-<slug>`` and ``t1-m500-<slug>`` (%),
-    ``t1-mgain-<slug>`` (the paired comparison) and ``t1-mleft-<slug>`` (the paper minus the
+    ``t1-mgain-<slug>`` (the paired comparison, in words), ``t1-mdiff-<slug>`` (its difference and
+    interval, ``"+5 [+2, +8]"``) and ``t1-mleft-<slug>`` (the paper minus the
     500-image run, in points)."""
     from replearn.book.claims import compared, fmt, glue_text
     from replearn.book.plotting import Table
+    from replearn.book.seeds import compare
 
     rows = []
     for m in small.methods:
@@ -626,6 +641,7 @@ def data_gap_table(small: LongTable, big: LongTable, near: LongTable):
         glue_text(f"t1-m200-{slug(m)}", fmt(small.acc[m], ".1f"))
         glue_text(f"t1-m500-{slug(m)}", fmt(big.acc[m], ".1f"))
         glue_text(f"t1-mgain-{slug(m)}", gain)
+        glue_text(f"t1-mdiff-{slug(m)}", compare(big.client[m], small.client[m]).text)
         glue_text(f"t1-mleft-{slug(m)}", left)
         rows.append([m, fmt(big.paper[m], ".2f"), fmt(near.acc[m], ".1f") if m in near.acc else "not run",
                      fmt(small.acc[m], ".1f"), fmt(big.acc[m], ".1f"), gain, left])
@@ -634,3 +650,31 @@ def data_gap_table(small: LongTable, big: LongTable, near: LongTable):
                   "500 minus 200, paired over clients", "paper minus 500, points"], rows, align="lrrrrlr",
                  caption=f"the near-paper protocol on {n} CIFAR-10 clients of S = {small.part[2]} classes with 200 "
                          f"and with 500 training images each (the same clients, label sets and test sets; one seed)")
+
+
+def paper_gaps(lv: LongTable):
+    """How far each method of the near-paper run is from the paper's number, by the book's rule
+    (:mod:`replearn.book.seeds`): the gap (ours minus the paper's, in points) counts when it exceeds
+    the half-width of the 95% t-interval of the mean over the clients (of their final accuracies).
+    Glues ``t1-long-gap-<slug>`` (the gap, points), ``t1-long-n-gaps`` (``"<k> of <all>"``) and
+    ``t1-long-gaps-largest`` (the three largest beyond the spread, with their gaps); returns the table and the methods beyond the spread, largest gap first."""
+    from replearn.book.claims import fmt, glue_text
+    from replearn.book.plotting import Table
+    from replearn.book.seeds import compare
+
+    rows, beyond = [], []
+    for m in lv.methods:
+        c = compare(lv.client[m], [lv.paper[m]] * len(lv.client[m]))
+        half, gap = (c.hi - c.lo) / 2, lv.acc[m] - lv.paper[m]
+        glue_text(f"t1-long-gap-{slug(m)}", fmt(gap, "+.1f"))
+        if abs(gap) > half:
+            beyond.append(m)
+        rows.append([m, fmt(lv.paper[m], ".2f"), fmt(lv.acc[m], ".1f"), fmt(gap, "+.1f"), f"± {fmt(half, '.1f')}",
+                     "beyond the spread" if abs(gap) > half else "within the spread"])
+    glue_text("t1-long-n-gaps", f"{len(beyond)} of {len(lv.methods)}")
+    beyond.sort(key=lambda m: -abs(lv.acc[m] - lv.paper[m]))
+    glue_text("t1-long-gaps-largest", ", ".join(f"{m} ({fmt(lv.acc[m] - lv.paper[m], '+.1f')})" for m in beyond[:3])
+              or "none")
+    return (Table(["method", "paper %", "near-paper %", "gap, points", "spread (95%, over clients)", ""], rows,
+                  align="lrrrrl", caption=f"each method of the near-paper run ({column_label(lv.part)}, one seed) "
+                                          f"against the paper's Table 1 ({column_label(lv.key)})"), beyond)

@@ -16,7 +16,7 @@ from replearn.neural.algorithms.base import Algorithm, Summary, table1_accuracy
 @dataclass(frozen=True)
 class LGOptions:
     """``shared_layers``: how many of the top layers the server averages (default 2, the
-    authors' split; 1 shares only the head, as the book's first near-paper runs did)."""
+    authors' split; 1 shares only the head)."""
 
     shared_layers: int = 2
 

@@ -5,7 +5,7 @@ As the authors run it (``main_local.py`` of lgcollins/FedRep): every client trai
 independently for ``epochs`` epochs of the run's SGD, whether or not a federated method would
 have sampled it, and is tested once at the end. ``epochs = None`` trains instead in the rounds
 where the client is sampled (``cfg.rounds`` rounds at ``cfg.participation``, the budget of the
-federated methods; what the book's first near-paper runs did). Everything is personal, nothing
+federated methods, a budget that grows with participation). Everything is personal, nothing
 shared, one joint phase: it inherits the default client update of
 :class:`~replearn.neural.algorithms.base.Algorithm`.
 """

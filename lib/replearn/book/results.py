@@ -128,8 +128,8 @@ def load(section: str, profile: str = "long", root: str | Path | None = None) ->
     path = root / profile / f"{section}.json"
     if not path.is_file():
         raise FileNotFoundError(f"no {profile}-profile results for section {section} at {path}; produce them with "
-                                f"`make results PROFILE={profile}` (or set REPLEARN_RESULTS to the folder holding "
-                                f"<profile>/<section>.json)")
+                                f"`make results PROFILE={profile} SECTIONS={section}` (or set REPLEARN_RESULTS to "
+                                f"the folder holding <profile>/<section>.json)")
     fix = f"re-run `make results PROFILE={profile}`"
     try:
         record = json.loads(path.read_text())

@@ -171,6 +171,12 @@ def test_long_run_helpers_read_the_committed_files(glued):
     per_seed, claims = s07.seed_tables(sacc, lv, (lv.seed,) + more.seeds, rounds=10)
     assert "t1-seeds-fedrep-sd" in glued and len(per_seed.rows) == len(sacc)
     assert [c[0] for c in s07.seed_checks(sacc, lv.paper)][-1] == "t1-seeds-v-fedrep-local"
+    gaps, beyond = s07.paper_gaps(lv)
+    assert len(gaps.rows) == len(lv.methods) and glued["t1-long-n-gaps"] == f"{len(beyond)} of {len(lv.methods)}"
+    small, big = s07.read_data_gap(*(results.load(f"5.7-m{m}", "long", root=RESULTS) for m in (200, 500)))
+    assert small.part == big.part == ("cifar10", s07.DATA_CLIENTS, 2) and small.methods == list(s07.DATA_METHODS)
+    table = s07.data_gap_table(small, big, lv)
+    assert len(table.rows) == len(s07.DATA_METHODS) and "t1-mgain-fedrep" in glued
 
 
 def test_figures_count_the_methods_from_the_run():

@@ -5,6 +5,7 @@
     python scripts/run_results.py --profile long --check 5.9  # re-run one seed, compare with the committed file
     python scripts/run_results.py --profile long 5.7-seeds    # 5.7's six main methods over seeds 1 and 2
     python scripts/run_results.py --profile long 5.7-m200 5.7-m500  # 40 clients with 200, then 500 images each
+    python scripts/run_results.py --profile long 5.7-fedavg-local    # 5.7's FedAvg tested with the local copies
 
 ``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
 the profile's settings (:meth:`replearn.book.profiles.Settings.profile`); every finished seed is
@@ -105,11 +106,13 @@ SECTIONS = {
     "5.7-seeds": (s57.TableSettings, s57.run_table, _table),
     "5.7-m200": (s57.TableSettings, s57.run_table, _table),
     "5.7-m500": (s57.TableSettings, s57.run_table, _table),
+    "5.7-fedavg-local": (s57.TableSettings, s57.run_table, _table),
 }
 #: sections whose settings are not their class's profile (``name(profile) -> settings``): 5.7's six
 #: main methods over seeds 1 and 2, beside 5.7's one-seed run of all 15; Local only, FedAvg and
-#: FedRep on 40 clients with 200 and with the paper's 500 training images each; run only when named.
-VARIANTS = {"5.7-seeds": s57.TableSettings.more_seeds,
+#: FedRep on 40 clients with 200 and with the paper's 500 training images each; FedAvg tested with the
+#: clients' locally updated copies; run only when named.
+VARIANTS = {"5.7-seeds": s57.TableSettings.more_seeds, "5.7-fedavg-local": s57.TableSettings.fedavg_local,
             "5.7-m200": functools.partial(s57.TableSettings.per_client_images, 200),
             "5.7-m500": functools.partial(s57.TableSettings.per_client_images, 500)}
 #: what runs when no section is named
@@ -129,7 +132,7 @@ RUN_GROUPS = {"4.8": ("4.8", "4.9"), "4.9": ("4.8", "4.9")}
 
 #: section -> the driver's launch estimate of one seed (:func:`replearn.book.scales.launch_estimate`)
 WORK = {"4.7": s47.work, "4.8": s48.work, "4.9": s49.work, "5.7": s57.work, "5.8": s58.work, "5.9": s59.work,
-        "5.7-seeds": s57.work, "5.7-m200": s57.work, "5.7-m500": s57.work}
+        "5.7-seeds": s57.work, "5.7-m200": s57.work, "5.7-m500": s57.work, "5.7-fedavg-local": s57.work}
 
 
 def launch_line(section: str, profile: str) -> str:

@@ -151,3 +151,33 @@ def test_train_config_takes_numpy_reals_as_floats():
     for bad in (np.bool_(True), np.float64("nan"), "0.1"):
         with pytest.raises(ValueError, match="lr must be a finite real number"):
             neural.TrainConfig(lr=bad)
+
+
+def test_fedavg_tested_with_its_locally_updated_copies_trains_the_same_model():
+    """``evaluate="local"`` (what the authors' log prints as FedAvg's accuracy) changes what each
+    client is tested with, not the training: the same server iterates and losses bit for bit; a
+    client never sampled is tested with the server's model, one sampled with its last local model."""
+    clients = make_clients(sizes=(12, 20, 8, 16, 10, 14))
+    cfg = replace(CFG, participation=0.34, rounds=3, eval_every=1)
+    plain = A.run("FedAvg", tiny(), clients, cfg)
+    local = A.run("FedAvg", tiny(), clients, cfg, A.get("FedAvg").Options(evaluate="local"))
+    assert all(torch.equal(plain.state[n], local.state[n]) for n in plain.state)
+    assert torch.equal(plain.train_loss, local.train_loss)
+    assert plain.local_names == () and set(local.local_names) == set(plain.state)
+    seen = {i for p in local.participants for i in p}
+    assert seen and len(seen) < clients.n_clients   # some clients never sampled
+    for i in range(clients.n_clients):
+        same = all(torch.equal(local.local[n][i], local.state[n]) for n in local.state)
+        assert same == (i not in seen), i
+    # the last round's copies average (n_i-weighted) to the server's model
+    last = local.participants[-1]
+    n = clients.train_sizes[list(last)].to(torch.float64)
+    for name, p in local.state.items():
+        avg = sum(w * local.local[name][i] for w, i in zip(n / n.sum(), last))
+        assert torch.allclose(avg, p, atol=1e-12)
+    assert local.accuracy != plain.accuracy
+    # the batched path tests the same copies
+    batched = A.run("FedAvg", tiny(), clients, replace(cfg, vmap_clients=4), A.get("FedAvg").Options(evaluate="local"))
+    assert torch.allclose(batched.test_accuracy, local.test_accuracy, atol=1e-12, equal_nan=True)
+    with pytest.raises(ValueError, match="evaluate"):
+        A.get("FedAvg").Options(evaluate="server")

@@ -88,7 +88,7 @@ def test_long_profiles_differ_from_the_cpu_defaults_and_have_a_spread():
     for section, (cls, _, _) in rr.SECTIONS.items():
         d, l = cls.default(), rr.section_settings(section, "long")
         assert l != d and l.dtype == "float32" and not l.full_data, section
-        if section in ("5.7", "5.7-m200", "5.7-m500"):  # one seed, the spread over its (40 or 100) clients
+        if section in ("5.7", "5.7-m200", "5.7-m500", "5.7-fedavg-local"):  # one seed, spread over 40 or 100 clients
             assert l.seeds == (0,) and all(n >= 40 for _, n, _ in l.partitions)
         else:
             assert len(l.seeds) >= 2, section
@@ -109,6 +109,13 @@ def test_the_data_per_client_sections_run_only_when_named():
     assert (small.kept_per_client, big.kept_per_client, big.train_per_client) == (200, None, 500)
     assert not {"5.7-m200", "5.7-m500"} & set(rr.DEFAULT_SECTIONS)
     assert rr.section_settings("5.7-m500", "paper").full_data  # the paper profile's: 500 of the full dataset
+
+
+def test_fedavg_with_local_copies_is_5_7s_fedavg_run_tested_otherwise():
+    main, local = rr.section_settings("5.7", "long"), rr.section_settings("5.7-fedavg-local", "long")
+    assert replace(local, methods=main.methods, fedavg_evaluate=main.fedavg_evaluate) == main
+    assert local.methods == ("FedAvg",) and local.options("FedAvg").evaluate == "local"
+    assert main.options("FedAvg").evaluate == "global" and "5.7-fedavg-local" not in rr.DEFAULT_SECTIONS
 
 
 def test_the_table_summary_keeps_per_client_accuracies():

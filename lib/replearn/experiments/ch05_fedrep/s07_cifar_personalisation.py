@@ -89,7 +89,10 @@ class TableSettings(FederationSettings):
     layers LG-FedAvg shares (2: the authors' ``fc2`` and ``fc3``; 1: the head only);
     ``kept_per_client``: after the partition, each client keeps this many of its training images,
     drawn at random (:meth:`replearn.neural.ClientData.take_train`; ``None``: all), so that runs
-    with different amounts of data per client share their label sets and test sets.
+    with different amounts of data per client share their label sets and test sets;
+    ``fedavg_evaluate``: the model FedAvg's clients are tested with (``"global"``: the server's;
+    ``"local"``: each client's locally updated copy, which the authors' log prints as FedAvg's
+    accuracy; :class:`replearn.neural.algorithms.fedavg.FedAvgOptions`).
     The ``clients`` and ``classes_per_client`` fields are not used here: each partition names its own."""
 
     def options(self, method: str):
@@ -98,6 +101,8 @@ class TableSettings(FederationSettings):
             return algorithms.get(method).Options(epochs=self.local_only_epochs)
         if method == "LG-FedAvg":
             return algorithms.get(method).Options(shared_layers=self.lg_shared_layers)
+        if method == "FedAvg":
+            return algorithms.get(method).Options(evaluate=self.fedavg_evaluate)
         return None
 
     partitions: tuple[tuple[str, int, int], ...] = (("cifar10", 5, 2),)
@@ -106,6 +111,7 @@ class TableSettings(FederationSettings):
     local_only_epochs: int | None = 10
     lg_shared_layers: int = 2
     kept_per_client: int | None = None
+    fedavg_evaluate: str = "global"
 
     def validate(self) -> None:
         super().validate()
@@ -114,6 +120,7 @@ class TableSettings(FederationSettings):
             check_int(self.kept_per_client, "kept_per_client", 1)
         algorithms.get("Local only").Options(epochs=self.local_only_epochs)
         algorithms.get("LG-FedAvg").Options(shared_layers=self.lg_shared_layers)
+        algorithms.get("FedAvg").Options(evaluate=self.fedavg_evaluate)
         unknown = [m for m in self.methods if m not in algorithms.table1()]
         if unknown or len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods must be distinct names of Table 1 {algorithms.table1()}, got {self.methods!r}")
@@ -160,6 +167,14 @@ class TableSettings(FederationSettings):
         check_int(images, "images", 1)
         return replace(cls.profile(profile), partitions=(("cifar10", DATA_CLIENTS, 2),), methods=DATA_METHODS,
                        train_per_client=500, kept_per_client=None if images == 500 else images)
+
+    @classmethod
+    def fedavg_local(cls, profile: str = "long"):
+        """``profile``'s FedAvg run tested with each client's locally updated copy instead of the
+        global model (section ``5.7-fedavg-local`` of ``scripts/run_results.py``): the same training
+        as the profile's FedAvg, bit for bit, so that paired over the clients it measures how much of
+        a FedAvg number depends on which model is tested."""
+        return replace(cls.profile(profile), methods=("FedAvg",), fedavg_evaluate="local")
 
     @classmethod
     def paper(cls):

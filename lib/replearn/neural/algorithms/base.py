@@ -140,9 +140,9 @@ class Algorithm:
       with (default: nothing); ``shared_names(model, options)``: what the server averages
       (default: every other parameter); ``phases(model, cfg, options)``: the local phases
       (default: one joint phase of ``local_steps`` or ``local_epochs``);
-    - ``client_update(ctx)`` (default: the phases in order from the server's shared parameters
-      and the client's personal ones, each with a fresh momentum buffer; uploads the shared
-      names, keeps the personal ones as its state), ``server_update`` (default: the server's
+    - ``client_update(ctx)`` (default: the phases in order from ``start_params(ctx)``, by
+      default the server's shared parameters and the client's personal ones, each phase with a
+      fresh momentum buffer; uploads the shared names, keeps the personal ones as its state), ``server_update`` (default: the server's
       parameters become the weighted mean of the uploads named like parameters),
       ``eval_params(ctx)`` (default: the server's parameters with the client's personal ones);
     - for methods with more: ``check``, ``init_server``, ``init_client``, ``draw`` (extra random
@@ -220,12 +220,16 @@ class Algorithm:
     def broadcast(self, params: Params, server: dict, states: dict, selected: Sequence[int], options) -> dict:
         return {}
 
+    def start_params(self, ctx: neural.ClientRound) -> Params:
+        """What the default client update trains from: the server's parameters with the client's
+        personal ones (its state, or the starting parameters before its first round)."""
+        return {**ctx.global_params, **{n: ctx.state[n] if n in ctx.state else ctx.initial[n] for n in ctx.personal}}
+
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
         """The phases of ``ctx.phases`` in order, each on its ``ctx.batches[k]`` with a fresh
-        momentum buffer, from the server's parameters and the client's personal ones (its state,
-        or the starting parameters before its first round); uploads ``ctx.shared`` and keeps
+        momentum buffer, from :meth:`start_params`; uploads ``ctx.shared`` and keeps
         ``ctx.personal`` as its state."""
-        params = {**ctx.global_params, **{n: ctx.state[n] if n in ctx.state else ctx.initial[n] for n in ctx.personal}}
+        params = self.start_params(ctx)
         loss_sum, n_steps = None, 0
         for phase, batches in zip(ctx.phases, ctx.batches):
             new, loss = ctx.worker.train(params, phase.trainable, ctx.x, ctx.y, batches, ctx.cfg, ctx.generator)

@@ -177,6 +177,8 @@ def test_long_run_helpers_read_the_committed_files(glued):
     assert small.part == big.part == ("cifar10", s07.DATA_CLIENTS, 2) and small.methods == list(s07.DATA_METHODS)
     table = s07.data_gap_table(small, big, lv)
     assert len(table.rows) == len(s07.DATA_METHODS) and "t1-mgain-fedrep" in glued
+    s07.fedavg_local(results.load("5.7-fedavg-local", "long", root=RESULTS), long, lv)
+    assert "t1-fedavg-local" in glued
 
 
 def test_figures_count_the_methods_from_the_run():
@@ -273,3 +275,19 @@ def test_glue_long_settings_quotes_the_results_file(glued):
     assert glued["t1-long-schedule"] == "after every round" and glued["t1-long-local-epochs"] == "10"
     s07.glue_long_settings({**settings, "train": {**settings["train"], "eval_every": 5}}, fake_cifar(), 4)
     assert glued["t1-long-schedule"] == "every 5 rounds"
+
+
+def test_fedavg_local_is_checked_against_5_7s_run_and_paired_over_clients(glued):
+    def file(evaluate, accs, **extra):
+        settings = {"partitions": [["cifar10", 4, 2]], "methods": ["FedAvg"], "fedavg_evaluate": evaluate,
+                    "rounds": 100, **extra}
+        return SimpleNamespace(settings=settings, seeds=(0,), values=lambda *a: [sum(accs) / len(accs)],
+                               results={"0": {"client_accuracy": {"cifar10/4/2": {"FedAvg": accs}}}})
+    long = file("global", [0.2, 0.3, 0.25, 0.25])
+    lv = s07.read_long(long)
+    text = s07.fedavg_local(file("local", [0.6, 0.7, 0.65, 0.66]), long, lv)
+    assert glued["t1-fedavg-local"] == "65.2" and text.startswith("higher beyond the spread (+40")
+    with pytest.raises(ValueError, match="rounds"):
+        s07.fedavg_local(file("local", [0.6] * 4, rounds=50), long, lv)
+    with pytest.raises(ValueError, match="fedavg_evaluate"):
+        s07.fedavg_local(file("global", [0.6] * 4), long, lv)

@@ -693,3 +693,21 @@ def paper_gaps(lv: LongTable):
     return (Table(["method", "paper %", "near-paper %", "gap, points", "spread (95%, over clients)", ""], rows,
                   align="lrrrrl", caption=f"each method of the near-paper run ({column_label(lv.part)}, one seed) "
                                           f"against the paper's Table 1 ({column_label(lv.key)})"), beyond)
+
+
+def fedavg_local(local, long, lv: LongTable) -> str:
+    """The near-paper FedAvg run tested with the clients' locally updated copies (the results
+    file ``local`` of section ``5.7-fedavg-local``), checked to be the run of ``long`` (5.7's file,
+    read as ``lv``) but for what is tested, against its global model, paired over the clients.
+    Glues ``t1-fedavg-local`` (%) and ``t1-fedavg-local-vs`` (:func:`replearn.book.claims.compared`,
+    the copies minus the global model) and returns the latter."""
+    from replearn.book.claims import compared, fmt, glue_text
+
+    differ = [k for k in set(local.settings) | set(long.settings) if k not in ("methods", "fedavg_evaluate")
+              and local.settings.get(k) != long.settings.get(k)]
+    if differ or local.seeds != long.seeds or local.settings.get("fedavg_evaluate") != "local":
+        raise ValueError(f"5.7-fedavg-local must be 5.7's run with fedavg_evaluate='local'; it differs in "
+                         f"{sorted(differ) or 'its seeds or fedavg_evaluate'}: re-run it with 5.7's code")
+    copies = read_long(local)
+    glue_text("t1-fedavg-local", fmt(copies.acc["FedAvg"], ".1f"))
+    return glue_text("t1-fedavg-local-vs", compared(copies.client["FedAvg"], lv.client["FedAvg"]))

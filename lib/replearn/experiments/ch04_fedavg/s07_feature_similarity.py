@@ -64,17 +64,18 @@ class SimilaritySettings(MatchedTraining):
         """Near-paper on a CPU: the paper profile (M = 100, Dirichlet(0.6), r = 0.1, the paper's
         CNN, the authors' optimiser, float32) on the offline subset (20,000 of CIFAR-10's 50,000
         training images, so 200 per client; a probe of 500 test images per class and 50 test
-        images per client, all the subset holds), tau in {1, 5, 50} (the paper also shows 10)
-        at 750 local updates (paper(): 50,000, about 4 days of one core), 2 seeds (a seed takes about
-        40 minutes of one core here)."""
+        images per client, all the subset holds), tau in {1, 5, 50} (paper() adds 10) at 750 local
+        updates, so 15 rounds at tau = 50 (paper(): 50,000, about 4 days of one core), 2 seeds (a
+        seed takes about 40 minutes of one core here)."""
         return replace(cls.paper(), taus=(1, 5, 50), total_steps=750, seeds=(0, 1), probe_per_class=500,
                        test_per_client=50, full_data=False)
 
     @classmethod
     def paper(cls):
-        """M = 100 clients, Dirichlet(0.6), tau in {1, 5, 10, 50}, the paper's CNN (our widths
-        32/64/128, MLP 256/128); optimiser as in the authors' code (lr 0.01, momentum 0.5,
-        batch 10, 10% participation); 50,000 local updates (our choice: not in our source)."""
+        """M = 100 clients, Dirichlet(0.6), the paper's CNN (our widths 32/64/128, MLP 256/128);
+        tau in {1, 5, 10, 50} (our choice: our copy's text says only "varying tau"); optimiser as in
+        the FedRep authors' code (lr 0.01, momentum 0.5, batch 10, 10% participation; the FedAvg
+        paper has no public code); 50,000 local updates (our choice: not in our source)."""
         return cls(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128), clients=100,
                    train=replace(cls().train, lr=0.01, momentum=0.5, batch_size=10, participation=0.1),
                    total_steps=50_000, dtype="float32", taus=(1, 5, 10, 50), probe_per_class=1000,

@@ -82,7 +82,9 @@ def best_time(fn, repeat: int, device: torch.device) -> float:
 
 
 def compare(name: str, library, reference, rounds: int, repeat: int, device: torch.device,
-            label: str = "per-client loop", target: float = TARGET) -> float:
+            label: str = "per-client loop", target: float = TARGET) -> tuple[float, float]:
+    """Check that ``library`` and ``reference`` give the same iterates, print their times per round
+    and the speed-up against ``target``; returns (speed-up, the reference's seconds per round)."""
     B_lib, w_lib = library()
     B_ref, w_ref = reference()
     diff = max(float((B_lib - B_ref).abs().max()), float((w_lib - w_ref).abs().max()))
@@ -97,7 +99,19 @@ def compare(name: str, library, reference, rounds: int, repeat: int, device: tor
     print(f"{name:<22} same iterates (max diff {diff:.1e}); per round: library "
           f"{1e6 * t_lib / rounds:8.1f} us, {label:<19} {1e6 * t_ref / rounds:9.1f} us; "
           f"speed-up {ratio:6.1f}x (target >= {target:.0f}x: {verdict})")
-    return ratio
+    return ratio, t_ref / rounds
+
+
+def statistics_floor(tasks: "linear.SampledTasks", tau: int, repeat: int, device: torch.device) -> tuple[float, float]:
+    """The time a finite-sample FedAvg round cannot go below here: every local step reads each
+    client's statistics X_i^T X_i / m once (one batched product theta_i^T H_i over the clients; the
+    rest of a step is O(d k) per client), so a round is at least ``tau`` such products. Returns
+    (seconds per round, megabytes read per product)."""
+    H = torch.bmm(tasks.X.mT, tasks.X) / tasks.X.shape[1]
+    theta = torch.randn(H.shape[0], 1, H.shape[1], dtype=H.dtype, device=device)
+    n = 200
+    one = best_time(lambda: [torch.bmm(theta, H) for _ in range(n)], repeat, device) / n
+    return tau * one, H.numel() * H.element_size() / 1e6
 
 
 def main() -> None:
@@ -135,11 +149,15 @@ def main() -> None:
     data = linear.sample_tasks(Bstar, W, m, noise_std=0.1, seed=3)
     X, Y = data.X.to(device), data.Y.to(device)
     sampled = linear.SampledTasks(X, Y)
-    compare(f"finite samples (m={m})",
-            lambda: linear_federated.fedavg(B0, w0, sampled, alpha=alpha, tau=tau, rounds=rounds).final,
-            lambda: reference_fedavg(B0, w0, lambda i, th: X[i].T @ (X[i] @ th - Y[i]) / m, M,
-                                     alpha=alpha, tau=tau, rounds=rounds),
-            rounds, args.repeat, device)
+    _, loop = compare(f"finite samples (m={m})",
+                      lambda: linear_federated.fedavg(B0, w0, sampled, alpha=alpha, tau=tau, rounds=rounds).final,
+                      lambda: reference_fedavg(B0, w0, lambda i, th: X[i].T @ (X[i] @ th - Y[i]) / m, M,
+                                               alpha=alpha, tau=tau, rounds=rounds),
+                      rounds, args.repeat, device)
+    floor, mb = statistics_floor(sampled, tau, args.repeat, device)
+    print(f"{'finite samples: floor':<22} reading the clients' statistics X^T X / m ({mb:.1f} MB) tau = {tau} times "
+          f"takes {1e6 * floor:.1f} us per round here: no implementation of this round can beat the per-client "
+          f"loop by more than {loop / floor:.0f}x on this machine")
     compare(f"finite samples (m={m})",
             lambda: linear_federated.fedavg(B0, w0, sampled, alpha=alpha, tau=tau, rounds=rounds).final,
             lambda: reference_fedavg_autograd(B0, w0, lambda i, B, w: 0.5 * (X[i] @ (B @ w) - Y[i]).pow(2).mean(), M,

@@ -142,8 +142,9 @@ class Algorithm:
       (default: one joint phase of ``local_steps`` or ``local_epochs``);
     - ``client_update(ctx)`` (default: the phases in order from ``start_params(ctx)``, by
       default the server's shared parameters and the client's personal ones, each phase with a
-      fresh momentum buffer; uploads the shared names, keeps the personal ones as its state), ``server_update`` (default: the server's
-      parameters become the weighted mean of the uploads named like parameters),
+      fresh momentum buffer; uploads the shared names, keeps the personal ones as its state),
+      ``server_update`` (default: the server's parameters become the weighted mean of the
+      uploads named like parameters),
       ``eval_params(ctx)`` (default: the server's parameters with the client's personal ones);
     - for methods with more: ``check``, ``init_server``, ``init_client``, ``draw`` (extra random
       numbers drawn in the calling thread), ``broadcast`` (what every sampled client is sent

@@ -367,3 +367,8 @@ def test_the_commit_is_dirty_for_changed_code_but_not_for_rewritten_results_file
     assert rr.commit() == head
     (tmp_path / "code.py").write_text("x = 2\n")
     assert rr.commit() == head + "-dirty"
+
+
+def test_the_launch_estimate_counts_the_images_each_client_keeps():
+    small, big = (rr.WORK[s](rr.section_settings(s, "long")) for s in ("5.7-m200", "5.7-m500"))
+    assert small["steps"] * 5 == big["steps"] * 2   # 200 vs 500 images: 20 vs 50 batches per epoch

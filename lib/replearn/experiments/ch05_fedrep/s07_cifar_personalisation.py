@@ -200,19 +200,21 @@ def work(s: TableSettings, *, batched: bool = True) -> dict:
     every method's rounds (FedRep: head and body epochs; the others: the body epochs; a +FT
     method adds ``ft_epochs`` head epochs per client, batched like training; a method whose clients train
     ``models`` models a round, such as Ditto and APFL, counts that many times), and the evaluations every ``eval_every`` rounds; a method's clients
-    count as batched when ``batched`` and the algorithm has a batched path (all of Table 1's)."""
+    count as batched when ``batched`` and the algorithm has a batched path (all of Table 1's).
+    A client's images are ``kept_per_client`` when set, else ``train_per_client``."""
     cfg = s.train
+    images = s.kept_per_client or s.train_per_client
     parts = []
     for name, n, _ in s.partitions:
         for method in s.methods:
             if method.endswith("+FT"):
-                per_client, _ = scales.federated_steps(name, s.full_data, n, s.train_per_client,
+                per_client, _ = scales.federated_steps(name, s.full_data, n, images,
                                                        replace(s.train, rounds=1, participation=1.0), s.ft_epochs)
                 parts.append(scales.launch_estimate(per_client, n,  # every client, batched like training
                                                     batched_clients=scales.batching(cfg, n, batched)))
                 continue
             epochs = cfg.local_epochs + (cfg.head_epochs if method == "FedRep" else 0)
-            k, m = scales.federated_steps(name, s.full_data, n, s.train_per_client, cfg, epochs)
+            k, m = scales.federated_steps(name, s.full_data, n, images, cfg, epochs)
             parts.append(scales.launch_estimate(k * algorithms.get(method).models, n * -(-cfg.rounds // cfg.eval_every),
                                                 batched_clients=scales.batching(cfg, m,
                                                                                 batched and algorithms.get(method).batched)))

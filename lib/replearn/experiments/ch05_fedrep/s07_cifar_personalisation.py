@@ -76,8 +76,8 @@ AUTHORS_CODE = {**AUTHORS_PIPELINE,
                                                  "main_apfl.py, main_ditto.py"),
                 "local_only_epochs": (10, "main_local.py (--epochs default)"),
                 "lg_shared_layers": (2, "main_fedrep.py (w_glob_keys fc2, fc3 for --alg lg)"),
-                "fedavg_evaluate": ("local", "main_fedrep.py (its 'Average accuracy' line for --alg fedavg: "
-                                             "each client's locally updated copy)")}
+                "fedavg_evaluate": ("each client's locally updated copy", "main_fedrep.py (its 'Average "
+                                                                          "accuracy' line for --alg fedavg)")}
 
 
 @dataclass(frozen=True)

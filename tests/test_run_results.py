@@ -372,3 +372,11 @@ def test_the_commit_is_dirty_for_changed_code_but_not_for_rewritten_results_file
 def test_the_launch_estimate_counts_the_images_each_client_keeps():
     small, big = (rr.WORK[s](rr.section_settings(s, "long")) for s in ("5.7-m200", "5.7-m500"))
     assert small["steps"] * 5 == big["steps"] * 2   # 200 vs 500 images: 20 vs 50 batches per epoch
+
+
+def test_the_launch_estimate_counts_local_only_once_per_client():
+    s = rr.section_settings("5.7-m500", "long")
+    local = rr.WORK["5.7-m500"](replace(s, methods=("Local only",)))
+    assert local["steps"] == 40 * s.local_only_epochs * 50   # 40 clients x 10 epochs x 50 batches, sampled or not
+    fewer = rr.WORK["5.7-m500"](replace(s, methods=("Local only",), train=replace(s.train, rounds=10)))
+    assert fewer["steps"] == local["steps"]

@@ -201,7 +201,8 @@ def work(s: TableSettings, *, batched: bool = True) -> dict:
     method adds ``ft_epochs`` head epochs per client, batched like training; a method whose clients train
     ``models`` models a round, such as Ditto and APFL, counts that many times), and the evaluations every ``eval_every`` rounds; a method's clients
     count as batched when ``batched`` and the algorithm has a batched path (all of Table 1's).
-    A client's images are ``kept_per_client`` when set, else ``train_per_client``."""
+    A client's images are ``kept_per_client`` when set, else ``train_per_client``; Local only
+    trains every client once for ``local_only_epochs`` epochs (one client at a time)."""
     cfg = s.train
     images = s.kept_per_client or s.train_per_client
     parts = []
@@ -212,6 +213,11 @@ def work(s: TableSettings, *, batched: bool = True) -> dict:
                                                        replace(s.train, rounds=1, participation=1.0), s.ft_epochs)
                 parts.append(scales.launch_estimate(per_client, n,  # every client, batched like training
                                                     batched_clients=scales.batching(cfg, n, batched)))
+                continue
+            if method == "Local only" and s.local_only_epochs is not None:  # every client, once
+                k, _ = scales.federated_steps(name, s.full_data, n, images,
+                                              replace(cfg, rounds=1, participation=1.0), s.local_only_epochs)
+                parts.append(scales.launch_estimate(k, n, batched_clients=1))
                 continue
             epochs = cfg.local_epochs + (cfg.head_epochs if method == "FedRep" else 0)
             k, m = scales.federated_steps(name, s.full_data, n, images, cfg, epochs)

@@ -20,7 +20,7 @@ from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
 from replearn.book.scales import require_data
-from replearn.neural.transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain, pretrain_work
+from replearn.neural.transfer import PAPER_PRETRAIN, PretrainSettings, describe_pretraining, finetune_all, new_clients, pretrain, pretrain_work
 
 
 #: What the sources state of Fig. 5's setting, by settings field: (value, where it says so).
@@ -295,9 +295,7 @@ def checks(pre: dict, acc: dict, *, scale: str = "CPU") -> list[tuple[str, str, 
 
 def describe_long(ls: dict, cfg: TransferSettings) -> str:
     """What the committed long run pre-trained, beside the CPU run of the page (``cfg``)."""
-    return (f"pre-training: the {ls['model']} network {tuple(ls['channels'])}/{tuple(ls['hidden'])} in {ls['dtype']}, "
-            f"{ls['clients']} clients of {ls['classes_per_client']} classes, {ls['total_steps']:,} local updates per "
-            f"participating client, tau = {ls['tau']}\n(the CPU run above: the {cfg.model} network in {cfg.dtype}, "
+    return (f"{describe_pretraining(ls)}\n(the CPU run above: the {cfg.model} network in {cfg.dtype}, "
             f"{cfg.clients} clients of {cfg.classes_per_client} classes, {cfg.total_steps} local updates, "
             f"tau = {cfg.tau})")
 

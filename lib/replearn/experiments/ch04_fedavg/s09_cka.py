@@ -22,7 +22,7 @@ from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
 from replearn.book.scales import require_data
-from replearn.neural.transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activations, new_clients, new_model,
+from replearn.neural.transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, describe_pretraining, layer_activations, new_clients, new_model,
                          pretrain, pretrain_work, probe_set)
 
 
@@ -337,9 +337,7 @@ def long_checks(lv: LongCKA, less: list, more: list) -> list[tuple[str, str, obj
 
 def describe_long(ls: dict, cfg: CKASettings) -> str:
     """What the committed long run trained, beside the CPU run of the page (``cfg``)."""
-    return (f"pre-training: the {ls['model']} network {tuple(ls['channels'])}/{tuple(ls['hidden'])} in {ls['dtype']}, "
-            f"{ls['clients']} clients of {ls['classes_per_client']} classes, {ls['total_steps']:,} local updates per "
-            f"participating client, tau = {ls['tau']}; {ls['ft_clients']} CIFAR-10 clients of {ls['ft_samples']} "
+    return (f"{describe_pretraining(ls)}; {ls['ft_clients']} CIFAR-10 clients of {ls['ft_samples']} "
             f"images\n(the CPU run above: the {cfg.model} network in {cfg.dtype}, {cfg.total_steps} local updates, "
             f"tau = {cfg.tau})")
 

@@ -208,3 +208,72 @@ def test_network_code_without_source_is_seen():
     assert repr(relu) == repr(tanh) and type(relu).__qualname__ == type(tanh).__qualname__
     assert checkpoints.code_digest(relu) != checkpoints.code_digest(tanh)
     assert checkpoints.code_digest(relu) == checkpoints.code_digest(built(_exec_net("relu")))
+
+
+def _exec_method(factor):
+    """A method ``Damped`` made by ``exec`` (no source, as a notebook cell's class on Python
+    3.11): FedAvg whose server moves ``factor`` of the way to the clients' mean."""
+    scope = {"FedAvg": type(algorithms.get("FedAvg"))}
+    exec("class Damped(FedAvg):\n"
+         "    name, table1_row = 'Damped (test)', None\n"
+         "    def server_update(self, params, server, mean_upload, selected, n_clients, options):\n"
+         f"        return {{n: p + {factor} * (mean_upload[n] - p) for n, p in params.items()}}, server\n",
+         scope)
+    return scope["Damped"]()
+
+
+def test_a_method_without_source_edited_misses_the_store(tmp_path, monkeypatch):
+    model, clients, cfg = tiny_model(), tiny_clients(), one_round()
+    whole, half = _exec_method(1.0), _exec_method(0.5)
+    assert checkpoints.algorithm_code(whole) != checkpoints.algorithm_code(half)
+    assert checkpoints.algorithm_code(whole) == checkpoints.algorithm_code(_exec_method(1.0))
+    calls = counting(monkeypatch, "_run")
+    with checkpoints.resumable(tmp_path):
+        a = whole.run(model, clients, cfg)
+        b = half.run(model, clients, cfg)
+    assert len(calls) == 2 and not equal_results(a, b)
+
+
+def test_an_algorithms_static_methods_and_settings_are_part_of_its_code():
+    fedavg = type(algorithms.get("FedAvg"))
+
+    def variant(body):
+        scope = {"FedAvg": fedavg}
+        exec(f"class Variant(FedAvg):\n{body}", scope)
+        return checkpoints.algorithm_code(scope["Variant"]())
+
+    assert (variant("    @staticmethod\n    def scale():\n        return 0.5\n")
+            != variant("    @staticmethod\n    def scale():\n        return 1.0\n"))
+    assert variant("    scale = 0.5\n") != variant("    scale = 1.0\n")
+    # constants that Python orders by hash (a frozenset) do not change the key between processes
+    assert variant("    def f(self, x):\n        return x in {'a', 'b', 'c'}\n") == variant(
+        "    def f(self, x):\n        return x in {'c', 'b', 'a'}\n")
+
+
+def test_a_flipped_bit_in_a_stored_tensor_is_refused(tmp_path):
+    model, clients, cfg = tiny_model(), tiny_clients(), one_round()
+    run = lambda: algorithms.run("FedAvg", model, clients, cfg)  # noqa: E731
+    path = stored_file(tmp_path, run)
+    with checkpoints.resumable(tmp_path):
+        stored = run()
+    data = bytearray(path.read_bytes())
+    where = data.find(stored.state["head.weight"].numpy().tobytes())
+    assert where >= 0
+    data[where] ^= 1  # the lowest mantissa bit of the first weight: torch.load does not check the zip's CRC
+    path.write_bytes(bytes(data))
+    with checkpoints.resumable(tmp_path), pytest.raises(ValueError, match="digest") as err:
+        run()
+    assert str(path) in str(err.value) and "delete it to re-run" in str(err.value)
+
+
+def test_a_stored_run_with_non_finite_parameters_is_refused(tmp_path):
+    model, clients, cfg = tiny_model(), tiny_clients(), one_round()
+    good = algorithms.run("FedAvg", model, clients, cfg)
+    bad = neural.FedResult(**{**{f: getattr(good, f) for f in good.__dataclass_fields__},
+                              "state": {n: torch.full_like(p, float("nan")) for n, p in good.state.items()}})
+    key = {"kind": "test", "what": "a run whose parameters are NaN"}
+    with checkpoints.resumable(tmp_path):
+        checkpoints.cached(key, lambda: bad)
+        with pytest.raises(ValueError, match="non-finite") as err:
+            checkpoints.cached(key, lambda: bad)
+    assert "state" in str(err.value) and "delete it to re-run" in str(err.value)

@@ -9,8 +9,9 @@ short (a session that ends, a machine that goes away) restarts from the runs it 
 driver is called again from the start, and the finished runs come back from disk bit for bit.
 
 Each run has a record (:func:`record`) of what it is a run of: its kind, algorithm (its name
-and a digest of its class's code), configuration and options (their ``repr``: every field), the network (its ``repr`` and
-:func:`code_digest`, the source of its modules' classes), and digests (:func:`digest`) of the
+and :func:`algorithm_code`, a digest of its class's bytecode), configuration and options (their
+``repr``: every field), the network (its ``repr`` and :func:`code_digest`, the bytecode of its
+modules' classes), and digests (:func:`digest`) of the
 starting parameters and the clients' data (their bytes). The file is ``<digest of the
 record>.pt``, so a changed setting, seed, network (its layers or its code) or data set misses
 the store. Runs with a ``callback`` are never stored (the callback would not be called on a
@@ -19,16 +20,18 @@ load).
 A file holds only tensors and plain data (strings, numbers, tuples, lists, dicts; the
 dataclasses of a result as a tagged dict of their fields) and is read with
 ``torch.load(weights_only=True)``, so loading runs no code. It also holds the run's record,
-checked against the call's before the run is returned: an unreadable file, one that is not a
-stored run, or one stored for another call is a ``ValueError`` naming it (delete it to re-run).
+checked against the call's before the run is returned, and a :func:`digest` of the record and
+the run, checked on load (``torch.load`` does not check the zip's CRC, so a flipped bit would
+otherwise come back as the run): an unreadable file, one that is not a stored run, one whose
+payload does not match its digest, one stored for another call, or one whose parameters
+(``state`` and ``local`` of each result it holds) are not all finite (a finished run's are) is a
+``ValueError`` naming it (delete it to re-run).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import inspect
 import os
 import types
 from contextlib import contextmanager
@@ -37,9 +40,9 @@ from typing import Callable, Iterator
 
 import torch
 
-__all__ = ["active", "cached", "code_digest", "digest", "record", "resumable"]
+__all__ = ["active", "algorithm_code", "cached", "code_digest", "digest", "record", "resumable"]
 
-FORMAT = "replearn.neural.checkpoints/2"  # what a stored file says it is
+FORMAT = "replearn.neural.checkpoints/3"  # what a stored file says it is
 
 _FOLDERS: list[Path] = []
 
@@ -91,10 +94,11 @@ def digest(*parts) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
 def _class_code(cls: type) -> str:
-    """The source of ``cls`` and of its base classes outside torch (torch's own classes by
-    name: their code is torch's); a class without source by its functions' bytecode."""
+    """The code of ``cls`` and of its base classes outside torch (torch's own classes by name:
+    their code is torch's): each class's attributes by name and :func:`_value_code` (functions
+    by their bytecode, whether or not their source can be read: a class from ``exec`` or a
+    notebook cell has none). Read at each call, not cached: a class attribute set later counts."""
     parts = []
     for c in cls.__mro__:
         if c is object:
@@ -103,19 +107,66 @@ def _class_code(cls: type) -> str:
         if c.__module__.split(".")[0] == "torch":
             parts.append(name)
             continue
-        try:
-            parts.append(f"{name}\n{inspect.getsource(c)}")
-        except (OSError, TypeError):  # defined where no source is kept (exec, some notebooks)
-            codes = [(k, v.__code__) for k, v in sorted(vars(c).items()) if hasattr(v, "__code__")]
-            parts.append(f"{name}\n" + repr([(k, _bytecode(code)) for k, code in codes]))
+        members = [(k, _value_code(v)) for k, v in sorted(vars(c).items())
+                   if k not in ("__dict__", "__weakref__", "__module__", "__qualname__")]
+        parts.append(f"{name}\n{members!r}")
     return "\n".join(parts)
 
 
+def _value_code(value, inside: frozenset = frozenset()):
+    """What :func:`_class_code` keeps of a class attribute or an algorithm's own attribute: a
+    function's, static or class method's or property's :func:`_bytecode` with its default
+    arguments and the values it closes over (``inside``: the functions already being read, so
+    a function that closes over itself is read once); a class by its name;
+    plain data (numbers, strings, and tuples, lists, sets and dicts of them) by its ``repr``
+    (a set's items sorted: their order follows string hashing, which changes between
+    processes); anything else by its type's name."""
+    for attr in ("__func__", "fget"):  # staticmethod, classmethod; property (with its setter and deleter)
+        if hasattr(value, attr):
+            return tuple(_value_code(getattr(value, a, None), inside) for a in (attr, "fset", "fdel"))
+    if isinstance(value, types.CodeType):
+        return _bytecode(value)
+    if isinstance(value, types.FunctionType):
+        if id(value) in inside:
+            return "itself"
+        inside = inside | {id(value)}
+        cells = tuple(_value_code(_contents(c), inside) for c in value.__closure__ or ())
+        return (_bytecode(value.__code__), _value_code(value.__defaults__, inside),
+                _value_code(value.__kwdefaults__, inside), cells)
+    if isinstance(value, type):
+        return f"class {value.__module__}.{value.__qualname__}"
+    if value is None or type(value) in (bool, int, float, complex, str, bytes):
+        return repr(value)
+    if type(value) in (tuple, list):
+        return (type(value).__name__, tuple(_value_code(v, inside) for v in value))
+    if type(value) in (set, frozenset):
+        return ("set", tuple(sorted(repr(_value_code(v, inside)) for v in value)))
+    if type(value) is dict:
+        return ("dict", tuple(sorted((repr(_value_code(k, inside)), repr(_value_code(v, inside)))
+                                     for k, v in value.items())))
+    return f"a {type(value).__module__}.{type(value).__qualname__}"
+
+
+def _contents(cell: types.CellType):
+    """What a closure's cell holds (None while the variable is unassigned)."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
+
+
 def _bytecode(code: types.CodeType) -> tuple:
-    """``code``'s instructions, names and constants (nested code objects likewise), without
-    its file name and line numbers."""
-    consts = tuple(_bytecode(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts)
-    return code.co_code, code.co_names, consts
+    """``code``'s instructions, names and constants (nested code objects likewise, recursively;
+    see :func:`_value_code`), without its file name and line numbers."""
+    return code.co_code, code.co_names, tuple(_value_code(c) for c in code.co_consts)
+
+
+def algorithm_code(algorithm) -> str:
+    """SHA-256 of the code of ``algorithm``'s class and its bases (:func:`_class_code`, whether
+    or not their source can be read) and of its own attributes: an edited method, even one
+    defined in a notebook cell, misses the store."""
+    own = sorted((k, _value_code(v)) for k, v in vars(algorithm).items())
+    return hashlib.sha256(f"{_class_code(type(algorithm))}\n{own!r}".encode()).hexdigest()
 
 
 def code_digest(model) -> str:
@@ -165,9 +216,23 @@ def _decode(obj):
     return _stored_classes()[kind](**{k: _decode(v) for k, v in items.items()})
 
 
+def _nonfinite(result, where: str = "") -> list[str]:
+    """Where the parameters of ``result`` (``state`` and ``local`` of it and of every
+    :class:`~replearn.neural.FedResult` in its ``extras``) hold NaN or infinite values."""
+    from replearn import neural  # here: neural imports this module
+    if isinstance(result, dict):
+        return [w for k, v in result.items() for w in _nonfinite(v, f"{where}[{k!r}]")]
+    if not isinstance(result, neural.FedResult):
+        return []
+    bad = [f"{where}.{part}[{n!r}]" for part in ("state", "local") for n, t in getattr(result, part).items()
+           if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    return bad + _nonfinite(result.extras, f"{where}.extras")
+
+
 def _load(path: Path, expected: dict[str, str]):
     """The run stored in ``path`` for the call recorded as ``expected``; ``ValueError`` naming
-    the file if it cannot be read, is not a stored run, or was stored for another call."""
+    the file if it cannot be read, is not a stored run, does not match its digest, was stored
+    for another call or holds non-finite parameters."""
     try:
         stored = torch.load(path, weights_only=True)  # tensors and plain data only: runs no code
         if not (isinstance(stored, dict) and stored.get("format") == FORMAT
@@ -177,11 +242,18 @@ def _load(path: Path, expected: dict[str, str]):
     except Exception as err:  # truncated, foreign or crafted: say which, do not train over it silently
         raise ValueError(f"{path} is not a stored run ({type(err).__name__}: {err}); "
                          f"delete it to re-run") from err
+    if stored.get("digest") != digest(stored["record"], stored["result"]):
+        raise ValueError(f"{path} is damaged: its record and run do not match the digest stored with them; "
+                         f"delete it to re-run")
     differ = sorted(k for k in expected.keys() | stored["record"].keys()
                     if stored["record"].get(k) != expected.get(k))
     if differ:
         raise ValueError(f"{path} holds a run of another call (it differs in {', '.join(differ)}); "
                          f"delete it to re-run")
+    bad = _nonfinite(result, "the run")
+    if bad:
+        raise ValueError(f"{path} holds a run with non-finite parameters ({', '.join(bad[:3])}): a "
+                         f"finished run has none; delete it to re-run")
     return result
 
 
@@ -189,8 +261,8 @@ def cached(run_record: dict[str, str], compute: Callable[[], object]):
     """``compute()``, stored with ``run_record`` (see :func:`record`) as
     ``<active folder>/<digest of run_record>.pt``; loaded instead when that file exists and
     its record is ``run_record``. Outside :func:`resumable`, just ``compute()``. A file that
-    cannot be read, is not a stored run or holds another call's run is a ``ValueError`` naming
-    it (delete it to re-run)."""
+    cannot be read, is not a stored run, does not match its digest, holds another call's run or
+    non-finite parameters is a ``ValueError`` naming it (delete it to re-run)."""
     folder = active()
     if folder is None:
         return compute()
@@ -199,6 +271,8 @@ def cached(run_record: dict[str, str], compute: Callable[[], object]):
         return _load(path, run_record)
     result = compute()
     tmp = path.with_suffix(".tmp")
-    torch.save({"format": FORMAT, "record": dict(run_record), "result": _encode(result)}, tmp)
+    record, encoded = dict(run_record), _encode(result)
+    torch.save({"format": FORMAT, "record": record, "result": encoded, "digest": digest(record, encoded)},
+               tmp)
     os.replace(tmp, path)  # atomic: a run cut short leaves no half-written file under the final name
     return result

@@ -15,8 +15,6 @@ evaluated rounds every client is tested with ``eval_params``.
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -49,8 +47,9 @@ class ClientRound:
     ``global_params`` and ``server`` state at the start of the round, the round's ``broadcast``
     (the same for every client), the client's own ``state`` (its dict from the last round it
     took part in, or the algorithm's initial client state) and ``draw``: the algorithm's extra
-    random draws for this client, made in the calling thread before training. ``initial``: the
-    run's starting parameters; ``shared`` and ``personal``: the names the algorithm shares and
+    random draws for this client, made in the calling thread before training. ``initial``: what a
+    client not yet sampled starts from (``cfg.first_visit``: by default the run's starting
+    parameters; see :func:`first_visit_params`); ``shared`` and ``personal``: the names the algorithm shares and
     keeps per client (its ``shared_names`` and ``personal_names``); ``phases``: its local phases
     (``batches[k]`` is phase k's). Nothing here may be modified
     in place: a client's new state is returned in its :class:`ClientUpdate`. At evaluation,
@@ -143,23 +142,12 @@ def run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opti
         raise ValueError(f"cfg must be a neural.TrainConfig, got {type(cfg).__name__}")
     if checkpoints.active() is None or callback is not None:
         return _run(algorithm, model, clients, cfg, options, state, callback, workers)
-    run_info = {"kind": "run", "algorithm": algorithm.name, "algorithm_code": _algorithm_code(algorithm),
+    run_info = {"kind": "run", "algorithm": algorithm.name,
+                "algorithm_code": checkpoints.algorithm_code(algorithm),
                 "config": repr(cfg), "options": repr(options)}
     start = state if state is not None else {n: p.detach() for n, p in model.named_parameters()}
     return checkpoints.cached(checkpoints.record(run_info, model, start, clients),
                               lambda: _run(algorithm, model, clients, cfg, options, state, None, workers))
-
-
-def _algorithm_code(algorithm) -> str:
-    """SHA-256 of the source of the algorithm's class and its bases (a changed method misses the
-    store of :mod:`replearn.neural.checkpoints`)."""
-    parts = []
-    for cls in type(algorithm).__mro__[:-1]:
-        try:
-            parts.append(inspect.getsource(cls))
-        except (OSError, TypeError):
-            parts.append(f"{cls.__module__}.{cls.__qualname__}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, options, state: Params | None,
@@ -182,6 +170,7 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
     shared = tuple(algorithm.shared_names(model, options))
     params = starting_state(model, state, device, clients.dtype)
     initial = {n: p.clone() for n, p in params.items()}
+    unvisited = initial  # what a client not yet sampled starts from (cfg.first_visit)
     server = algorithm.init_server(params, options)
     states: dict[int, dict] = {}
     x_train: dict[int, torch.Tensor] = {}  # training images in the working layout, made by the thread that first needs them
@@ -201,11 +190,11 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
 
     def context(w: LocalSGD, i: int, batches, broadcast, draw, own: dict) -> ClientRound:
         return ClientRound(i, w, images(i), clients.y_train[i], sizes[i], batches, cfg, options,
-                           gen if pool is None else None, params, server, broadcast, own, draw, initial, shared,
+                           gen if pool is None else None, params, server, broadcast, own, draw, unvisited, shared,
                            personal, phases)
 
     def own_state(i: int) -> dict:
-        return states[i] if i in states else algorithm.init_client(initial, options)
+        return states[i] if i in states else algorithm.init_client(unvisited, options)
 
     with OneIntraOpThread(pool is None and device.type == "cpu"):
         try:
@@ -261,6 +250,9 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
                 total = float(sum(sizes[i] for i in selected))
                 mean_upload = {k: v / total for k, v in acc.items()}
                 params, server = algorithm.server_update(params, server, mean_upload, selected, M, options)
+                if cfg.first_visit != "initial":
+                    unvisited = first_visit_params(cfg.first_visit, params, personal,
+                                                   {i: states[i] for i in selected}, sizes)
                 losses[t] = round_loss / total
                 metrics = {"train_loss": float(losses[t])}
                 if (t + 1) % cfg.eval_every == 0 or t == cfg.rounds - 1:
@@ -314,6 +306,26 @@ def _evaluate(algorithm, model, clients, cfg, options, t, names, personal, own_s
                 refuse(finite[k].index(False), n)
         tested = list(zip(test_all(model, clients, {}, own, cfg.vmap_clients), [k for _, k in tested]))
     return evaluation_of(clients, [r for r, _ in tested]), [p for _, p in tested]
+
+
+def first_visit_params(rule: str, params: Params, personal: Sequence[str], kept: dict[int, dict],
+                       sizes: Sequence[int]) -> Params:
+    """What a client not yet sampled holds after a round (``TrainConfig.first_visit``): for
+    ``"global"`` the server's new parameters ``params``; for ``"average"`` the same with each
+    name of ``personal`` that every one of the round's clients keeps as a tensor of its state
+    (``kept``: client -> its new state) replaced by their n_i-weighted mean (``sizes[i]``), summed
+    in client order, as the FedRep authors' server averages every parameter, heads included."""
+    out = dict(params)
+    if rule == "average":
+        total = float(sum(sizes[i] for i in kept))
+        for n in personal:
+            if all(isinstance(state.get(n), torch.Tensor) for state in kept.values()):
+                acc = None
+                for i, state in kept.items():
+                    term = state[n] * float(sizes[i])
+                    acc = term if acc is None else acc + term
+                out[n] = acc / total
+    return out
 
 
 def finite_by_name(params: Params, names: Sequence[str]) -> torch.Tensor:

@@ -10,6 +10,9 @@ import numpy as np
 
 from replearn.checks import check_count, check_int, check_seed
 
+#: The values of :attr:`TrainConfig.first_visit`: where a client's personal part starts.
+FIRST_VISIT = ("initial", "global", "average")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -23,6 +26,18 @@ class TrainConfig:
     ``vmap_clients``: how many clients with identical batch schedules are trained together
     with ``torch.func.vmap``, and how many with test sets of equal size are evaluated together
     (1: one after another).
+
+    ``first_visit``: what a client's personal part is before the client is first sampled (it
+    trains from it at its first visit, and is evaluated with it until then), one of
+    :data:`FIRST_VISIT`: ``"initial"``, the run's starting parameters; ``"global"``, the
+    server's current model; ``"average"``, the server's current model with the parameters the
+    algorithm keeps personal by name (FedRep's and FedPer's heads, LG-FedAvg's local layers)
+    replaced by the n_i-weighted mean of those of the previous round's clients, as in the FedRep
+    authors' code, where a client not yet sampled holds the server's average of every parameter
+    (``main_fedrep.py``: its ``w_locals`` entries are views of ``net_glob``'s tensors). A method
+    whose clients keep their personal model in another form (Ditto's and APFL's personal
+    models, L2GD's local models) then starts it from the current global model, as the authors'
+    ``main_ditto.py`` and ``main_apfl.py`` do.
     """
 
     rounds: int = 10
@@ -40,6 +55,7 @@ class TrainConfig:
     last_rounds: int = 10
     vmap_clients: int = 1
     seed: int = 0
+    first_visit: str = "initial"
 
     def __post_init__(self):
         counts = dict(rounds=self.rounds, batch_size=self.batch_size, local_epochs=self.local_epochs,
@@ -72,6 +88,8 @@ class TrainConfig:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
         if not 0 < self.participation <= 1:
             raise ValueError(f"participation must be in (0, 1], got {self.participation!r}")
+        if self.first_visit not in FIRST_VISIT:
+            raise ValueError(f"first_visit must be one of {FIRST_VISIT}, got {self.first_visit!r}")
         if not isinstance(self.augment, bool):
             raise ValueError(f"augment must be True or False, got {self.augment!r}")
 

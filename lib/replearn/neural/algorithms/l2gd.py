@@ -40,10 +40,15 @@ from replearn.neural.algorithms.base import Momentum, Algorithm, Summary, joint_
 class L2GDOptions:
     """``lam``: the penalty lambda on the spread of the local models (default 2); ``p``: the
     probability of an aggregation step (default 0.2: four local steps per aggregation step on
-    average). Ours: the FedRep paper does not state its values."""
+    average). Ours: the FedRep paper does not state its values. ``coin``: ``"step"`` (default)
+    draws a coin for every step of a round; ``"round"`` draws one coin per round, as the FedRep
+    authors' ``main_l2gd.py`` does for all its clients at once: with probability ``1 - p`` the
+    round's clients take all their planned local steps, otherwise each takes one aggregation step
+    (run it with every client in every round, ``participation = 1``, to be their loop)."""
 
     lam: float = 2.0
     p: float = 0.2
+    coin: str = "step"
     step_scales: ClassVar[tuple[str, ...]] = ("p",)  # a local step is lr / (1 - p)
 
     def __post_init__(self):
@@ -51,6 +56,9 @@ class L2GDOptions:
         set_real(self, "p", low=0, high=1, low_open=True)
         if self.p >= 1:
             raise ValueError(f"p must be < 1 (some steps must be local), got {self.p!r}")
+        if self.coin not in ("step", "round"):
+            raise ValueError(f"coin must be 'step' (a coin per local step) or 'round' (one per round, the "
+                             f"FedRep authors' main_l2gd.py), got {self.coin!r}")
 
 
 class L2GD(Algorithm):
@@ -74,7 +82,10 @@ class L2GD(Algorithm):
 
     def draw(self, plan, cfg, options, generator):
         longest = max(len(plan.batches[i][0]) for i in plan.clients)
-        coins = (torch.rand(longest, generator=generator) < options.p).tolist()
+        if options.coin == "round":
+            coins = [bool(torch.rand(1, generator=generator) < options.p)] * longest
+        else:
+            coins = (torch.rand(longest, generator=generator) < options.p).tolist()
         return {i: coins for i in plan.clients}
 
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
@@ -86,7 +97,11 @@ class L2GD(Algorithm):
         local = Momentum(cfg.momentum, cfg.weight_decay)
         first = next(iter(x.values()))
         loss_sum, steps = torch.zeros((), dtype=first.dtype, device=first.device), 0
+        if opt.coin == "round" and ctx.draw and ctx.draw[0]:  # the round's one aggregation step
+            x = {n: x[n] - theta * (x[n] - xbar[n]) for n in names}
         for idx, aggregate in zip(ctx.batches[0], ctx.draw):
+            if opt.coin == "round" and aggregate:
+                break
             if aggregate:
                 x = {n: x[n] - theta * (x[n] - xbar[n]) for n in names}
             else:

@@ -28,13 +28,23 @@ from replearn.neural.algorithms.base import Momentum, Algorithm, Summary, joint_
 @dataclass(frozen=True)
 class PerFedAvgOptions:
     """``alpha``: the inner (adaptation) step size, also used at evaluation (default 0.01; the
-    FedRep paper does not state it; Fallah et al. use 0.001-0.01)."""
+    FedRep paper does not state it; Fallah et al. use 0.001-0.01). ``variant``: ``"paper"``
+    (default), Per-FedAvg (FO) as above; ``"authors"``, what the FedRep authors' code runs for
+    ``--alg maml`` (``main_fedrep.py``, which never calls its ``LocalUpdateMAML``): each client
+    continues training its own copy of the model by plain local SGD (``alpha`` unused), the
+    server averages the copies, the average only reaching clients not yet sampled (set
+    ``TrainConfig.first_visit = "average"`` for their shared memory), and each client is
+    tested with its own copy."""
 
     alpha: float = 0.01
+    variant: str = "paper"
     step_scales: ClassVar[tuple[str, ...]] = ("alpha",)  # the inner step size
 
     def __post_init__(self):
         set_real(self, "alpha", low=0, low_open=True)
+        if self.variant not in ("paper", "authors"):
+            raise ValueError(f"variant must be 'paper' (Per-FedAvg (FO)) or 'authors' (the FedRep authors' "
+                             f"--alg maml: plain local SGD on each client's own copy), got {self.variant!r}")
 
 
 class PerFedAvg(Algorithm):
@@ -49,10 +59,14 @@ class PerFedAvg(Algorithm):
     batched = True  # its client_update also runs batched (vmap-safe)
 
     def phases(self, model, cfg, options):
-        return (joint_phase(model, cfg, factor=2),)
+        return (joint_phase(model, cfg, factor=1 if options.variant == "authors" else 2),)
 
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
         names = tuple(ctx.global_params)
+        if ctx.options.variant == "authors":  # plain local SGD on the client's own continuing copy
+            w, loss = ctx.worker.train(self.start_params(ctx), names, ctx.x, ctx.y, ctx.batches[0], ctx.cfg,
+                                       ctx.generator)
+            return neural.ClientUpdate(w, dict(w), loss, len(ctx.batches[0]))
         cfg, alpha = ctx.cfg, ctx.options.alpha
         w = dict(ctx.global_params)
         outer = Momentum(cfg.momentum, cfg.weight_decay)
@@ -74,6 +88,8 @@ class PerFedAvg(Algorithm):
         return joint_names(model)
 
     def eval_params(self, ctx):
+        if ctx.options.variant == "authors":  # the client's own copy
+            return super().eval_params(ctx)
         names = tuple(ctx.global_params)
         _, g = ctx.worker.gradient(ctx.global_params, names, ctx.x, ctx.y, None, ctx.cfg)
         return {n: ctx.global_params[n] - ctx.options.alpha * g[n] for n in names}

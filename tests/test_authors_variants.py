@@ -1,5 +1,6 @@
-"""``TrainConfig.first_visit``: what a client's personal part is before its first visit, checked
-on a tiny federation against the rule written out by hand (the FedRep authors' shared memory)."""
+"""What the FedRep authors' code runs for Table 1, as options of the engine and the methods: the
+first visit (``TrainConfig.first_visit``), Per-FedAvg's ``--alg maml`` and L2GD's one coin per round,
+each checked on a tiny federation against the rule written out by hand."""
 
 import pytest
 import torch
@@ -75,3 +76,52 @@ def test_a_later_first_visit_trains_from_the_average_and_changes_the_run():
 def test_unknown_rule_is_refused():
     with pytest.raises(ValueError, match="first_visit must be one of"):
         neural.TrainConfig(first_visit="previous")
+
+
+def test_per_fedavg_authors_variant_is_fedavg_tested_with_local_copies_in_its_first_round():
+    """``--alg maml`` of the authors' code: plain local SGD on each client's own copy; in round 1
+    every copy starts at the initial model, so it is FedAvg tested with the updated copies."""
+    pf = algorithms.get("Per-FedAvg").Options(variant="authors")
+    _, a = one_round("Per-FedAvg", "average", participation=1.0, options=pf)
+    _, b = one_round("FedAvg", "average", participation=1.0, options=algorithms.get("FedAvg").Options(evaluate="local"))
+    assert torch.equal(a.final.accuracy, b.final.accuracy)
+
+
+def test_per_fedavg_authors_variant_continues_each_clients_copy():
+    pf = algorithms.get("Per-FedAvg").Options(variant="authors")
+    _, one = one_round("Per-FedAvg", "average", participation=1.0, options=pf)
+    _, two = one_round("Per-FedAvg", "average", participation=1.0, rounds=2, options=pf)
+    # round 2 starts each client from its own round-1 copy, not from the server's average
+    assert not torch.equal(two.local["head.weight"][0], one.state["head.weight"])
+
+
+def test_l2gd_round_coin_takes_all_local_steps_or_one_aggregation_step():
+    """With ``coin = "round"`` a round whose coin says "aggregate" moves every x_i once by
+    theta = lr lam / p toward the server's average (the authors' main_l2gd.py), whatever the
+    number of planned steps; the coins are forced here: local in round 1, aggregate in round 2."""
+    opts = algorithms.get("L2GD").Options(p=0.5, lam=1.0, coin="round")
+
+    def forced(rounds):
+        alg = type(algorithms.get("L2GD"))()
+        seen = []
+
+        def draw(plan, cfg, options, generator):
+            aggregate = len(seen) == 1
+            seen.append(aggregate)
+            longest = max(len(plan.batches[i][0]) for i in plan.clients)
+            return {i: [aggregate] * longest for i in plan.clients}
+
+        alg.draw = draw
+        torch.manual_seed(0)
+        model = Tiny()
+        cfg = neural.TrainConfig(rounds=rounds, participation=1.0, local_steps=3, lr=0.05, eval_every=1,
+                                 last_rounds=1, seed=3)
+        return neural.run(alg, model, tiny_clients(SIZES), cfg, opts)
+
+    one, two = forced(1), forced(2)
+    theta = 0.05 * 1.0 / 0.5
+    for n, xbar in one.state.items():
+        x1 = one.local[n]
+        torch.testing.assert_close(two.local[n], x1 - theta * (x1 - xbar), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="coin must be"):
+        algorithms.get("L2GD").Options(coin="client")

@@ -14,12 +14,17 @@ control the format yourself.
 
 **Prose bound to outcomes.** A sentence that states an ordering, separation or trend of the
 book's own results must not be typed next to a check that may have failed. :func:`verdict`
-checks such a statement without asserting it, prints its outcome, and glues a *phrase* chosen
-by the outcome (``holds="separates from D-SGD beyond the spread"``, ``fails="does not separate
-from D-SGD beyond the spread"``) for ``{glue:text}`name``` in the sentence, so the prose can only
-say what the run shows. It also glues a record of the outcome (``name-outcome``: the claim, the
-paper claim it tests, the scale, whether it held) that Appendix B collects from the stored
-notebooks (:func:`recorded_outcomes`), so no summary of outcomes is typed.
+checks such a statement without asserting it, prints its outcome in the book's one vocabulary,
+"holds", "not separated (n = 3)" or "opposite" (:data:`replearn.book.seeds.OUTCOMES`), and glues a
+*phrase* chosen by the outcome (``holds="is above D-SGD's beyond the spread over seeds"``,
+``fails="is not separated from D-SGD's"``) for ``{glue:text}`name``` in the sentence, so the prose
+can only say what the run shows. A comparison is reported in the unit of its table: accuracies
+shown in % are compared in percentage points (``seeds.points``, or ``scale=100, unit="points"``),
+so a verdict row reads "+56 [+35, +78] points" beside the table it summarises, and every bound
+is printed with enough decimals to show its sign. :func:`verdict` also glues a record of the
+outcome (``name-outcome``: the claim, the paper claim it tests, the scale, the outcome) that
+Appendix B collects from the stored notebooks (:func:`recorded_outcomes`), so no summary of
+outcomes is typed.
 
 **Numbers formatted once.** A number shown both in a table and in the prose is formatted once,
 as a string (:func:`fmt`, :func:`mean_pm`), and that string is both put in the table and glued
@@ -128,14 +133,12 @@ def fmt(value, spec: str = ".3g") -> str:
 
 @dataclass(frozen=True)
 class MeanPm:
-    """A mean ± sd over seeds, formatted once: ``mean``, ``sd`` and ``text`` (``"mean ± sd"``)
-    are the strings that both a table and the prose show."""
+    """A mean ± sd over seeds, formatted once: ``mean``, ``sd`` and ``text`` (``"mean ± sd"``, or
+    ``"0.970 (sd < 0.001)"`` / ``"0.970 (no spread)"`` where the sd rounds to zero) are the
+    strings that both a table and the prose show."""
     mean: str
     sd: str
-
-    @property
-    def text(self) -> str:
-        return f"{self.mean} ± {self.sd}"
+    text: str
 
     def __str__(self) -> str:
         return self.text
@@ -144,27 +147,27 @@ class MeanPm:
 def mean_pm(values, *, scale: float = 1.0, digits: int | None = None) -> MeanPm:
     """Mean ± sample standard deviation over seeds of ``scale * values``, with as many decimals
     as the spread supports (``seeds.decimals``: one significant digit of the sd, at most 3) unless
-    ``digits`` (decimals) is given; the same numbers as ``seeds.pm`` but without negative zeros."""
-    from replearn.book.seeds import decimals, mean_sd
+    ``digits`` (decimals) is given; the same strings as ``seeds.pm`` (:func:`replearn.book.seeds.pm_parts`)."""
+    from replearn.book.seeds import pm_parts
 
     xs = [_finite_real(scale * float(_finite_real(v, "mean_pm value")), "mean_pm value") for v in values]
-    m, sd = mean_sd(xs)
-    d = decimals(sd) if digits is None else digits
-    if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_DIGITS:
-        raise ValueError(f"mean_pm: digits (decimals) must be an int from 0 to {MAX_DIGITS}, got {d!r}")
-    return MeanPm(fmt(m, f".{d}f"), fmt(sd, f".{d}f"))
+    if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= MAX_DIGITS):
+        raise ValueError(f"mean_pm: digits (decimals) must be an int from 0 to {MAX_DIGITS}, got {digits!r}")
+    return MeanPm(*pm_parts(xs, digits=digits))
 
 
-def compared(a, b) -> str:
+def compared(a, b, *, scale: float = 1.0, unit: str = "") -> str:
     """One cell of a "paper | ours" table: how the paired values ``a`` compare with ``b`` (the same
     seeds or clients, in order) by the book's one criterion (:func:`replearn.book.seeds.compare`: the
-    95% t-interval of the paired mean difference), with that difference and interval, e.g.
-    ``"higher beyond the spread (+5, 95% interval [+2, +8], n = 3)"`` or ``"not separated (...)"``."""
-    from replearn.book.seeds import compare
+    95% t-interval of the paired mean difference, of ``scale * (a - b)`` in ``unit``), with that
+    difference and interval, e.g. ``"higher beyond the spread (+5 [+2, +8] points, 95% interval,
+    n = 3)"``, ``"lower beyond the spread (...)"`` or ``"not separated (...)"``."""
+    from replearn.book.seeds import LEVEL, compare
 
-    c = compare(a, b)
-    word = "higher beyond the spread" if c.lo > 0 else "lower beyond the spread" if c.hi < 0 else "not separated"
-    return f"{word} ({c.full})"
+    c = compare(a, b, scale=scale, unit=unit)
+    word = {"holds": "higher beyond the spread", "opposite": "lower beyond the spread",
+            "not separated": "not separated"}[c.outcome]
+    return f"{word} ({c.text}, {LEVEL:.0%} interval, n = {c.n})" if c.n > 1 else f"{word} ({c.text})"
 
 
 def _glue(name: str, value) -> None:
@@ -197,14 +200,15 @@ def glue_pm(name: str, values, *, scale: float = 1.0, digits: int | None = None)
     return s
 
 
-def glue_diff(name: str, a, b, *, scale: float = 1.0):
+def glue_diff(name: str, a, b, *, scale: float = 1.0, unit: str = ""):
     """Glue under ``name`` the paired difference of ``a`` and ``b`` (the same seeds or clients,
     in order) with its 95% t-interval, ``"+5 [+2, +8]"`` (:func:`replearn.book.seeds.compare`, the
-    book's one criterion); returns the :class:`~replearn.book.seeds.Comparison`, so a table shows the
-    same string (``.text``)."""
+    book's one criterion; ``scale=100, unit="points"`` for accuracies shown in %: ``"+5 [+2, +8]
+    points"``); returns the :class:`~replearn.book.seeds.Comparison`, so a table shows the same
+    string (``.text``) and a verdict can judge by it."""
     from replearn.book.seeds import compare
 
-    c = compare(a, b, scale=scale)
+    c = compare(a, b, scale=scale, unit=unit)
     glue_text(name, c.text)
     return c
 
@@ -229,9 +233,9 @@ def _shown(label: str, values: dict, digits: int) -> str:
 def _condition(label: str, condition) -> bool:
     if not isinstance(label, str) or not label:
         raise ValueError("a claim needs a non-empty label saying what is claimed")
-    from replearn.book.seeds import Comparison
+    from replearn.book.seeds import Comparison, Joint
 
-    if isinstance(condition, Comparison):
+    if isinstance(condition, (Comparison, Joint)):
         condition = bool(condition)
     condition = _scalar(condition)
     if not isinstance(condition, bool):
@@ -271,58 +275,79 @@ def claim(label: str, condition, *, digits: int = 3, **values) -> None:
 _PENDING: list[list[str]] = []
 
 
-def verdict(name: str, label: str, condition, *, holds: str, fails: str, paper: str | None = None,
-            scale: str = "CPU", require: bool = False, absence: bool = False, paper_difference: float | None = None,
-            digits: int = 3, **values) -> bool:
-    """Check ``condition`` and say so in the prose: add the row ``label | paper | holds / does not
-    hold (values; the interval)`` to the cell's verdict table (shown by :func:`verdict_table`),
-    glue under ``name`` the phrase ``holds`` or ``fails`` (for ``{glue:text}`name``` in the sentence
-    that states it) and under ``name-outcome`` a record ``{"claim": label, "holds": ..., "paper":
-    paper, "scale": scale}`` that Appendix B collects. ``condition`` is a bool or a
-    :class:`replearn.book.seeds.Comparison` (what ``seeds.separated`` returns), whose interval the row
-    then shows: the very interval the outcome was decided by. ``paper`` names the paper's claim
-    the check tests (None for the book's own statements), ``scale`` the run (``"CPU"``: the
-    stored CI-sized run; ``"long"``: a committed results file). With ``require=True`` a failure
-    raises :class:`ClaimFailed`, as :func:`claim`. A NaN among ``values`` raises
-    :class:`ClaimFailed`: no outcome can be read from it. ``absence=True`` marks a claim that
-    holds when *no* difference separates (e.g. "more epochs do not hurt"): holding only fails to
-    contradict it, and Appendix B says "not contradicted", not "reproduced". ``paper_difference``:
-    the paper's own difference for the compared pair (with a :class:`~replearn.book.seeds.Comparison`
-    condition): the record then says whether it lies inside our interval (the size reproduced,
-    not only the direction). Returns the outcome."""
-    from replearn.book.seeds import Comparison
+def verdict(name: str, label: str, condition, *, holds: str, fails: str, opposite: str | None = None,
+            paper: str | None = None, scale: str = "CPU", require: bool = False, absence: bool = False,
+            paper_difference: float | None = None, digits: int = 3, **values) -> bool:
+    """Check ``condition`` and say so in the prose: add the row ``label | paper | outcome: values;
+    the interval`` to the cell's verdict table (shown by :func:`verdict_table`), glue under
+    ``name`` the phrase ``holds``, ``fails`` or ``opposite`` for the outcome (for
+    ``{glue:text}`name``` in the sentence that states it) and under ``name-outcome`` a record that
+    Appendix B collects (:func:`recorded_outcomes`).
 
-    comparison = condition
-    interval = condition.full if isinstance(condition, Comparison) else None
-    condition = _condition(label, condition)
-    for what, phrase in (("holds", holds), ("fails", fails)):
+    The outcome is one of the book's three words (:data:`replearn.book.seeds.OUTCOMES`): "holds",
+    "not separated (n = k)" (a null result: never "does not hold") or "opposite". ``condition`` is
+
+    * a :class:`replearn.book.seeds.Comparison` (what ``seeds.separated``, ``seeds.compare`` and
+      ``seeds.points`` return): holds when its interval lies above 0, "opposite" below 0, else
+      not separated; the row shows the very interval, in the comparison's unit (compare accuracies
+      shown in % with ``seeds.points`` so that the row reads "+56 [+35, +78] points" beside a
+      table in %);
+    * a :class:`replearn.book.seeds.Joint` (``seeds.every`` / ``seeds.some`` of comparisons), judged
+      as that class says, with each part's interval;
+    * a bool, for a statement about the numbers shown (a threshold, a count): False reads "not
+      separated" (with ``absence=True``: "opposite", since a claim of *no* difference fails only
+      when a difference separates). Express orderings as comparisons, not as bools.
+
+    ``fails`` is glued for "not separated", ``opposite`` (default: ``fails``) for "opposite".
+    ``paper`` names the paper's claim the check tests (None for the book's own statements),
+    ``scale`` the run (``"CPU"``: the stored CI-sized run; ``"long"``: a committed results file).
+    With ``require=True`` an outcome other than "holds" raises :class:`ClaimFailed`, as
+    :func:`claim`. A NaN among ``values`` raises :class:`ClaimFailed`: no outcome can be read from
+    it. ``absence=True`` marks a claim that holds when *no* difference separates (e.g. "more
+    epochs do not hurt"): Appendix B then says it holds as a claim of no difference.
+    ``paper_difference``: the paper's own difference for the compared pair, **in the comparison's
+    unit** (points for ``seeds.points``), with a Comparison condition: the record then says whether
+    it lies inside our interval (the size reproduced, not only the direction). Returns whether the
+    outcome is "holds"."""
+    from replearn.book.seeds import Comparison, Joint
+
+    structured = condition if isinstance(condition, (Comparison, Joint)) else None
+    held = _condition(label, condition)
+    for what, phrase in (("holds", holds), ("fails", fails), ("opposite", opposite if opposite is not None else fails)):
         if not isinstance(phrase, str) or not phrase.strip():
             raise ValueError(f"verdict {name!r}: the {what} phrase must be a non-empty string")
-    if holds.strip() == fails.strip():
-        raise ValueError(f"verdict {name!r}: the holds and fails phrases must differ")
+    if holds.strip() in (fails.strip(), (opposite or fails).strip()):
+        raise ValueError(f"verdict {name!r}: the holds and fails (or opposite) phrases must differ")
     if scale not in ("CPU", "long", "paper"):
         raise ValueError(f"verdict {name!r}: scale must be 'CPU', 'long' or 'paper', got {scale!r}")
     suffix = _shown(label, values, digits)
     nan = _non_finite(values)
     if nan:
         raise ClaimFailed(f"{label}: cannot be decided: {', '.join(nan)} is NaN{suffix}")
-    shown = suffix.strip()[1:-1] if suffix else ""
-    if interval:
-        shown = f"{shown}; paired difference {interval}" if shown else f"paired difference {interval}"
+    if structured is not None:
+        outcome, word, n = structured.outcome, structured.word, structured.n
+    else:
+        outcome = "holds" if held else "opposite" if absence else "not separated"
+        word, n = outcome, None
+    shown = [suffix.strip()[1:-1]] if suffix else []
+    if structured is not None:
+        shown.append(f"paired difference {structured.full}" if isinstance(structured, Comparison)
+                     else f"paired differences {structured.full}")
     size = None
     if paper_difference is not None:
-        if not isinstance(comparison, Comparison):
+        if not isinstance(structured, Comparison):
             raise ValueError(f"verdict {name!r}: paper_difference needs a seeds.Comparison as the condition")
-        size = bool(comparison.lo <= _finite_real(paper_difference, "paper_difference") <= comparison.hi)
-        shown += f"; the paper's {paper_difference:+.2f} is {'inside' if size else 'outside'} the interval"
-    _PENDING.append([label, paper or "(the book's own statement)",
-                     f"{'holds' if condition else 'does not hold'}" + (f" ({shown})" if shown else "")])
-    _glue(name, holds if condition else fails)
-    _glue(f"{name}-outcome", {"claim": label, "holds": condition, "paper": paper, "scale": scale,
-                              "kind": "absence" if absence else "direction", "size": size})
-    if require and not condition:
-        raise ClaimFailed(f"{label}: does NOT hold{suffix}")
-    return condition
+        size = bool(structured.lo <= _finite_real(paper_difference, "paper_difference") <= structured.hi)
+        shown.append(f"the paper's {structured.signed(paper_difference)} is {'inside' if size else 'outside'} "
+                     "the interval")
+    _PENDING.append([label, paper or "(the book's own statement)", word + (": " + "; ".join(shown) if shown else "")])
+    _glue(name, holds if outcome == "holds" else fails if outcome == "not separated" else (opposite or fails))
+    _glue(f"{name}-outcome", {"claim": label, "holds": outcome == "holds", "outcome": outcome, "n": n,
+                              "paper": paper, "scale": scale, "kind": "absence" if absence else "direction",
+                              "size": size})
+    if require and outcome != "holds":
+        raise ClaimFailed(f"{label}: {word}{suffix}")
+    return outcome == "holds"
 
 
 def verdict_table(caption: str | None = None):
@@ -339,9 +364,11 @@ def verdict_table(caption: str | None = None):
 
 def recorded_outcomes(notebook) -> list[dict]:
     """The outcomes that :func:`verdict` recorded in a stored notebook (a path to an ``.ipynb``):
-    one dict per verdict, ``{"name", "claim", "holds", "paper", "scale", "kind", "size"}``, in
-    notebook order (``kind``: ``"direction"`` or ``"absence"``; ``size``: whether the paper's
-    difference lies in our interval, None when not checked).
+    one dict per verdict, ``{"name", "claim", "holds", "outcome", "n", "paper", "scale", "kind",
+    "size"}``, in notebook order (``outcome``: one of ``seeds.OUTCOMES``; ``n``: the pairs it was
+    decided on, None for a bool condition; ``kind``: ``"direction"`` or ``"absence"``; ``size``:
+    whether the paper's difference lies in our interval, None when not checked). Records stored
+    before ``outcome`` was recorded read as "holds" or "not separated".
     Reads the stored outputs only; runs nothing."""
     nb = json.loads(Path(notebook).read_text())
     found = []
@@ -353,5 +380,7 @@ def recorded_outcomes(notebook) -> list[dict]:
                 continue
             text = out.get("data", {}).get(meta.get("mime_prefix", "") + "text/plain", "")
             record = ast.literal_eval("".join(text) if isinstance(text, list) else text)
-            found.append({"name": key.removesuffix("-outcome"), "kind": "direction", "size": None, **record})
+            record = {"name": key.removesuffix("-outcome"), "kind": "direction", "size": None, "n": None, **record}
+            record.setdefault("outcome", "holds" if record["holds"] else "not separated")
+            found.append(record)
     return found

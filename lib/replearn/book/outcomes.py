@@ -7,9 +7,11 @@ other sections assert their claims with :func:`replearn.book.claims.claim`, whic
 stops the notebook. :func:`paper_claims` collects both from the stored outputs (it runs no
 notebook) into Appendix B's two tables, so that no summary of outcomes is typed.
 
-A claim is *reproduced in direction* when our interval lies on the paper's side of zero, *in
-size too* when the paper's difference also lies inside our interval, and only *not
-contradicted* when it holds because no difference separates ("more epochs do not hurt").
+Every outcome is one of the book's three words (:data:`replearn.book.seeds.OUTCOMES`): a claim
+*holds* when our interval lies on the paper's side of zero (*size too* when the paper's difference
+also lies inside our interval), is *not separated* when the interval contains zero, and is
+*opposite* when it lies on the other side. A claim of no difference ("more epochs do not hurt")
+holds when no difference separates ("no difference, as claimed": a longer run could still separate).
 """
 
 from __future__ import annotations
@@ -47,28 +49,38 @@ def _asserted(path: Path) -> list[str]:
     return _HOLDS.findall(text)
 
 
+def _word(check: dict) -> str:
+    """One check's outcome in the book's vocabulary: "holds", "not separated (n = k)" or "opposite"."""
+    outcome = check.get("outcome") or ("holds" if check["holds"] else "not separated")
+    if outcome == "not separated" and check.get("n"):
+        return f"not separated (n = {check['n']})"
+    return outcome
+
+
 def summary_word(checks: list[dict] | None) -> str:
-    """The outcome of one paper claim at one scale from its checks (dicts with ``holds``,
-    ``kind`` and ``size``): "—" (not checked), "not reproduced", "partly (k of n checks)", or,
-    when all hold, "direction reproduced" (", size too" / ", size not" where the paper's
-    difference was compared with our interval) and/or "not contradicted" (absence claims)."""
+    """The outcome of one paper claim at one scale from its checks (dicts with ``holds`` and,
+    where recorded, ``outcome``, ``n``, ``kind`` and ``size``), in the vocabulary of the checks
+    themselves: "—" (not checked); "holds" when all hold (", size too" / ", size not" where the
+    paper's difference was compared with our interval; "(no difference, as claimed)" for claims of
+    no difference); "opposite" when none holds and one is opposite; "not separated (n = k)" when
+    none holds; "holds in k of m checks" otherwise."""
     if not checks:
         return "—"
-    held = [c["holds"] for c in checks]
-    if not any(held):
-        return "not reproduced"
-    if not all(held):
-        return f"partly ({sum(held)} of {len(held)} checks)"
-    parts = []
+    words = [_word(c) for c in checks]
+    if not any(w == "holds" for w in words):
+        if "opposite" in words:
+            return "opposite"
+        counts = {c.get("n") for c in checks}
+        return f"not separated (n = {counts.pop()})" if len(counts) == 1 and None not in counts else "not separated"
+    if not all(w == "holds" for w in words):
+        return f"holds in {words.count('holds')} of {len(words)} checks"
     direction = [c for c in checks if c.get("kind", "direction") == "direction"]
-    if direction:
-        sizes = [c["size"] for c in direction if c.get("size") is not None]
-        parts.append("direction reproduced" + ("" if not sizes else ", size too" if all(sizes) else
-                                               ", size not" if not any(sizes) else
-                                               f", size in {sum(sizes)} of {len(sizes)}"))
-    if len(direction) < len(checks):
-        parts.append("not contradicted")
-    return "; ".join(parts)
+    if not direction:
+        return "holds (no difference, as claimed)"
+    sizes = [c["size"] for c in direction if c.get("size") is not None]
+    size = ("" if not sizes else ", size too" if all(sizes) else ", size not" if not any(sizes)
+            else f", size in {sum(sizes)} of {len(sizes)}")
+    return "holds" + size + ("; no difference where none is claimed" if len(direction) < len(checks) else "")
 
 
 def paper_claims(book: str | Path, sections) -> tuple[Table, Table, str, str]:
@@ -87,9 +99,10 @@ def paper_claims(book: str | Path, sections) -> tuple[Table, Table, str, str]:
         checks += [{"section": section, **rec} for rec in recorded_outcomes(path) if rec["paper"]]
         asserted[section] = _asserted(path)
     for section, (paper, label) in REVERSED.items():
+        reverse = label in asserted.get(section, [])
         checks.append({"section": section, "paper": paper, "scale": "CPU", "kind": "direction", "size": None,
-                       "claim": f"the blog's ordering (the section asserts the reverse: {label!r})",
-                       "holds": label not in asserted.get(section, [])})
+                       "claim": f"the blog's ordering (the section asserts the reverse: \"{label}\")",
+                       "holds": not reverse, "outcome": "opposite" if reverse else "not separated", "n": None})
     checks.sort(key=lambda c: _order(c["section"]))   # stable: each section's checks keep their order
     summary: dict = {}
     for c in checks:
@@ -101,8 +114,7 @@ def paper_claims(book: str | Path, sections) -> tuple[Table, Table, str, str]:
                                  "the paired difference; 5.7's one-seed near-paper run: over its 100 clients)")
     checks_table = Table(["section", "scale", "check", "outcome"],
                          [[c["section"], c["scale"], c["claim"],
-                           ("holds" if c["holds"] else "does not hold") +
-                           (" (not contradicted)" if c["holds"] and c.get("kind") == "absence" else "")]
+                           _word(c) + (" (no difference, as claimed)" if c["holds"] and c.get("kind") == "absence" else "")]
                           for c in checks], align="llll", caption="every recorded check")
     plain = [s for s in notebooks if s not in {c["section"] for c in checks} and asserted[s]]
     not_cpu = sorted({c["section"] for c in checks if c["scale"] == "CPU" and not c["holds"]}, key=_order)

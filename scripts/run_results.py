@@ -107,14 +107,24 @@ SECTIONS = {
     "5.7-m200": (s57.TableSettings, s57.run_table, _table),
     "5.7-m500": (s57.TableSettings, s57.run_table, _table),
     "5.7-fedavg-local": (s57.TableSettings, s57.run_table, _table),
+    "5.7-m500-local100": (s57.TableSettings, s57.run_table, _table),
+    "5.7-defaults": (s57.TableSettings, s57.run_table, _table),
+    **{f"5.7-{s57.column_slug(col)}": (s57.TableSettings, s57.run_table, _table) for col in s57.PAPER_TABLE1
+       if col != ("cifar10", 100, 2)},
 }
 #: sections whose settings are not their class's profile (``name(profile) -> settings``): 5.7's six
 #: main methods over seeds 1 and 2, beside 5.7's one-seed run of all 15; Local only, FedAvg and
-#: FedRep on 40 clients with 200 and with the paper's 500 training images each; FedAvg tested with the
-#: clients' locally updated copies; run only when named.
+#: FedRep on 40 clients with 200 and with the paper's 500 training images each, and Local only there
+#: at the authors' 100 epochs; the first column with every method at its own defaults
+#: (``5.7-defaults``, beside 5.7's authors' values); FedAvg tested with the clients' locally updated copies; Table 1's
+#: other four columns as the authors ran them (``5.7-c10-100-5`` ...); run only when named.
 VARIANTS = {"5.7-seeds": s57.TableSettings.more_seeds, "5.7-fedavg-local": s57.TableSettings.fedavg_local,
             "5.7-m200": functools.partial(s57.TableSettings.per_client_images, 200),
-            "5.7-m500": functools.partial(s57.TableSettings.per_client_images, 500)}
+            "5.7-m500": functools.partial(s57.TableSettings.per_client_images, 500),
+            "5.7-m500-local100": s57.TableSettings.local_budget,
+            "5.7-defaults": s57.TableSettings.earlier_protocol,
+            **{f"5.7-{s57.column_slug(col)}": functools.partial(s57.TableSettings.column, col)
+               for col in s57.PAPER_TABLE1 if col != ("cifar10", 100, 2)}}
 #: what runs when no section is named
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in VARIANTS)
 
@@ -132,7 +142,7 @@ RUN_GROUPS = {"4.8": ("4.8", "4.9"), "4.9": ("4.8", "4.9")}
 
 #: section -> the driver's launch estimate of one seed (:func:`replearn.book.scales.launch_estimate`)
 WORK = {"4.7": s47.work, "4.8": s48.work, "4.9": s49.work, "5.7": s57.work, "5.8": s58.work, "5.9": s59.work,
-        "5.7-seeds": s57.work, "5.7-m200": s57.work, "5.7-m500": s57.work, "5.7-fedavg-local": s57.work}
+        **{section: s57.work for section in SECTIONS if section.startswith("5.7-")}}
 
 
 def launch_line(section: str, profile: str) -> str:
@@ -345,19 +355,22 @@ def _committed(path: Path) -> results_lib.ResultsFile:
     return results_lib.load(section, profile, path.parent.parent)
 
 
+def staleness(path: Path, rf: results_lib.ResultsFile) -> list[str]:
+    """What of the results file ``rf`` (read from ``path``) differs from its profile's current
+    settings: ``"settings"`` (:func:`settings_json`) and/or ``"network"`` (the resolved network,
+    :func:`network_json`); empty when the file is current. :func:`stale_files` and
+    :func:`check_section` both ask it, so they call the same files stale."""
+    now = section_settings(rf.section, rf.profile)
+    recorded = json.loads(path.read_text()).get("network")
+    return [what for what, differs in (("settings", rf.settings != settings_json(now)),
+                                       ("network", recorded != network_json(now))) if differs]
+
+
 def stale_files(out: Path = RESULTS) -> list[str]:
-    """Results files whose settings or resolved network (:func:`network_json`) differ from their
-    profile's current ones (a file that
-    is corrupt, names another section or profile than its path, or belongs to no known
-    section is a ValueError naming it)."""
-    stale = []
-    for path in sorted(Path(out).glob("*/*.json")):
-        rf = _committed(path)
-        now = section_settings(rf.section, rf.profile)
-        recorded = json.loads(path.read_text()).get("network")
-        if rf.settings != settings_json(now) or recorded != network_json(now):
-            stale.append(str(path))
-    return stale
+    """Results files whose settings or resolved network differ from their profile's current
+    ones (:func:`staleness`; a file that is corrupt, names another section or profile than its
+    path, or belongs to no known section is a ValueError naming it)."""
+    return [str(path) for path in sorted(Path(out).glob("*/*.json")) if staleness(path, _committed(path))]
 
 
 def differences(now, committed, path: str = "") -> list[tuple[str, object, object]]:
@@ -432,7 +445,9 @@ def _recorded_fingerprint(provenance: dict, seed: int):
 
 def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int | None = None) -> dict:
     """Re-run one seed (default: the first) of the committed ``out/profile/section.json`` with the
-    current code and compare it with the committed result.
+    current code and compare it with the committed result. A file whose settings or recorded
+    network differ from the profile's (:func:`staleness`, as :func:`stale_files`) is a
+    ValueError: it is not a run of these settings.
 
     Where this machine's :func:`arithmetic_fingerprint` equals the one the file records for that
     seed, the comparison is bit for bit: any difference fails. Elsewhere (another fingerprint, or
@@ -456,8 +471,10 @@ def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int 
     record = _committed(path)
     cls, run, summary = SECTIONS[section]
     s = section_settings(section, profile)
-    if record.settings != settings_json(s):
-        raise ValueError(f"{path} is stale (its settings differ from the {profile} profile's); re-run the section")
+    stale = staleness(path, record)
+    if stale:
+        raise ValueError(f"{path} is stale (its {' and '.join(stale)} differ{'s' * (len(stale) == 1)} from the "
+                         f"{profile} profile's); re-run the section")
     seed = record.seeds[0] if seed is None else seed
     if isinstance(seed, bool) or not isinstance(seed, int) or str(seed) not in record.results:
         raise ValueError(f"seed {seed!r} is not in {path} (its seeds: {list(record.seeds)}); pass one of them")

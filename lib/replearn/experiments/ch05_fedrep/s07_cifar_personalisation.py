@@ -13,7 +13,8 @@ evaluated once after fine-tuning.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import dataclasses
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -74,90 +75,217 @@ AUTHORS_CODE = {**AUTHORS_PIPELINE,
                 "methods": (algorithms.table1(), "main_fedrep.py (--alg fedavg, prox, maml, lg, fedper, fedrep), "
                                                  "main_local.py, main_scaffold.py, main_mtl.py, main_l2gd.py, "
                                                  "main_apfl.py, main_ditto.py"),
-                "local_only_epochs": (10, "main_local.py (--epochs default)"),
-                "lg_shared_layers": (2, "main_fedrep.py (w_glob_keys fc2, fc3 for --alg lg)"),
-                "fedavg_evaluate": ("each client's locally updated copy", "main_fedrep.py (its 'Average "
-                                                                          "accuracy' line for --alg fedavg)")}
+                "train.first_visit": ("average", "main_fedrep.py, main_ditto.py, main_apfl.py (a client not yet "
+                                                 "sampled holds views of net_glob's tensors: the last round's "
+                                                 "average of every parameter, heads included)")}
+
+#: Rows beside Table 1's that run a method as the authors' code runs it, where that is another
+#: algorithm than the method's paper (row label -> the registered method it runs).
+AUTHORS_VARIANTS = {"Per-FedAvg (authors' code)": "Per-FedAvg", "L2GD (authors' code)": "L2GD"}
+
+#: Every method option the near-paper and paper profiles set as the FedRep authors' code does:
+#: (row, option, value, where it is stated). A method's own default is its paper's algorithm
+#: (the option's docstring says where its value comes from); :func:`authors_options` builds the
+#: profiles' options from this table, so each value is stated once.
+AUTHORS_OPTIONS = (
+    ("Local only", "epochs", 100, "scripts/*.sh (--epochs 100, which main_local.py reads as each client's epochs)"),
+    ("FedProx", "mu", 0.1, "utils/options.py (--mu 0.1)"),
+    ("SCAFFOLD", "global_lr", 0.1, "utils/options.py (--lr_g 0.1)"),
+    ("Ditto", "lam", 1.0, "utils/options.py (--lam_ditto 1)"),
+    ("APFL", "alpha", 0.75, "utils/options.py (--alpha_apfl 0.75)"),
+    ("APFL", "adapt_alpha", False, "main_apfl.py (alpha is never updated)"),
+    ("L2GD", "p", 0.9, "main_l2gd.py (p = 0.9)"),
+    ("L2GD", "lam", 4.5, "main_l2gd.py (--lambda_l2gd 0.5 in the pull lr·λ with lr = α/(n(1−p)); Alg. 1's pull "
+                         "ηλ/(np) with the same local step needs λ = 0.5 · 0.9 / 0.1 = 4.5)"),
+    ("L2GD (authors' code)", "p", 0.9, "main_l2gd.py (p = 0.9)"),
+    ("L2GD (authors' code)", "lam", 4.5, "main_l2gd.py (as for L2GD)"),
+    ("L2GD (authors' code)", "coin", "round", "main_l2gd.py (one coin per iteration, for every client at once)"),
+    ("Per-FedAvg (authors' code)", "variant", "authors", "main_fedrep.py (--alg maml trains with the plain "
+                                                          "LocalUpdate; LocalUpdateMAML is never called)"))
+
+#: Training settings the authors' code sets for one method or one column: (row or "*", column
+#: ``dataset/n/S`` or "*", ``TrainConfig`` field, value, where), applied in order
+#: (:meth:`TableSettings.config_for`).
+AUTHORS_TRAIN = (
+    ("Local only", "*", "weight_decay", 0.0, "main_local.py (SGD with momentum 0.5 and no weight decay)"),
+    ("L2GD (authors' code)", "*", "participation", 1.0, "main_l2gd.py (every client in every iteration)"),
+    ("*", "cifar10/1000/2", "local_epochs", 5, "scripts/FedAvg_cifar10_2shards_1000users.sh (--local_ep 5)"),
+    ("FedRep", "cifar10/100/5", "local_epochs", 5, "scripts/FedRep_cifar10_5shards.sh (--local_rep_ep 5)"),
+    ("FedRep", "cifar10/1000/2", "local_epochs", 5, "scripts/FedRep_cifar10_2shards_1000users.sh (--local_rep_ep 5)"),
+    ("FedRep", "cifar100/100/5", "local_epochs", 5, "scripts/FedRep_cifar100_5shards.sh (--local_rep_ep 5)"),
+    ("FedRep", "cifar100/100/20", "local_epochs", 5, "scripts/FedRep_cifar100_20shards.sh (--local_rep_ep 5)"))
+
+
+def column_key(partition) -> str:
+    """A column (dataset, n, S) as settings and results files name it: ``"cifar10/100/2"``."""
+    return "/".join(map(str, partition))
+
+
+def column_slug(partition) -> str:
+    """A column in section names: ``("cifar100", 100, 20)`` -> ``"c100-100-20"``."""
+    name, n, S = partition
+    return f"c{name.removeprefix('cifar')}-{n}-{S}"
+
+
+def authors_options(rows) -> dict:
+    """``{row: options}`` for the rows ``rows`` of a table, with the values of
+    :data:`AUTHORS_OPTIONS` (a row without any keeps its method's defaults and is left out)."""
+    out = {}
+    for row, option, value, _ in AUTHORS_OPTIONS:
+        if row in rows:
+            out.setdefault(row, {})[option] = value
+    return {row: algorithms.get(AUTHORS_VARIANTS.get(row, row)).Options(**kw) for row, kw in out.items()}
+
+
+def authors_train(rows, partitions) -> tuple:
+    """The rows of :data:`AUTHORS_TRAIN` that concern ``rows`` and ``partitions``, without their sources."""
+    columns = {column_key(p) for p in partitions}
+    return tuple((row, col, name, value) for row, col, name, value, _ in AUTHORS_TRAIN
+                 if row in ("*", *rows) and col in ("*", *columns))
 
 
 @dataclass(frozen=True)
 class TableSettings(FederationSettings):
-    """Table 1: ``partitions`` are (dataset, n clients, S classes per client); every method of
-    ``methods`` run on each; a +FT method fine-tunes the head of its base method's global model
-    for ``ft_epochs`` epochs.
-    ``local_only_epochs``: every client's epochs under Local only (the authors' ``main_local.py``
-    trains each client on its own for ``--epochs`` epochs, default 10; ``None``: only in the rounds
-    where it is sampled); ``lg_shared_layers``: the top
-    layers LG-FedAvg shares (2: the authors' ``fc2`` and ``fc3``; 1: the head only);
+    """Table 1: ``partitions`` are (dataset, n clients, S classes per client); every row of
+    ``methods`` run on each (a row is a registered method of Table 1, or a label of
+    ``variants``, which names the method it runs); a +FT method fine-tunes the head of its base
+    method's global model for ``ft_epochs`` epochs.
+    ``options``: ``{row: options}`` (an instance of its method's ``Options``; a row not listed
+    runs its method's defaults, which are its paper's algorithm); ``variants``: ``{row label:
+    registered method}`` for rows that run a method with other options beside its own row (e.g.
+    :data:`AUTHORS_VARIANTS`); ``train_overrides``: ``(row or "*", column "dataset/n/S" or "*",
+    TrainConfig field, value)`` applied in order to ``train`` for the runs they match (a +FT
+    row trains as its base row);
     ``kept_per_client``: after the partition, each client keeps this many of its training images,
     drawn at random (:meth:`replearn.neural.ClientData.take_train`; ``None``: all), so that runs
-    with different amounts of data per client share their label sets and test sets;
-    ``fedavg_evaluate``: the model FedAvg's clients are tested with (``"global"``: the server's;
-    ``"local"``: each client's locally updated copy, which the authors' log prints as FedAvg's
-    accuracy; :class:`replearn.neural.algorithms.fedavg.FedAvgOptions`).
+    with different amounts of data per client share their label sets and test sets.
     The ``clients`` and ``classes_per_client`` fields are not used here: each partition names its own."""
-
-    def options(self, method: str):
-        """The options ``method`` runs with (None: its defaults)."""
-        if method == "Local only":
-            return algorithms.get(method).Options(epochs=self.local_only_epochs)
-        if method == "LG-FedAvg":
-            return algorithms.get(method).Options(shared_layers=self.lg_shared_layers)
-        if method == "FedAvg":
-            return algorithms.get(method).Options(evaluate=self.fedavg_evaluate)
-        return None
 
     partitions: tuple[tuple[str, int, int], ...] = (("cifar10", 5, 2),)
     ft_epochs: int = 10
     methods: tuple[str, ...] = TABLE_METHODS
-    local_only_epochs: int | None = 10
-    lg_shared_layers: int = 2
+    options: dict = field(default_factory=dict)
+    variants: dict = field(default_factory=dict)
+    train_overrides: tuple = ()
     kept_per_client: int | None = None
-    fedavg_evaluate: str = "global"
+
+    def method_of(self, row: str) -> str:
+        """The registered method a row runs (a +FT row: its own name, e.g. ``"FedAvg+FT"``)."""
+        return self.variants.get(row, row)
+
+    def options_for(self, row: str):
+        """The options ``row`` runs with (None: its method's defaults)."""
+        return self.options.get(row)
+
+    def config_for(self, row: str, partition) -> neural.TrainConfig:
+        """:meth:`config` with the ``train_overrides`` that match ``row`` and ``partition``."""
+        column = column_key(partition)
+        changes = {name: value for r, col, name, value in self.train_overrides
+                   if r in ("*", row) and col in ("*", column)}
+        return self.config(**changes)
 
     def validate(self) -> None:
         super().validate()
         check_int(self.ft_epochs, "ft_epochs", 1)
         if self.kept_per_client is not None:
             check_int(self.kept_per_client, "kept_per_client", 1)
-        algorithms.get("Local only").Options(epochs=self.local_only_epochs)
-        algorithms.get("LG-FedAvg").Options(shared_layers=self.lg_shared_layers)
-        algorithms.get("FedAvg").Options(evaluate=self.fedavg_evaluate)
-        unknown = [m for m in self.methods if m not in algorithms.table1()]
+        table = algorithms.table1()
+        for row, method in self.variants.items():
+            if method not in table or row in table:
+                raise ValueError(f"variants maps a new row label to a method of Table 1 {table}, got {row!r}: {method!r}")
+        unknown = [m for m in self.methods if m not in table and m not in self.variants]
         if unknown or len(set(self.methods)) != len(self.methods):
-            raise ValueError(f"methods must be distinct names of Table 1 {algorithms.table1()}, got {self.methods!r}")
+            raise ValueError(f"methods must be distinct names of Table 1 {table} or labels of variants, got "
+                             f"{self.methods!r}")
+        bases = {algorithms.get(m).base.name for m in self.methods if m in table
+                 and isinstance(algorithms.get(m), FineTuned)}
+        for row, opts in self.options.items():
+            if row not in self.methods and row not in bases:
+                raise ValueError(f"options has {row!r}, which is not a row of methods {self.methods!r} (nor the "
+                                 f"base of a +FT row)")
+            algorithms.get(self.method_of(row)).check_options(opts)
+        fields = {f.name for f in dataclasses.fields(neural.TrainConfig)} - {"seed"}
+        for entry in self.train_overrides:
+            if not (isinstance(entry, tuple) and len(entry) == 4):
+                raise ValueError(f"each train_overrides entry is (row or '*', column 'dataset/n/S' or '*', "
+                                 f"TrainConfig field, value), got {entry!r}")
+            row, col, name, value = entry
+            if name not in fields:
+                raise ValueError(f"train_overrides: {name!r} is not a TrainConfig field ({sorted(fields)})")
+            if row != "*" and row not in self.methods and row not in bases:
+                raise ValueError(f"train_overrides: {row!r} is not a row of methods {self.methods!r}")
+            if col != "*" and col not in {column_key(p) for p in self.partitions}:
+                raise ValueError(f"train_overrides: column {col!r} is not one of partitions {self.partitions!r}")
         for part in self.partitions:
             if not (isinstance(part, tuple) and len(part) == 3 and part[0] in ("cifar10", "cifar100")):
                 raise ValueError(f"each partition must be (dataset, n, S) with dataset 'cifar10' or "
                                  f"'cifar100', got {part!r}")
             check_int(part[1], "n (clients of a partition)", 1)
             check_int(part[2], "S (classes per client of a partition)", 1)
+            for row in [*self.methods, *bases]:
+                self.config_for(row, part)  # every override is a valid TrainConfig
+
+    @classmethod
+    def authors(cls, partitions, methods, **changes):
+        """The paper profile on ``partitions`` for ``methods`` with every option and training setting
+        the FedRep authors' code sets (:data:`AUTHORS_OPTIONS`, :data:`AUTHORS_TRAIN`, each personal
+        part starting, before its client's first visit, at the last round's average,
+        ``train.first_visit = "average"``) and the rows of :data:`AUTHORS_VARIANTS` among
+        ``methods``."""
+        p = cls(partitions=tuple(PAPER_TABLE1), ft_epochs=10, methods=algorithms.table1(), **PAPER_OPTIM)
+        rows = tuple(methods)
+        return replace(p, partitions=tuple(partitions), methods=rows, options=authors_options(rows),
+                       variants={r: m for r, m in AUTHORS_VARIANTS.items() if r in rows},
+                       train_overrides=authors_train(rows, partitions),
+                       train=replace(p.train, first_visit="average"), **changes)
 
     @classmethod
     def long(cls):
-        """Near-paper on a CPU: the paper profile (the authors' CNN and optimiser, r = 0.1, 10 head
-        epochs and 1 body epoch, +FT with 10 head epochs, float32) for every method on Table 1's
-        first column, CIFAR-10 with n = 100 and S = 2, on the offline subset (20,000 of CIFAR-10's
-        50,000 training images, so 200 per client; 5,000 test images, so 50 per client);
-        the paper's T = 100 rounds (a client takes part in about 10), evaluated every round and
-        reported as the mean of the last 10 rounds, as in the paper and ``main_fedrep.py``; the
-        authors' split, weight decay and augmentation, Local only trained for 10 epochs per client
-        and LG-FedAvg sharing the top two layers, as in their code; one seed (about 80 minutes of
-        one core here; the spread of a comparison is over the 100 clients)."""
-        p = cls.paper()
-        return replace(p, partitions=(("cifar10", 100, 2),), seeds=(0,), full_data=False)
+        """Near-paper on a CPU, Table 1's first column, CIFAR-10 with n = 100 and S = 2, as the
+        FedRep authors' code runs it (:meth:`authors`): every method of Table 1 with the authors'
+        option values, and beside them the two rows where their code runs another algorithm than
+        the method's paper (:data:`AUTHORS_VARIANTS`); the paper's T = 100 rounds at r = 0.1,
+        evaluated every round and reported as the mean of the last 10; one seed; on the offline
+        subset (20,000 of CIFAR-10's 50,000 training images, so 200 per client against the
+        paper's 500; 5,000 test images, so 50 per client)."""
+        return cls.column(("cifar10", 100, 2))
+
+    @classmethod
+    def column(cls, partition, profile: str = "long"):
+        """Table 1's column ``partition`` near-paper on a CPU (``profile = "long"``, as
+        :meth:`long` for the first column: sections ``5.7-c10-100-5``, ``5.7-c10-1000-2``,
+        ``5.7-c100-100-5`` and ``5.7-c100-100-20`` of ``scripts/run_results.py``), or at
+        ``profile = "paper"`` (the full datasets)."""
+        if tuple(partition) not in PAPER_TABLE1:
+            raise ValueError(f"{partition!r} is not a column of Table 1 {tuple(PAPER_TABLE1)}")
+        rows = (*algorithms.table1(), *AUTHORS_VARIANTS)
+        if profile == "paper":
+            return cls.authors((tuple(partition),), rows)
+        if profile != "long":
+            raise ValueError(f"column: profile must be 'long' or 'paper', got {profile!r}")
+        return cls.authors((tuple(partition),), rows, seeds=(0,), full_data=False)
+
+    @classmethod
+    def earlier_protocol(cls, profile: str = "long"):
+        """``profile``'s first column as run before the baselines took the authors' options (the
+        2026-11 near-paper runs of sections ``5.7-seeds``, ``5.7-m200``, ``5.7-m500`` and
+        ``5.7-fedavg-local``): the authors' split, optimiser, weight decay, augmentation, T and
+        evaluation, but every method at its own defaults (Local only 10 epochs with weight decay,
+        LG-FedAvg sharing fc2 and fc3) and every personal part starting at the initial network."""
+        p = cls.profile(profile)
+        return replace(p, methods=tuple(m for m in p.methods if m not in AUTHORS_VARIANTS), options={},
+                       variants={}, train_overrides=(), train=replace(p.train, first_visit="initial"))
 
     @classmethod
     def more_seeds(cls, profile: str = "long"):
-        """``profile``'s settings for the CPU default's six methods (:data:`TABLE_METHODS`:
-        Local only, FedAvg, FedAvg+FT, FedPer, LG-FedAvg, FedRep) over seeds 1 and 2: with the
-        profile's own seed 0 (which runs every method), three seeds for the main comparisons
-        (section ``5.7-seeds`` of ``scripts/run_results.py``)."""
-        return replace(cls.profile(profile), methods=TABLE_METHODS, seeds=(1, 2))
+        """:meth:`earlier_protocol` for the CPU default's six methods (:data:`TABLE_METHODS`:
+        Local only, FedAvg, FedAvg+FT, FedPer, LG-FedAvg, FedRep) over seeds 1 and 2 (section
+        ``5.7-seeds`` of ``scripts/run_results.py``)."""
+        return replace(cls.earlier_protocol(profile), methods=TABLE_METHODS, seeds=(1, 2))
 
     @classmethod
     def per_client_images(cls, images: int, profile: str = "long"):
-        """``profile``'s settings for :data:`DATA_METHODS` on :data:`DATA_CLIENTS` CIFAR-10 clients
+        """:meth:`earlier_protocol` for :data:`DATA_METHODS` on :data:`DATA_CLIENTS` CIFAR-10 clients
         of S = 2 classes with ``images`` training images each (sections ``5.7-m200`` and
         ``5.7-m500`` of ``scripts/run_results.py``). The offline subset's 20,000 CIFAR-10 images
         give 40 clients the paper's 500 each (the paper: 100 clients of 500; ``long``: 100 of 200),
@@ -167,21 +295,36 @@ class TableSettings(FederationSettings):
         times in T = 100, as in the paper) and initial network; paired over the clients, they
         measure what the paper's larger client datasets are worth (:func:`data_gap`)."""
         check_int(images, "images", 1)
-        return replace(cls.profile(profile), partitions=(("cifar10", DATA_CLIENTS, 2),), methods=DATA_METHODS,
-                       train_per_client=500, kept_per_client=None if images == 500 else images)
+        if images > 500:
+            raise ValueError(f"images: at most the 500 each of the {DATA_CLIENTS} clients holds, got {images}")
+        return replace(cls.earlier_protocol(profile), partitions=(("cifar10", DATA_CLIENTS, 2),),
+                       methods=DATA_METHODS, train_per_client=500, kept_per_client=None if images == 500 else images)
+
+    @classmethod
+    def local_budget(cls, profile: str = "long"):
+        """Local only at the authors' budget (:data:`AUTHORS_OPTIONS`: 100 epochs, no weight decay) on
+        the :data:`DATA_CLIENTS` clients of 500 images of :meth:`per_client_images` (section
+        ``5.7-m500-local100``): paired over the clients with ``5.7-m500``'s Local only (10 epochs),
+        what the authors' 100 epochs are worth."""
+        base = cls.per_client_images(500, profile)
+        return replace(base, methods=("Local only",), options=authors_options(("Local only",)),
+                       train_overrides=authors_train(("Local only",), base.partitions))
 
     @classmethod
     def fedavg_local(cls, profile: str = "long"):
-        """``profile``'s FedAvg run tested with each client's locally updated copy instead of the
-        global model (section ``5.7-fedavg-local`` of ``scripts/run_results.py``): the same training
-        as the profile's FedAvg, bit for bit, so that paired over the clients it measures how much of
-        a FedAvg number depends on which model is tested."""
-        return replace(cls.profile(profile), methods=("FedAvg",), fedavg_evaluate="local")
+        """:meth:`earlier_protocol`'s FedAvg run tested with each client's locally updated copy
+        instead of the global model (section ``5.7-fedavg-local`` of ``scripts/run_results.py``):
+        the same training as that protocol's FedAvg, bit for bit, so that paired over the clients
+        it measures how much of a FedAvg number depends on which model is tested."""
+        return replace(cls.earlier_protocol(profile), methods=("FedAvg",),
+                       options={"FedAvg": algorithms.get("FedAvg").Options(evaluate="local")})
 
     @classmethod
     def paper(cls):
-        """The five CIFAR columns of Table 1 with Sec. 5.2's settings (full datasets)."""
-        return cls(partitions=tuple(PAPER_TABLE1), ft_epochs=10, methods=algorithms.table1(), **PAPER_OPTIM)
+        """The five CIFAR columns of Table 1 with Sec. 5.2's settings (full datasets), every method of
+        Table 1 as the authors' code runs it (:meth:`authors`; :meth:`column` with ``profile =
+        "paper"`` runs one column with the rows of :data:`AUTHORS_VARIANTS` too)."""
+        return cls.authors(tuple(PAPER_TABLE1), algorithms.table1())
 
     @classmethod
     def gpu(cls):
@@ -197,33 +340,38 @@ class TableSettings(FederationSettings):
 
 def work(s: TableSettings, *, batched: bool = True) -> dict:
     """:func:`replearn.book.scales.launch_estimate` of :func:`run_table` with ``s``: per partition,
-    every method's rounds (FedRep: head and body epochs; the others: the body epochs; a +FT
-    method adds ``ft_epochs`` head epochs per client, batched like training; a method whose clients train
-    ``models`` models a round, such as Ditto and APFL, counts that many times), and the evaluations every ``eval_every`` rounds; a method's clients
-    count as batched when ``batched`` and the algorithm has a batched path (all of Table 1's).
-    A client's images are ``kept_per_client`` when set, else ``train_per_client``; Local only
-    trains every client once for ``local_only_epochs`` epochs (one client at a time)."""
-    cfg = s.train
+    every row's rounds with the training settings it runs with (:meth:`TableSettings.config_for`;
+    FedRep: head and body epochs; the others: the body epochs; a +FT row adds ``ft_epochs`` head
+    epochs per client, batched like training; a method whose clients train ``models`` models a
+    round, such as Ditto and APFL, counts that many times), and the evaluations every
+    ``eval_every`` rounds; a method's clients count as batched when ``batched`` and the algorithm
+    has a batched path (all of Table 1's). A client's images are ``kept_per_client`` when set, else
+    ``train_per_client``; Local only with ``epochs`` trains every client once for that many epochs
+    (one client at a time)."""
     images = s.kept_per_client or s.train_per_client
     parts = []
-    for name, n, _ in s.partitions:
-        for method in s.methods:
-            if method.endswith("+FT"):
+    for part in s.partitions:
+        name, n, _ = part
+        for row in s.methods:
+            alg = algorithms.get(s.method_of(row))
+            if isinstance(alg, FineTuned):
+                cfg = s.config_for(alg.base.name, part)
                 per_client, _ = scales.federated_steps(name, s.full_data, n, images,
-                                                       replace(s.train, rounds=1, participation=1.0), s.ft_epochs)
+                                                       replace(cfg, rounds=1, participation=1.0), s.ft_epochs)
                 parts.append(scales.launch_estimate(per_client, n,  # every client, batched like training
                                                     batched_clients=scales.batching(cfg, n, batched)))
                 continue
-            if method == "Local only" and s.local_only_epochs is not None:  # every client, once
+            cfg = s.config_for(row, part)
+            opts = alg.check_options(s.options_for(row))
+            if alg.name == "Local only" and opts.epochs is not None:  # every client, once
                 k, _ = scales.federated_steps(name, s.full_data, n, images,
-                                              replace(cfg, rounds=1, participation=1.0), s.local_only_epochs)
+                                              replace(cfg, rounds=1, participation=1.0), opts.epochs)
                 parts.append(scales.launch_estimate(k, n, batched_clients=1))
                 continue
-            epochs = cfg.local_epochs + (cfg.head_epochs if method == "FedRep" else 0)
+            epochs = cfg.local_epochs + (cfg.head_epochs if alg.name == "FedRep" else 0)
             k, m = scales.federated_steps(name, s.full_data, n, images, cfg, epochs)
-            parts.append(scales.launch_estimate(k * algorithms.get(method).models, n * -(-cfg.rounds // cfg.eval_every),
-                                                batched_clients=scales.batching(cfg, m,
-                                                                                batched and algorithms.get(method).batched)))
+            parts.append(scales.launch_estimate(k * alg.models, n * -(-cfg.rounds // cfg.eval_every),
+                                                batched_clients=scales.batching(cfg, m, batched and alg.batched)))
     return scales.combine(*parts)
 
 
@@ -247,7 +395,6 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
     """Paper Table 1 (see the module docstring). ``cifar``: optional preloaded datasets by name."""
     cifar = dict(cifar or {})
     acc, cacc, curves, ntr, nte, desc = {}, {}, {}, {}, {}, {}
-    cfg = s.config()
     for part in s.partitions:
         name, n, S = part
         if name not in cifar:
@@ -264,19 +411,20 @@ def run_table(s: TableSettings, *, cifar: dict | None = None) -> TableResult:
 
         acc[part], cacc[part], curves[part] = {}, {}, {}
         trained = {}
-        for method in s.methods:
-            alg = algorithms.get(method)
+        for row in s.methods:
+            alg = algorithms.get(s.method_of(row))
             if isinstance(alg, FineTuned):  # the base method's trained global model, each client's head tuned
-                if alg.base.name not in trained:
-                    trained[alg.base.name] = alg.base.run(model_fn(), cl, cfg, s.options(alg.base.name))
-                r = alg.fine_tune(trained[alg.base.name], model_fn(), cl, alg.Options(epochs=s.ft_epochs, seed=derive_seed(s.seed, 5)))
-                acc[part][method] = r.final.average
-                curves[part][method] = torch.full((cfg.rounds,), float("nan"))
+                base = alg.base.name
+                if base not in trained:
+                    trained[base] = alg.base.run(model_fn(), cl, s.config_for(base, part), s.options_for(base))
+                r = alg.fine_tune(trained[base], model_fn(), cl, alg.Options(epochs=s.ft_epochs, seed=derive_seed(s.seed, 5)))
+                acc[part][row] = r.final.average
+                curves[part][row] = torch.full((s.train.rounds,), float("nan"))
             else:
-                r = trained[method] = alg.run(model_fn(), cl, cfg, s.options(method))
-                acc[part][method] = r.accuracy
-                curves[part][method] = r.test_accuracy
-            cacc[part][method] = r.final.accuracy
+                r = trained[row] = alg.run(model_fn(), cl, s.config_for(row, part), s.options_for(row))
+                acc[part][row] = r.accuracy
+                curves[part][row] = r.test_accuracy
+            cacc[part][row] = r.final.accuracy
         ntr[part], nte[part], desc[part] = cl.train_sizes, cl.test_sizes, cifar[name].describe()
     return TableResult(tuple(s.partitions), acc, cacc, curves, ntr, nte, desc)
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from replearn.book import wording as words
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s07
 
 TINY_TRAIN = replace(s07.SimilaritySettings().train, batch_size=5, participation=0.1)
@@ -136,18 +137,62 @@ def test_statistics_glue_tables_and_checks(glued):
     assert vals["intra"][5] == [r.intra(5) for r in runs]
     shown = s07.glue_statistics(vals, "sim")
     assert glued["sim-probe-acc-20"] == shown["probe acc"][20].text and "sim-gap-5-mean" in glued
+    assert shown["probe acc"][5].mean.startswith("25.0")   # the probe accuracy in percent
     long_names = s07.glue_statistics(vals, "sim-long", labels={"probe acc": "acc"})
     assert "sim-long-acc-1-sd" in glued and long_names["gap"][1].text == shown["gap"][1].text
     diffs = s07.glue_gap_diffs(vals["gap"], "sim")
     assert list(diffs) == [(1, 5), (5, 20)] and glued["sim-gapdiff-1-5"] == diffs[(1, 5)].text
-    assert s07.describe_gap_diffs(diffs).splitlines()[0].startswith("gap(FedAvg, τ = 5) − gap(D-SGD)")
-    table = s07.statistics_table(shown, "caption")
-    assert table.header == ["method", "intra", "inter", "gap", "probe acc"] and table.rows[0][0] == "D-SGD"
+    table = s07.statistics_table(shown, "caption")   # one unit: cosine similarity, no accuracy
+    assert table.header == ["method", "intra-class", "inter-class", "gap (intra − inter)"]
+    assert table.rows[0] == ["D-SGD", shown["intra"][1].text, shown["inter"][1].text, shown["gap"][1].text]
     checks = s07.gap_checks(vals["gap"])
     assert [c[0] for c in checks] == ["sim-v-5", "sim-v-20", "sim-v-grow"]
     assert bool(checks[0][2]) and checks[0][3]["paper"] == s07.PAPER_GAP and "scale" not in checks[0][3]
+    assert checks[0][3]["holds"] == "holds" and checks[0][3]["fails"] == "not separated (n = 3)"
+    assert checks[0][3]["opposite"] == "opposite"
     long = s07.gap_checks(vals["gap"], scale="long")
-    assert long[0][0] == "sim-long-v-5" and long[0][1].startswith("long run: ") and long[-1][3]["scale"] == "long"
+    assert long[0][0] == "sim-long-v-5" and long[0][1].startswith("near-paper run: ") and long[-1][3]["scale"] == "long"
+
+
+def test_settings_in_words():
+    text = repr(words.settings_table(s07.settings_rows(s07.SimilaritySettings())))
+    assert "the FedRep CNN" in text and "narrowed to 16 and 32 channels" in text and "3 of 10 clients" in text
+    assert "D-SGD (τ = 1) and FedAvg with τ = 5, 20" in text and "3 (0, 1 and 2)" in text
+    for python in ("fedrep_cnn", "(16, 32", "[", "None", "True", "TrainConfig"):
+        assert python not in text, python
+    long = repr(words.settings_table(s07.settings_rows(s07.SimilaritySettings.long())))
+    assert "the paper's CNN, three blocks of two convolutions (32, 64 and 128 channels)" in long
+    with pytest.raises(ValueError, match="no field 'nope'"):
+        words.get(s07.SimilaritySettings(), "nope")
+    with pytest.raises(ValueError, match="same settings in the same order"):
+        words.side_by_side([("a", "1")], [("b", "2")])
+    with pytest.raises(ValueError, match="rows of 3 non-empty strings"):
+        words.settings_table([("a", "1")], columns=("x", "y"))
+
+
+def test_round_written_out_is_the_engines(cifar10):
+    """The page's cell that writes out one FedAvg round with the engine's parts gives the engine's
+    round: the same sampled clients, batches, SGD steps and weighted average."""
+    from replearn import neural
+    from replearn.backend import make_generator
+    from replearn.neural import algorithms
+
+    s = s07.SimilaritySettings(total_steps=4, train=TINY_TRAIN, taus=(1, 2))
+    clients = s07.federation(s, cifar10)
+    assert clients.n_clients == s.clients and int(clients.train_sizes.sum()) == len(cifar10.y_train)
+    model = s.make(10, seed=0, device=clients.device)
+    worker, names = neural.LocalSGD(model), [n for n, _ in model.named_parameters()]
+    sizes = clients.train_sizes.tolist()
+    w = {n: p.detach().clone() for n, p in model.named_parameters()}
+    plan = neural.plan_round(sizes, [neural.Phase(tuple(names), 2, 1)], s.train, make_generator(s.seed))
+    total = sum(sizes[i] for i in plan.clients)
+    new = {n: torch.zeros_like(p) for n, p in w.items()}
+    for i in plan.clients:
+        w_i, _ = worker.train(w, names, clients.x_train[i], clients.y_train[i], plan.batches[i][0], s.train)
+        for n in names:
+            new[n] += sizes[i] / total * w_i[n]
+    engine = algorithms.run("FedAvg", model, clients, replace(s.config(2), rounds=1, eval_every=1)).state
+    assert all(torch.allclose(new[n], engine[n], rtol=0, atol=1e-12) for n in names)
 
 
 def test_long_run_helpers_read_the_committed_file(glued):
@@ -155,12 +200,12 @@ def test_long_run_helpers_read_the_committed_file(glued):
     lvals = s07.long_statistics(long)
     assert list(lvals["gap"]) == [int(t) for t in long.settings["taus"]]
     assert lvals["probe acc"][1] == long.values("probe_accuracy", "1")
-    text = s07.describe_long(long.settings, s07.SimilaritySettings())
-    assert "clients" in text and "(the CPU run above:" in text
-    vals = s07.statistics(_runs())
-    table = s07.paper_table(vals, s07.glue_statistics(vals, "sim"), lvals, s07.glue_statistics(lvals, "sim-long"))
-    assert len(table.rows) == 4 and table.header[2] == "CPU default (3 seeds)"
-    assert table.header[3] == f"near-paper long run ({len(long.seeds)} seeds)"
+    rows = words.side_by_side(s07.settings_rows(long.settings), s07.settings_rows(s07.SimilaritySettings()))
+    assert rows[0][0] == "clients" and rows[0][1].startswith("100, ") and rows[0][2].startswith("10, ")
+    table = s07.paper_table(lvals, s07.glue_statistics(lvals, "sim-long"))
+    assert len(table.rows) == 4 and table.header[2] == f"near-paper run ({len(long.seeds)} seeds)"
+    assert table.rows[-1][2].endswith("points") and table.rows[-1][2].split(":")[0] in (
+        "holds", "opposite", f"not separated (n = {len(long.seeds)})")
 
 
 def test_figures():
@@ -169,7 +214,4 @@ def test_figures():
     runs = _runs()
     fig = s07.plot_matrices(runs[0], seed=0)
     assert len(fig.axes) == 4 and fig.axes[0].get_title().startswith("D-SGD")   # three maps and a colour bar
-    plt.close(fig)
-    fig = s07.plot_statistics(s07.statistics(runs))
-    assert len(fig.axes[0].patches) == 9 and "3 seeds" in fig.axes[0].get_title()
     plt.close(fig)

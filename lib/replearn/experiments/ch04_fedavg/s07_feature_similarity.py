@@ -20,6 +20,7 @@ from replearn import neural
 from replearn.neural import similarity
 from replearn.backend import derive_seed
 from replearn.checks import check_int
+from replearn.book.claims import fmt
 from replearn.book.plotting import to_numpy
 from replearn.book import scales
 from replearn.book.scales import require_data, require_images
@@ -126,15 +127,22 @@ class SimilarityResult:
         return float((M.sum() - torch.diagonal(M).sum()) / (c * (c - 1)))
 
 
-def run_similarity(s: SimilaritySettings, *, cifar: D.CifarData | None = None) -> SimilarityResult:
-    """Paper Fig. 4 (see the module docstring)."""
-    cifar = cifar if cifar is not None else D.load_cifar("cifar10")
+def federation(s: SimilaritySettings, cifar: D.CifarData) -> neural.ClientData:
+    """The training clients of :func:`run_similarity`: CIFAR-10's training images spread over
+    ``s.clients`` clients with Dirichlet(``s.alpha``) label skew, ``s.test_per_client`` test
+    images each, partition and test draws seeded from ``s.seed``."""
     require_data(cifar, s.full_data, "SimilaritySettings")
     require_images(s.clients * s.test_per_client, len(cifar.y_test), "test_per_client x clients",
                    "lower test_per_client or clients")
-    k = cifar.n_classes
     fed = FederationSpec(s.clients, alpha=s.alpha, test_per_client=s.test_per_client)
-    clients = fed.build(cifar, partition_seed=derive_seed(s.seed, 1), test_seed=derive_seed(s.seed, 2)).clients
+    return fed.build(cifar, partition_seed=derive_seed(s.seed, 1), test_seed=derive_seed(s.seed, 2)).clients
+
+
+def run_similarity(s: SimilaritySettings, *, cifar: D.CifarData | None = None) -> SimilarityResult:
+    """Paper Fig. 4 (see the module docstring)."""
+    cifar = cifar if cifar is not None else D.load_cifar("cifar10")
+    k = cifar.n_classes
+    clients = federation(s, cifar)
     pidx, py = probe_set(cifar.x_test, cifar.y_test, s.probe_per_class, k)
     px = D.normalise(cifar.x_test[pidx], cifar.name).to(clients.device)
     py = py.to(clients.device)
@@ -215,6 +223,9 @@ STATISTICS = {"intra": lambda r, t: r.intra(t), "inter": lambda r, t: r.inter(t)
               "gap": lambda r, t: r.gap[t], "probe acc": lambda r, t: r.probe_accuracy[t]}
 #: Where a results file of the long profile holds each statistic (per seed, under the tau).
 RESULT_KEYS = {"intra": "intra", "inter": "inter", "gap": "gap", "probe acc": "probe_accuracy"}
+#: The statistics in the unit of the results table, average cosine similarity; the probe accuracy
+#: is shown in percent, apart from them.
+SIMILARITIES = ("intra", "inter", "gap")
 #: The paper's two claims that the page checks (Fig. 4).
 PAPER_GAP = "Fig. 4: FedAvg's features separate the classes better than D-SGD's (intra–inter gap)"
 PAPER_GROWS = "Fig. 4: the separation improves with τ"
@@ -238,12 +249,13 @@ def long_statistics(long) -> dict[str, dict[int, list[float]]]:
 def glue_statistics(vals: dict, prefix: str, labels: dict | None = None) -> dict:
     """Glue the mean ± sd of every statistic and tau of ``vals`` (:func:`statistics`) as
     ``{prefix}-{label}-{tau}`` (with ``-mean`` and ``-sd``: :func:`replearn.book.claims.glue_pm`),
-    the label being the statistic's name with ``-`` for spaces unless ``labels`` renames it;
-    returns ``{statistic: {tau: MeanPm}}``, the strings the table shows."""
+    the label being the statistic's name with ``-`` for spaces unless ``labels`` renames it; the
+    probe accuracy in percent; returns ``{statistic: {tau: MeanPm}}``, the strings the tables show."""
     from replearn.book.claims import glue_pm
 
     labels = labels or {}
-    return {k: {t: glue_pm(f"{prefix}-{labels.get(k, k.replace(' ', '-'))}-{t}", v) for t, v in by_tau.items()}
+    return {k: {t: glue_pm(f"{prefix}-{labels.get(k, k.replace(' ', '-'))}-{t}", v,
+                           scale=1.0 if k in SIMILARITIES else 100.0) for t, v in by_tau.items()}
             for k, by_tau in vals.items()}
 
 
@@ -257,80 +269,85 @@ def glue_gap_diffs(gap: dict, prefix: str) -> dict:
     return {(a, b): glue_diff(f"{prefix}-gapdiff-{a}-{b}", gap[b], gap[a]) for a, b in zip(taus, taus[1:])}
 
 
-def describe_gap_diffs(diffs: dict) -> str:
-    """One line per pair of :func:`glue_gap_diffs`: the paired difference with its interval."""
-    return "\n".join(f"gap({method_name(b)}) − gap({method_name(a)}), paired over seeds: {d.full}"
-                     for (a, b), d in diffs.items())
-
-
 def statistics_table(shown: dict, caption: str):
-    """The table of :func:`glue_statistics`'s strings: one row per method, one column per statistic."""
+    """The table of :func:`glue_statistics`'s strings in one unit, average cosine similarity: one
+    row per method, a column each for the intra-class, the inter-class similarity and their gap."""
     from replearn.book.plotting import Table
 
-    taus = list(next(iter(shown.values())))
-    return Table(["method", *shown], [[method_name(t), *(shown[k][t].text for k in shown)] for t in taus],
-                 caption=caption)
+    taus = list(shown["gap"])
+    return Table(["method", "intra-class", "inter-class", "gap (intra − inter)"],
+                 [[method_name(t), *(shown[k][t].text for k in SIMILARITIES)] for t in taus], caption=caption)
+
+
+def settings_rows(s) -> list[tuple[str, str]]:
+    """The settings of a run (settings object or a results file's settings dict) in words, for
+    :func:`replearn.book.wording.settings_table`."""
+    from replearn.book import wording as words
+
+    taus = [int(t) for t in words.get(s, "taus")]
+    return [("clients", f"{words.get(s, 'clients')}, Dirichlet({fmt(words.get(s, 'alpha'), 'g')}) label skew over "
+                        f"CIFAR-10's classes"),
+            ("network", words.network(s)),
+            ("training", words.training(s)),
+            ("local updates", f"{words.get(s, 'total_steps'):,} per participating client for every method"),
+            ("methods", "D-SGD (τ = 1) and FedAvg with τ = " + ", ".join(str(t) for t in taus if t != 1)),
+            ("probe set", f"{words.get(s, 'probe_per_class')} CIFAR-10 test images of each class"),
+            ("seeds", words.seeds(s))]
+
+
+def phrases(c) -> dict:
+    """The phrases :func:`replearn.book.claims.verdict` glues for the outcome of the comparison
+    ``c``: the book's own words, "holds", "not separated (n = ...)" or "opposite"."""
+    return dict(holds="holds", fails=f"not separated (n = {c.n})", opposite="opposite")
 
 
 def gap_checks(gap: dict, *, scale: str = "CPU") -> list[tuple[str, str, object, dict]]:
-    """The page's verdicts on the gap, as ``(name, label, condition, options)`` for
-    :func:`replearn.book.claims.verdict`: each FedAvg's gap above D-SGD's (tau = 1) beyond the
-    spread (Fig. 4), and the gap growing from the second-smallest to the largest tau. ``scale``
-    ``"long"``: the wording and names of the committed near-paper run."""
+    """The page's verdicts on the gap, as ``(name, label, comparison, options)`` for
+    :func:`replearn.book.claims.verdict`: each FedAvg's gap above D-SGD's (tau = 1) (Fig. 4), and the
+    gap growing from the second-smallest to the largest tau, each by the paired 95% interval over
+    seeds (:func:`replearn.book.seeds.separated`); the glued phrase is the outcome (:func:`phrases`).
+    ``scale`` ``"long"``: the names and labels of the committed near-paper run."""
     from replearn.book import seeds
 
     taus = sorted(gap)
     long = scale == "long"
-    pre, run = ("sim-long", "long run: ") if long else ("sim", "")
-    spread = "the spread" if long else "the spread over seeds"
-    above = dict(holds="is above D-SGD's by more than the spread over seeds",
-                 fails=("is not above D-SGD's by more than the spread over seeds" if long
-                        else "is not separated from D-SGD's by more than the spread over seeds"),
-                 paper=PAPER_GAP, **({"scale": "long"} if long else {}))
-    checks = [(f"{pre}-v-{t}", f"{run}gap of {method_name(t)} above D-SGD's by more than {spread}",
-               seeds.separated(gap[t], gap[1]), above) for t in taus[1:]]
+    pre, run = ("sim-long", "near-paper run: ") if long else ("sim", "")
+    extra = {"scale": "long"} if long else {}
+    checks = []
+    for t in taus[1:]:
+        c = seeds.separated(gap[t], gap[1])
+        checks.append((f"{pre}-v-{t}", f"{run}gap of {method_name(t)} above D-SGD's", c,
+                       dict(phrases(c), paper=PAPER_GAP, **extra)))
     a, b = taus[1], taus[-1]
-    grows = dict(holds=f"grows from τ = {a} to τ = {b} by more than the spread",
-                 fails=f"does not grow from τ = {a} to τ = {b} beyond the spread",
-                 paper=PAPER_GROWS, **({"scale": "long"} if long else {}))
-    checks.append((f"{pre}-v-grow", f"{run}gap grows from {method_name(a)} to {method_name(b)} beyond the spread",
-                   seeds.separated(gap[b], gap[a]), grows))
+    c = seeds.separated(gap[b], gap[a])
+    checks.append((f"{pre}-v-grow", f"{run}gap grows from {method_name(a)} to {method_name(b)}", c,
+                   dict(phrases(c), paper=PAPER_GROWS, **extra)))
     return checks
 
 
-def describe_long(settings: dict, cfg: SimilaritySettings) -> str:
-    """What the committed long run trained, beside the CPU run of the page (``cfg``)."""
-    ls = settings
-    return (f"{ls['clients']} clients ({ls['train']['participation']:.0%} per round), the {ls['model']} network "
-            f"{tuple(ls['channels'])}/{tuple(ls['hidden'])} in {ls['dtype']}, {ls['total_steps']:,} local updates per "
-            f"participating client, τ in {tuple(ls['taus'])}\n(the CPU run above: {cfg.clients} clients, the "
-            f"{cfg.model} network in {cfg.dtype}, {cfg.total_steps} local updates, τ in {cfg.taus})")
-
-
-def paper_table(vals: dict, shown: dict, lvals: dict, lshown: dict):
-    """The paper's Fig. 4 beside the CPU run (``vals``, ``shown``: :func:`statistics`,
-    :func:`glue_statistics`) and the long run (``lvals``, ``lshown``): each cell compares the
-    per-seed values (:func:`replearn.book.claims.compared`)."""
-    from replearn.book.claims import compared
+def paper_table(lvals: dict, lshown: dict):
+    """The paper's Fig. 4 (what its text states) beside the near-paper run (``lvals``, ``lshown``:
+    :func:`long_statistics`, :func:`glue_statistics`): each cell the outcome of the paired
+    comparison over seeds, with the difference and its 95% interval (gaps in cosine similarity,
+    accuracies in percentage points)."""
     from replearn.book.plotting import Table
+    from replearn.book.seeds import points, separated
 
-    gap, lgap = vals["gap"], lvals["gap"]
-    taus, lt = sorted(gap), sorted(lgap)
-    big, lbig = taus[-1], lt[-1]
-    acc, lacc = vals["probe acc"], lvals["probe acc"]
-    rows = [["gap of the largest τ vs D-SGD's", "higher",
-             f"τ = {big}: {compared(gap[big], gap[1])}", f"τ = {lbig}: {compared(lgap[lbig], lgap[1])}"],
-            [f"gap of the largest τ vs τ = {taus[1]}", "higher: quality improves with τ",
-             compared(gap[big], gap[taus[1]]), compared(lgap[lbig], lgap[lt[1]])],
-            ["D-SGD: intra / inter-class similarity", "both low: features all dissimilar",
-             f"{shown['intra'][1].text} / {shown['inter'][1].text}",
+    def cell(c):
+        return f"{c.word}: {c.text}"
+
+    gap, acc = lvals["gap"], lvals["probe acc"]
+    taus = sorted(gap)
+    big = taus[-1]
+    rows = [[f"gap, {method_name(big)} above D-SGD", "higher", cell(separated(gap[big], gap[1]))],
+            [f"gap, {method_name(big)} above τ = {taus[1]}", "higher: quality improves with τ",
+             cell(separated(gap[big], gap[taus[1]]))],
+            ["D-SGD's intra- / inter-class similarity", "both low: features all dissimilar",
              f"{lshown['intra'][1].text} / {lshown['inter'][1].text}"],
-            ["probe accuracy of the largest τ vs D-SGD's", "not reported",
-             compared(acc[big], acc[1]), compared(lacc[lbig], lacc[1])]]
-    return Table(["", "paper (Fig. 4, its text)", f"CPU default ({len(gap[1])} seeds)",
-                  f"near-paper long run ({len(lgap[1])} seeds)"], rows,
-                 caption="the paper's claims and our two runs: paired difference over seeds with its 95% interval; "
-                         "'beyond the spread': the 95% interval of the paired difference excludes 0", align="llll")
+            [f"probe accuracy, {method_name(big)} above D-SGD", "not reported", cell(points(acc[big], acc[1]))]]
+    return Table(["claim", "the paper (Fig. 4, its text)", f"near-paper run ({len(gap[1])} seeds)"], rows,
+                 caption="each comparison paired over seeds: the outcome, then the mean difference and its 95% "
+                         "interval", align="lll")
 
 
 def plot_matrices(res: SimilarityResult, seed: int):
@@ -347,27 +364,4 @@ def plot_matrices(res: SimilarityResult, seed: int):
         ax.set_yticks(range(10), res.class_names if j == 0 else [], fontsize=10)   # class names once, at the left
         ax.grid(False)
     fig.colorbar(im, ax=axes, shrink=0.8, label="average cosine similarity")
-    return fig
-
-
-def plot_statistics(vals: dict):
-    """Bars of the intra-class, inter-class similarity and their gap per model, mean ± sd over
-    the seeds of ``vals`` (:func:`statistics`). Returns the figure."""
-    import matplotlib.pyplot as plt
-
-    from replearn.book.seeds import mean_sd
-
-    taus = list(vals["gap"])
-    n = len(vals["gap"][taus[0]])
-    fig, ax = plt.subplots(figsize=(6.0, 3.2))
-    x = np.arange(len(taus))
-    for off, k, label in ((-0.25, "intra", "intra-class"), (0.0, "inter", "inter-class"),
-                          (0.25, "gap", "gap (intra − inter)")):
-        means = [mean_sd(vals[k][t])[0] for t in taus]
-        sds = [mean_sd(vals[k][t])[1] for t in taus]
-        ax.bar(x + off, means, 0.25, yerr=sds, capsize=3, label=label)
-    ax.set_xticks(x, [method_name(t) for t in taus])
-    ax.set(ylabel="average cosine similarity", ylim=(0, 1.1), title=f"equal total local updates; mean ± sd over {n} seeds")
-    ax.legend(fontsize=8, ncol=3, loc="upper center", frameon=False)
-    plt.tight_layout()
     return fig

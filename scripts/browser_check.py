@@ -720,15 +720,35 @@ class Browser:
             Path(self.profile).with_suffix(".log").unlink(missing_ok=True)
 
 
+def widths_option(text: str) -> list[int]:
+    """``--widths``: comma-separated window widths in CSS px, each a positive integer (at least
+    one; 0 would turn Chromium's width override off and measure its default window instead)."""
+    items = [w.strip() for w in text.split(",")]
+    if not all(w.isascii() and w.isdigit() and int(w) > 0 for w in items):
+        raise argparse.ArgumentTypeError(f"need comma-separated positive integers (CSS px, e.g. 1400,400), "
+                                         f"got {text!r}")
+    return [int(w) for w in items]
+
+
+def json_option(text: str) -> Path:
+    """``--json``: a file to write, in a folder that exists (checked before any page is)."""
+    path = Path(text)
+    if path.is_dir() or not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; name a file to write" if path.is_dir() else
+                                         f"{text!r}: its folder {str(path.parent)!r} does not exist")
+    return path
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("html_dir", nargs="?", default="_build/html")
-    ap.add_argument("--widths", default=",".join(map(str, WIDTHS)),
-                    help="comma-separated window widths in CSS px (default: %(default)s)")
+    ap.add_argument("--widths", type=widths_option, default=",".join(map(str, WIDTHS)),
+                    help="comma-separated window widths in CSS px, positive integers (default: %(default)s)")
     ap.add_argument("--chromium", default=CHROMIUM, help="the browser (default: $CHROMIUM or %(default)s)")
     ap.add_argument("--page", action="append", metavar="PATTERN",
                     help="check only pages matching PATTERN (shell-style, or a substring); repeatable")
-    ap.add_argument("--json", metavar="FILE", help="also write every view's measurements and failures here")
+    ap.add_argument("--json", metavar="FILE", type=json_option,
+                    help="also write every view's measurements and failures here (a file in a folder that exists)")
     args = ap.parse_args(argv)
     root = Path(args.html_dir)
     if not (root / "index.html").is_file():
@@ -738,7 +758,7 @@ def main(argv: list[str]) -> int:
         print(f"browser_check: no browser at {args.chromium}; install Debian's chromium "
               "(apt-get install chromium) or pass --chromium", file=sys.stderr)
         return 2
-    widths = [int(w) for w in args.widths.split(",") if w.strip()]
+    widths = args.widths
     pages = select_pages(discover_pages(root), args.page)
     if not pages:
         print(f"browser_check: no pages under {root} match {args.page}", file=sys.stderr)
@@ -779,7 +799,7 @@ def main(argv: list[str]) -> int:
         server.server_close()
     elapsed = time.monotonic() - t0
     if args.json:
-        Path(args.json).write_text(json.dumps({"browser": browser.version, "seconds": round(elapsed, 1),
+        args.json.write_text(json.dumps({"browser": browser.version, "seconds": round(elapsed, 1),
                                                "results": results}, indent=1))
     lines, count = format_report(results)
     for line in lines:

@@ -317,3 +317,25 @@ def test_the_layout_fixes_are_loaded_on_every_page():
     Config.html_context = {"default_mode": "dark"}
     page_assets.default_colour_mode(None, Config)
     assert Config.html_context == {"default_mode": "dark"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--widths", ""], "--widths"),
+    (["--widths", "0"], "--widths"),
+    (["--widths=-400"], "--widths"),
+    (["--widths", "abc"], "--widths"),
+    (["--widths", "1400,,400"], "--widths"),
+    (["--json", "{tmp}"], "--json"),
+    (["--json", "{tmp}/no such folder/out.json"], "--json"),
+])
+def test_bad_options_are_refused_before_any_work(tmp_path, capsys, argv, message):
+    """Each option is checked before the book is looked for (here there is none) or a browser started."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        bc.main([str(tmp_path / "nothing"), *argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and "make book" not in err and "Traceback" not in err
+
+
+def test_widths_are_positive_integers_in_order():
+    assert bc.widths_option(" 1400, 400 ") == [1400, 400]

@@ -380,3 +380,17 @@ def test_the_launch_estimate_counts_local_only_once_per_client():
     assert local["steps"] == 40 * s.local_only_epochs * 50   # 40 clients x 10 epochs x 50 batches, sampled or not
     fewer = rr.WORK["5.7-m500"](replace(s, methods=("Local only",), train=replace(s.train, rounds=10)))
     assert fewer["steps"] == local["steps"]
+
+
+def test_check_section_refuses_what_stale_files_calls_stale_the_recorded_network_too(tmp_path, monkeypatch):
+    cls = rr.SECTIONS["5.8"][0]
+    long = cls.profile("long")
+    monkeypatch.setitem(rr.SECTIONS, "5.8", (cls, lambda s: s, lambda r: {"acc": 0.5}))
+    path = rr.run_section("5.8", "long", tmp_path, settings=long)
+    assert rr.stale_files(tmp_path) == [] and rr.check_section("5.8", "long", tmp_path)["failures"] == []
+    record = json.loads(path.read_text())
+    record["network"] = {dataset: {**net, "widths": "another network"} for dataset, net in record["network"].items()}
+    path.write_text(json.dumps(record))
+    assert rr.stale_files(tmp_path) == [str(path)]
+    with pytest.raises(ValueError, match=r"stale \(its network differs"):
+        rr.check_section("5.8", "long", tmp_path)

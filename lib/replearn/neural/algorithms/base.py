@@ -36,6 +36,7 @@ from torch import nn
 
 from replearn import neural
 from replearn.neural import Momentum
+from replearn.neural.engine.clients import check_client_data
 
 Params = dict[str, torch.Tensor]
 
@@ -119,6 +120,26 @@ def joint_phase(model: nn.Module, cfg: neural.TrainConfig, *, factor: int = 1) -
     """One phase training everything for ``local_steps`` (times ``factor``) or ``local_epochs``."""
     steps = None if cfg.local_steps is None else cfg.local_steps * factor
     return neural.Phase(joint_names(model), steps, cfg.local_epochs)
+
+
+def check_epochs(algorithm: str, epochs: int, option: str, clients: neural.ClientData, batch_size: int) -> None:
+    """For a method that trains every client ``epochs`` epochs in one round, its ``option``
+    (e.g. ``"LocalOnlyOptions.epochs"``): ``ValueError`` naming ``algorithm`` and ``option``, before
+    any training, where that round exceeds :data:`~replearn.neural.MAX_PHASE_BATCHES` minibatches
+    per client (the largest client in batches of ``batch_size``) or
+    :data:`~replearn.neural.MAX_RUN_STEPS` for all clients, the limits the run would otherwise
+    report against the ``TrainConfig`` fields the method derives from ``option``."""
+    sizes = check_client_data(clients).train_sizes.tolist()
+    per_epoch = -(-max(sizes) // batch_size)
+    batches, total = epochs * per_epoch, epochs * per_epoch * len(sizes)
+    work = f"{option} = {epochs} epochs x {per_epoch} minibatches (the largest client's {max(sizes)} images in " \
+           f"batches of {batch_size})"
+    if batches > neural.MAX_PHASE_BATCHES:
+        raise ValueError(f"{algorithm}: {work} = {batches:.3g} minibatches per client, more than "
+                         f"MAX_PHASE_BATCHES = {neural.MAX_PHASE_BATCHES:.0e}; lower {option}")
+    if total > neural.MAX_RUN_STEPS:
+        raise ValueError(f"{algorithm}: {work} x {len(sizes)} clients = {total:.3g} SGD steps, more than "
+                         f"MAX_RUN_STEPS = {neural.MAX_RUN_STEPS:.0e} (days of work); lower {option}")
 
 
 class Algorithm:

@@ -28,7 +28,7 @@ import torch
 from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_count, check_seed
-from replearn.neural.algorithms.base import Algorithm, Summary, joint_names, table1_accuracy
+from replearn.neural.algorithms.base import Algorithm, Summary, check_epochs, joint_names, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ class FineTuning(Algorithm):
         seed and ``vmap_clients``) with every client taking part, from ``state`` (default: the
         model's parameters)."""
         options = self.check_options(options)
+        check_epochs(self.name, options.epochs, "FineTuningOptions.epochs", clients, cfg.batch_size)
         once = replace(cfg, rounds=1, participation=1.0, local_epochs=options.epochs, local_steps=None,
                        eval_every=1, last_rounds=1)
         return super().run(model, clients, once, options, state=state, callback=callback, workers=workers,
@@ -119,6 +120,8 @@ class FineTuned(Algorithm):
 
     def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None, runner=None):
         options = self.check_options(options)
+        # refused before the base run trains, naming this option (not Fine-tuning's or TrainConfig's)
+        check_epochs(self.name, options.epochs, "FineTuneOptions.epochs", clients, cfg.batch_size)
         base = self.base.run(model, clients, cfg, options.base, state=state, callback=callback, workers=workers,
                              runner=runner)
         return self.fine_tune(base, model, clients, options, runner=runner)
@@ -129,6 +132,7 @@ class FineTuned(Algorithm):
         that already trained FedAvg gets FedAvg+FT without training it again)."""
         options = self.check_options(options)
         cfg = base.config
+        check_epochs(self.name, options.epochs, "FineTuneOptions.epochs", clients, cfg.batch_size)
         seed = derive_seed(cfg.seed, 5) if options.seed is None else options.seed
         tuning = neural.TrainConfig(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                                     batch_size=cfg.batch_size, augment=cfg.augment, seed=seed,

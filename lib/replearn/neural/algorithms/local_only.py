@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from replearn.checks import check_int
-from replearn.neural.algorithms.base import Algorithm, Summary, table1_accuracy
+from replearn.neural.algorithms.base import Algorithm, Summary, check_epochs, table1_accuracy
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class LocalOnly(Algorithm):
         if options.epochs is None:
             return super().run(model, clients, cfg, options, state=state, callback=callback, workers=workers,
                                runner=runner)
+        check_epochs(self.name, options.epochs, "LocalOnlyOptions.epochs", clients, cfg.batch_size)
         once = replace(cfg, rounds=1, participation=1.0, local_epochs=options.epochs, local_steps=None,
                        eval_every=1, last_rounds=1)
         r = super().run(model, clients, once, options, state=state, workers=workers, runner=runner)

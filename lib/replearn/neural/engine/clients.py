@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from replearn.backend import default_device, make_generator
+from replearn.checks import check_int
 
 MAX_INPUT = 1e4
 """Largest absolute image value the engine accepts: normalised images lie within a few units,
@@ -23,8 +24,9 @@ class ClientData:
     """Per-client train and test tensors on one device: images float32 or float64 (n_i, C, H,
     W), already normalised and finite, all of one dtype and one image shape; labels int64
     (n_i,), non-negative. Every client needs training data; a client may have no test data
-    (it is then left out of the test averages, see :class:`Evaluation`), but at least one
-    client must have some. The training runs cast the images to the model's dtype."""
+    (it is then left out of the test averages, see :class:`Evaluation`), and so may all of
+    them (one Flower node's data), but a run needs at least one client with some (it checks).
+    The training runs cast the images to the model's dtype."""
 
     x_train: tuple[torch.Tensor, ...]
     y_train: tuple[torch.Tensor, ...]
@@ -60,8 +62,6 @@ class ClientData:
                     raise ValueError(f"client {i} {split} labels must be >= 0, got {int(y.min())}")
             if xa.shape[0] == 0:
                 raise ValueError(f"client {i} has no training data; drop it or change the partition")
-        if all(x.shape[0] == 0 for x in self.x_test):
-            raise ValueError("no client has test data; every run evaluates on the clients' test sets")
 
     @property
     def dtype(self) -> torch.dtype:
@@ -133,11 +133,17 @@ class ClientData:
         return ClientData(*(tuple(part[i] for i in idx) for part in
                             (self.x_train, self.y_train, self.x_test, self.y_test)))
 
-    def take_train(self, n: int, *, seed: int) -> "ClientData":
-        """Each client keeps ``n`` random training samples (all if it has fewer); for
-        fine-tuning with a given number of samples per client."""
-        if n < 1:
-            raise ValueError(f"n must be at least 1, got {n}")
+    def take_train(self, n: int, *, seed: int, option: str = "n") -> "ClientData":
+        """Each client keeps ``n`` random training samples; for fine-tuning with a given number
+        of samples per client. A ``ValueError`` names ``option`` (the caller's name for ``n``,
+        e.g. ``"kept_per_client"``) and the client's size if a client holds fewer than ``n``
+        (it could not keep them: the run would train on fewer than asked)."""
+        check_int(n, option, 1)
+        sizes = self.train_sizes.tolist()
+        if min(sizes) < n:
+            i = sizes.index(min(sizes))
+            raise ValueError(f"{option} = {n} training images per client, but client {i} holds {sizes[i]} "
+                             f"training images (the smallest client); lower {option} to at most {sizes[i]}")
         gen = make_generator(seed)
         xs, ys = [], []
         for x, y in zip(self.x_train, self.y_train):
@@ -157,6 +163,15 @@ def model_dtype(model: nn.Module) -> torch.dtype:
     return next(iter(dtypes))
 
 
+def check_client_data(clients) -> ClientData:
+    """``clients``, which must be a :class:`ClientData` (``ValueError`` naming the type it is)."""
+    if not isinstance(clients, ClientData):
+        raise ValueError(f"clients must be a neural.ClientData (ClientData(x_train, y_train, x_test, y_test), "
+                         f"four tuples of tensors, one per client, or ClientData.from_partition), got a "
+                         f"{type(clients).__name__}")
+    return clients
+
+
 @torch.no_grad()
 def check_inputs(model: nn.Module, clients: ClientData) -> ClientData:
     """Check that ``clients`` fit ``model`` and return them in the model's dtype.
@@ -164,7 +179,8 @@ def check_inputs(model: nn.Module, clients: ClientData) -> ClientData:
     The images are cast to :func:`model_dtype` (float32 <-> float64: the dtype follows the
     model). One training image is passed through the model: a ``ValueError`` names the image
     shape if the model rejects it, and every client's labels must lie in ``[0, C)`` for the
-    model's ``C`` outputs."""
+    model's ``C`` outputs. Anything but a :class:`ClientData` is a ``ValueError`` naming it."""
+    check_client_data(clients)
     clients = clients.to(model_dtype(model))
     for split, xs in (("train", clients.x_train), ("test", clients.x_test)):
         for i, x in enumerate(xs):

@@ -63,3 +63,49 @@ def test_every_experiment_has_a_distinct_paper_profile():
     assert "ch04_fedavg.s04_convergence.ConvergenceSettings" in classes and len(classes) >= 30
     for name, cls in classes.items():
         assert differences(cls), f"{name}: paper() equals the CPU default"
+
+
+def test_settings_show_as_a_table_in_words(monkeypatch):
+    # issue 44: settings are shown as a short table of words and rounded values, not a dataclass dump
+    from replearn.book.profiles import setting_value
+
+    @dataclass(frozen=True)
+    class Worded(Settings):
+        WORDS = {"noise_std": "label noise σ", "inner.d": "inner dimension"}
+        noise_std: float = 0.03162277660168379
+        ms: tuple = (10, 20)
+        full: bool = False
+        seed: int = 0
+        inner: Demo = Demo()
+
+    monkeypatch.delenv("REPLEARN_PROFILE", raising=False)
+    table = Worded().table()
+    assert table.header == ["setting", "value"] and "CPU default" in table.caption
+    assert table.rows == [["label noise σ", "0.0316"], ["ms", "10, 20"], ["full", "no"], ["random seed", "0"],
+                          ["inner: inner dimension", "10"], ["inner: T", "5"]]
+    assert str(Worded()) == repr(table) and "Worded(" not in str(Worded())
+    assert [setting_value(v) for v in (1e-5, 2.5e6, None, True, "ANIL", 3, -0.25)] == \
+        ["0.00001", "2500000", "—", "yes", "ANIL", "3", "-0.25"]
+    with pytest.raises(ValueError, match="no words for a dict"):
+        setting_value({"a": 1})
+
+
+@pytest.mark.parametrize("chapter", ["ch01_arm", "ch02_maml_anil", "ch03_aruba"])
+def test_every_setting_of_chapters_1_to_3_has_words(chapter):
+    # a field without words would show its Python name on the page
+    from dataclasses import fields, is_dataclass
+
+    from replearn.book.profiles import COMMON_WORDS
+    from replearn.experiments import settings_classes
+
+    for name, cls in settings_classes().items():
+        if not name.startswith(chapter):
+            continue
+        cfg = cls()
+        for f in fields(cfg):
+            value = getattr(cfg, f.name)
+            keys = [f.name] + ([f"{f.name}.{g.name}" for g in fields(value)] if is_dataclass(value) else [])
+            described = {w for kind in cls.__mro__ for w in vars(kind).get("WORDS", {})} | set(COMMON_WORDS)
+            for key in keys:
+                assert key in described or key.rsplit(".", 1)[-1] in COMMON_WORDS, \
+                    f"{name}: field {key!r} has no words (add it to the class's WORDS)"

@@ -22,13 +22,16 @@ profile unless a settings class defines it)::
 from __future__ import annotations
 
 
+import math
+import numbers
 import os
 import sys
 from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import ClassVar
 
 from replearn.checks import check_bool, check_count, check_int, check_number, check_seed, check_sequence
 
-__all__ = ["PROFILES", "Settings", "differences", "profile_name"]
+__all__ = ["COMMON_WORDS", "PROFILES", "Settings", "differences", "profile_name", "setting_value"]
 
 PROFILES = ("default", "long", "paper", "gpu")
 
@@ -66,7 +69,16 @@ class Settings:
     whose default is a dataclass, such as a composed ``neural.TrainConfig``: an instance of
     that class, which validated itself when it was built).
     Subclasses extend :meth:`validate` with their ranges (calling ``super().validate()``).
+
+    A notebook shows its settings with ``display(cfg.table())``: a two-column table of what each
+    setting is, in words, and its value, rounded (:meth:`table`); ``print(cfg)`` prints the same
+    table as text. The words come from the class attribute ``WORDS`` (field name -> words; a
+    field that holds a dataclass is described field by field under ``"field.sub"``), merged over
+    the base classes, then from :data:`COMMON_WORDS`.
     """
+
+    #: words for the fields in :meth:`table`, e.g. ``{"d": "dimension d"}`` (see the class docstring)
+    WORDS: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self):
         self.validate()
@@ -97,12 +109,43 @@ class Settings:
                         check_seed(k, f"every entry of {f.name}")
 
 
+    def words(self, name: str) -> str:
+        """The words :meth:`table` shows for the field (or ``"field.sub"``) ``name``: this class's
+        ``WORDS`` (or a base class's), else :data:`COMMON_WORDS`, else the name with spaces."""
+        for kind in type(self).__mro__:
+            words = vars(kind).get("WORDS", {})
+            if name in words:
+                return words[name]
+        return COMMON_WORDS.get(name.rsplit(".", 1)[-1], name.rsplit(".", 1)[-1].replace("_", " "))
+
+    def rows(self) -> list[list[str]]:
+        """``[words, value]`` for every field, in declaration order; a field that holds a
+        dataclass gives one row per field of it (:func:`setting_value` formats the values)."""
+        out = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if is_dataclass(value) and not isinstance(value, type):
+                label = self.words(f.name)
+                out += [[f"{label}: {self.words(f'{f.name}.{g.name}')}", setting_value(getattr(value, g.name))]
+                        for g in fields(value)]
+            else:
+                out.append([self.words(f.name), setting_value(value)])
+        return out
+
+    def table(self, caption: str | None = None):
+        """The settings as a short table in words (:class:`replearn.book.plotting.Table`: setting |
+        value), with the active profile in the caption unless ``caption`` is given; for
+        ``display(cfg.table())`` in a notebook."""
+        from replearn.book.plotting import Table
+
+        if caption is None:
+            caption = f"settings of this run ({PROFILE_WORDS[profile_name()]})"
+        return Table(["setting", "value"], self.rows(), caption=caption, align="ll")
+
     def __str__(self) -> str:
-        """The settings as ``print`` shows them: the ``repr`` broken into lines of about 100
-        characters at the commas between fields (:func:`replearn.book.plotting.wrap_repr`), so that a
-        printed settings object fits the page."""
-        from replearn.book.plotting import wrap_repr
-        return wrap_repr(self)
+        """The settings as ``print`` shows them: :meth:`table` as aligned text (words and rounded
+        values, not the dataclass's ``repr``)."""
+        return repr(self.table())
 
     @classmethod
     def default(cls):
@@ -134,6 +177,57 @@ class Settings:
     def current(cls, **overrides):
         """Settings of the active profile, with optional field overrides."""
         return replace(cls.profile(profile_name()), **overrides)
+
+
+#: how the caption of :meth:`Settings.table` names each profile
+PROFILE_WORDS = {"default": "the CPU default profile", "long": "the long CPU profile",
+                 "paper": "the paper profile", "gpu": "the GPU profile"}
+
+#: words for field names that mean the same in every section (a class's ``WORDS`` overrides them)
+COMMON_WORDS = {
+    "d": "dimension d",
+    "k": "representation size k",
+    "seed": "random seed",
+    "seeds": "seeds",
+    "noise_std": "label noise standard deviation",
+    "trials": "Monte-Carlo trials",
+    "batch": "trials solved in one batched call",
+    "iterations": "iterations",
+    "rounds": "rounds",
+    "runs": "independent runs",
+    "dtype": "floating-point type",
+}
+
+
+def setting_value(value) -> str:
+    """A setting's value as the settings table shows it: a real number with 3 significant digits
+    (powers of ten written out, ``0.0316`` not ``0.03162277660168379``), integers exactly, a
+    bool as "yes" / "no", None as "—", a string as it is, a tuple or list as its entries
+    separated by commas, a torch dtype by its name."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        x = float(value)
+        if x == 0 or not math.isfinite(x):
+            return "0" if x == 0 else str(x)
+        text = f"{x:.3g}"
+        if "e" in text:   # 1e-05 -> 0.00001, 1.5e+06 -> 1500000: no exponent notation on the page
+            digits = 2 - math.floor(math.log10(abs(x)))
+            text = f"{round(x, digits):.{max(digits, 0)}f}"
+            text = text.rstrip("0").rstrip(".") if "." in text else text
+        return text
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (tuple, list)):
+        return ", ".join(setting_value(v) for v in value)
+    if type(value).__module__ == "torch" and type(value).__name__ == "dtype":
+        return str(value).removeprefix("torch.")
+    raise ValueError(f"setting_value: no words for a {type(value).__name__} ({value!r}); "
+                     "give the settings field a number, string, bool, tuple or dataclass")
 
 
 def _annotated_kinds(annotation) -> set[str]:

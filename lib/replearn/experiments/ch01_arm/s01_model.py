@@ -42,6 +42,8 @@ class SampleComplexitySettings(Settings):
     the grid of sample sizes ``ms``, the number of independent trials per sample size,
     how many trials are solved in one batched call, and the seed."""
 
+    WORDS = {"ms": "sample sizes m"}
+
     d: int = 50
     k: int = 5
     noise_std: float = 0.3

@@ -31,6 +31,10 @@ class ArmDynamicsSettings(Settings):
     al. 2022, Sec. 5.1); ARM/FedAvg step ``beta``, ``iterations`` (rounds), FedAvg's ``tau``
     local steps, and the seed."""
 
+    WORDS = {"n": "tasks n", "mean_norm": "norm of the heads' mean",
+             "cond": "condition number of the heads' covariance", "beta": "step size β",
+             "iterations": "rounds", "tau": "FedAvg's local steps τ"}
+
     d: int = 50
     k: int = 5
     n: int = 20

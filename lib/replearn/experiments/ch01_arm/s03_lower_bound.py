@@ -39,6 +39,12 @@ class LowerBoundSweepSettings(Settings):
     :func:`~replearn.theory.lower_bound.stable_step`, and the seed. delta is uniform on (0, 1/2] as in
     the theorem."""
 
+    WORDS = {"instances": "random instances", "d_min": "smallest dimension d", "d_max": "largest dimension d",
+             "k_max": "largest representation size k", "n_max": "most tasks n",
+             "cond_max": "largest condition number of the heads",
+             "mean_norm_max": "largest norm of the heads' mean", "T_max": "longest horizon T",
+             "step_fraction": "step size, as a fraction of the stable step (range)"}
+
     instances: int = 200
     d_min: int = 3
     d_max: int = 30

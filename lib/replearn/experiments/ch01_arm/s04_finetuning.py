@@ -59,6 +59,14 @@ class FinetuneSettings(Settings):
     sizes ``ms``, ``trials`` new tasks and data sets per m solved ``batch`` at a time), joint
     fine-tuning (``joint_steps`` GD steps with relative step size ``joint_lr``) and the seed."""
 
+    WORDS = {"n": "training tasks n", "mean_norm": "norm of the heads' mean",
+             "cond": "condition number of the heads' covariance", "delta": "distance of B* from B₀ (δ)",
+             "beta": "ARM's step size β", "arm_iterations": "ARM's iterations",
+             "alpha": "FedAvg's step size α", "tau": "FedAvg's local steps τ", "rounds": "FedAvg's rounds",
+             "noise_std": "new task's label noise σ", "ms": "new task's sample sizes m",
+             "trials": "new tasks (and data sets) per m", "joint_steps": "joint fine-tuning: gradient steps",
+             "joint_lr": "joint fine-tuning: relative step size"}
+
     d: int = 50
     k: int = 5
     n: int = 20

@@ -26,6 +26,12 @@ class HessianTermSettings(PopulationSettings):
     inner step sizes ``hessian_alphas`` at which :func:`hessian_term` measures the Hessian term
     early in training."""
 
+    WORDS = {"n": "training tasks n", "cond": "condition number of the heads' second moment",
+             "scale": "scale L of the heads' second moment", "mean_norm": "norm of the heads' mean",
+             "delta0": "distance of the start from B* (δ₀)", "alpha": "inner step size α",
+             "beta": "outer step size β", "iterations": "outer iterations",
+             "hessian_alphas": "inner step sizes α at which the Hessian term is measured"}
+
     hessian_alphas: tuple = (0.025, 0.05, 0.1, 0.2, 0.4)
 
     def validate(self) -> None:

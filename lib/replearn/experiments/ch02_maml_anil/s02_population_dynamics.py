@@ -29,6 +29,13 @@ class PopulationDynamicsSettings(PopulationSettings):
     rate sweep (:func:`rate_sweep`): ``sweep_iterations`` steps for every value in ``conds``
     (at alpha, beta), ``alphas`` (at beta, cond) and ``betas`` (at alpha, cond)."""
 
+    WORDS = {"n": "training tasks n", "cond": "condition number of the heads' second moment",
+             "scale": "scale L of the heads' second moment", "mean_norm": "norm of the heads' mean",
+             "delta0": "distance of the start from B* (δ₀)", "alpha": "inner step size α",
+             "beta": "outer step size β", "iterations": "outer iterations",
+             "conds": "sweep: condition numbers", "alphas": "sweep: inner step sizes α",
+             "betas": "sweep: outer step sizes β", "sweep_iterations": "sweep: iterations per value"}
+
     conds: tuple = (1.0, 2.0, 4.0, 8.0, 16.0)
     alphas: tuple = (0.05, 0.1, 0.2, 0.4, 0.8)
     betas: tuple = (0.1, 0.2, 0.4, 0.8, 1.6)

@@ -26,6 +26,11 @@ class HypothesesSettings(PopulationSettings):
     """The population instance of :class:`~replearn.theory.maml_instances.PopulationSettings`: the
     meta-learners run ``iterations`` steps from its structured start."""
 
+    WORDS = {"n": "training tasks n", "cond": "condition number of the heads' second moment",
+             "scale": "scale L of the heads' second moment", "mean_norm": "norm of the heads' mean",
+             "delta0": "distance of the start from B* (δ₀)", "alpha": "inner step size α",
+             "beta": "outer step size β", "iterations": "outer iterations"}
+
 
 def decomposition_check(cfg: HypothesesSettings, device=None) -> dict:
     """Along the FO-ANIL run of ``cfg``: the largest entry of |B_t P_t + B_* S_t - B_{t+1}| with

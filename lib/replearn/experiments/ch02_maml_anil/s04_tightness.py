@@ -36,6 +36,11 @@ class TightnessSettings(Settings):
     ``alpha``, outer step ``beta``, ``iterations``; structured start at distance ``delta0``;
     ``seeds`` instances for :func:`tightness_outcomes`."""
 
+    WORDS = {"n": "training tasks n", "cond": "condition number of the heads' centred covariance",
+             "scale": "scale L of the heads' second moment", "mean_norm": "norm of the heads' mean",
+             "delta0": "distance of the start from B* (δ₀)", "alpha": "inner step size α",
+             "beta": "outer step size β", "iterations": "outer iterations", "seeds": "random instances"}
+
     d: int = 20
     k: int = 3
     n: int = 20

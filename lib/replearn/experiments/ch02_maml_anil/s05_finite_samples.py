@@ -28,6 +28,15 @@ class FiniteSampleSettings(Settings):
     ``m_fixed`` samples; the reported error is dist(B_t, B_*) averaged over the last ``tail``
     iterations and over ``seeds`` instances."""
 
+    WORDS = {"n": "training tasks n", "cond": "condition number of the heads' covariance",
+             "scale": "scale L of the heads' second moment", "mean_norm": "norm of the heads' mean",
+             "delta0": "distance of the start from B* (δ₀)", "alpha": "inner step size α",
+             "beta": "outer step size β", "iterations": "iterations", "noise_std": "label noise σ",
+             "tail": "last iterations averaged", "ms": "samples per task m (sweep)",
+             "n_fixed": "tasks n while m varies", "ns": "tasks n (sweep)",
+             "m_fixed": "samples per task m while n varies", "algorithms": "algorithms compared",
+             "seeds": "random instances"}
+
     d: int = 50
     k: int = 3
     cond: float = 2.0

@@ -33,6 +33,10 @@ class NeuralMamlSettings(Settings):
     with one inner GD step ``eta`` on all parameters; outer full-batch GD with step ``lr`` for
     ``steps`` steps, from ``restarts`` random initialisations per width."""
 
+    WORDS = {"n": "tasks n", "m_in": "support points per task", "m_out": "query points per task",
+             "widths": "hidden widths", "eta": "inner step size η", "lr": "outer step size",
+             "steps": "outer steps", "restarts": "random initialisations per width"}
+
     n: int = 10
     m_in: int = 10
     m_out: int = 10
@@ -73,6 +77,9 @@ class FixedFeatureSettings(Settings):
     layer of a width-``width`` tanh network frozen at its random draw
     (:func:`replearn.theory.sinusoid.random_features`), inner step ``eta``, then ``steps`` of GD with
     step 1 / lambda_max(H) from theta = 0."""
+
+    WORDS = {"n": "tasks n", "m_in": "support points per task", "m_out": "query points per task",
+             "width": "hidden width", "eta": "inner step size η", "steps": "gradient steps"}
 
     n: int = 10
     m_in: int = 10

@@ -30,6 +30,13 @@ class SingleTaskSettings(Settings):
     ``tasks`` x ``runs`` independent tasks per m, the number ``sign_runs`` of random sign
     sequences for the lower bound, and the seed."""
 
+    WORDS = {"family": "task family", "family.d": "dimension d",
+             "family.m": "rounds per task m (replaced by each of the task lengths)",
+             "family.radius": "radius D of the ball", "family.center_norm": "norm of φ*",
+             "family.spread": "spread of the tasks", "family.loss": "loss (replaced by each section's loss)",
+             "family.noise": "label noise", "family.x_norm": "norm of the inputs x", "ms": "task lengths m",
+             "tasks": "tasks per run", "sign_runs": "random sign sequences (lower bound)"}
+
     family: aruba.TaskFamily = aruba.TaskFamily(spread=0.3, loss="absolute")
     ms: tuple[int, ...] = (10, 20, 40, 80, 160, 320, 640)
     tasks: int = 25

@@ -29,6 +29,12 @@ class MetaInitSettings(Settings):
     of ``spreads``, so V = spread sqrt(d)), T tasks per run, ``runs`` independent sequences, the
     grid ``rates`` of fixed rates for the sweep, and the seed."""
 
+    WORDS = {"family": "task family", "family.d": "dimension d", "family.m": "rounds per task m",
+             "family.radius": "radius D of the ball", "family.center_norm": "norm of φ*",
+             "family.spread": "spread of the tasks (replaced by each of the spreads)", "family.loss": "loss function",
+             "family.noise": "label noise", "family.x_norm": "norm of the inputs x", "T": "tasks per run T",
+             "spreads": "spreads of the tasks", "rates": "fixed step sizes of the sweep"}
+
     family: aruba.TaskFamily = aruba.TaskFamily(m=40)
     T: int = 200
     runs: int = 4

@@ -29,6 +29,14 @@ class FrameworkSettings(Settings):
     ``reptile_rates`` (0 stands for the single-task rate D/(G sqrt m)); the grid ``rates`` of
     fixed rates; ARUBA's ``smoothing`` (see :func:`replearn.theory.aruba.meta_learn`) and the seed."""
 
+    WORDS = {"family": "task family", "family.d": "dimension d", "family.m": "rounds per task m",
+             "family.radius": "radius D of the ball", "family.center_norm": "norm of φ*",
+             "family.spread": "spread of the tasks (replaced by each of the spreads)", "family.loss": "loss function",
+             "family.noise": "label noise", "family.x_norm": "norm of the inputs x", "T": "tasks per run T",
+             "spreads": "spreads of the tasks (learned rate)",
+             "reptile_rates": "Reptile's fixed within-task step sizes (0: the single-task rate)",
+             "rates": "fixed step sizes of the sweep", "smoothing": "ARUBA's smoothing ε"}
+
     family: aruba.TaskFamily = aruba.TaskFamily(m=40, spread=0.1)
     T: int = 300
     runs: int = 4

@@ -48,6 +48,11 @@ class ArubaRatesSettings(Settings):
     ``low``), ``m`` rounds per task, ``T`` tasks, ``runs`` independent sequences, ARUBA's
     smoothing constant and power, the AdaGrad base-rate grid, and the seed."""
 
+    WORDS = {"varying": "task-specific coordinates", "high": "spread of the task-specific coordinates",
+             "low": "spread of the other coordinates", "m": "rounds per task m", "T": "tasks T",
+             "smoothing": "ARUBA's smoothing ε", "power": "ARUBA's power p",
+             "adagrad_grid": "AdaGrad's base step sizes"}
+
     d: int = 10
     varying: int = 2
     high: float = 1.0

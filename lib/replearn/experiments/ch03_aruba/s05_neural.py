@@ -46,6 +46,13 @@ class ArubaNeuralSettings(Settings):
     outer step ``meta_step`` (linearly annealed to 0); initial inner rate ``eta0``; ARUBA smoothing
     constants; ``eval_tasks`` held-out (and as many validation) tasks; the single-rate grid."""
 
+    WORDS = {"hidden": "hidden units per layer", "shots": "support points per task",
+             "query": "query points per task", "inner_steps": "inner steps",
+             "meta_iterations": "meta-iterations", "meta_batch": "tasks per meta-iteration",
+             "meta_step": "meta step size", "eta0": "initial step size η₀",
+             "smoothing": "ARUBA's smoothing ε", "power": "ARUBA's power p", "eval_tasks": "evaluation tasks",
+             "rate_grid": "single step sizes tried"}
+
     hidden: int = 40
     shots: int = 10
     query: int = 50

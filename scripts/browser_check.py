@@ -26,6 +26,11 @@ explorers, images), measures it and fails (exit status 1, a report per page and 
   off, so ``scrollWidth > clientWidth`` only selects the candidates). Boxes hidden by design
   (``clip``/``clip-path``, screen-reader text, MathJax's hidden MathML, at most 1 px wide) are
   skipped;
+* **cut off** -- at a window at least :data:`WIDE` px wide, a text output of a notebook cell
+  (``.cell_output`` ``pre``: printed text, a value's plain-text form) wider than its box: its ends
+  are hidden unless the reader scrolls inside the box (on a phone such a box may scroll);
+* **squeezed column** -- a table cell in which a word is broken across lines: its column is
+  narrower than its longest word (a table too wide for the column must scroll in its box instead);
 * **widget** -- an explorer saved in the page (``script[type="application/vnd.jupyter.widget-view+json"]``)
   that the widget manager did not render (it puts a ``div.widget-subarea`` with the view before
   the script), rendered as an error, or rendered with a control squeezed to nothing (a slider
@@ -73,6 +78,9 @@ LOAD_TIMEOUT = 30
 SETTLE_TIMEOUT = 20
 #: A widget's control (slider track, menu, text box, button) narrower than this many px is unusable.
 MIN_CONTROL = 10
+#: In a window at least this wide a text output must fit its box (a scrolled box hides its ends);
+#: narrower windows (a phone) may scroll it.
+WIDE = 1000
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -147,8 +155,10 @@ def judge(view: dict, tolerance: float = TOLERANCE) -> list[tuple[str, str]]:
     Rules (module docstring): the document or a box around the text column wider than its box;
     an element of the column that reaches past the column's edge and is not inside a box within
     the column that scrolls or clips; an element with ``overflow-x: hidden``/``clip`` whose content
-    is wider than its box; a saved widget without a rendered view, or with an error view; an image
-    that did not load; a console error; a page that did not load or settle.
+    is wider than its box; in a window at least :data:`WIDE` px wide (``view["viewport"]``), a
+    text output wider than its box; a table cell with a word broken across lines; a saved widget
+    without a rendered view, or with an error view; an image that did not load; a console error;
+    a page that did not load or settle.
     """
     found: list[tuple[str, str]] = []
     for what in view.get("timeouts", []):
@@ -184,6 +194,16 @@ def judge(view: dict, tolerance: float = TOLERANCE) -> list[tuple[str, str]]:
         if past > tolerance:
             found.append(("clipped", f"{_where(item)}: its content reaches {_px(past)} past its "
                                      f"{_px(item['clientWidth'])} box and is cut off (overflow-x: {item['overflowX']})"))
+    if view.get("viewport", 0) >= WIDE:
+        for item in view.get("texts", []):
+            if item["contentWidth"] > item["boxWidth"] + tolerance:
+                found.append(("cut off", f"{_where(item)}: a text output {_px(item['contentWidth'])} wide in a "
+                                         f"{_px(item['boxWidth'])} box; its ends are hidden unless the reader "
+                                         f"scrolls inside the box (widest line: \"{item.get('line', '')}\")"))
+    for item in view.get("broken", []):
+        found.append(("squeezed column", f"{_where(item)}: column {item['column']} is "
+                                         f"{_px(item['cellWidth'])} wide, narrower than its word "
+                                         f"\"{item['word']}\", which is broken across lines"))
     for w in view.get("widgets", []):
         name = f"widget {w.get('model') or '?'}" + (f" (in {w['section']})" if w.get("section") else "")
         if w.get("error"):
@@ -559,6 +579,46 @@ MEASURE_JS = r"""
     // what else sticks out of the viewport (header, sidebars), outside the text column
     walk(body, {skip: false, reported: false, contained: false, inColumn: false, limit: de.clientWidth});
   }
+  // Text outputs of notebook cells: the widest box between the pre and its .cell_output that is
+  // narrower than what it holds (a pre scrolls by itself; a visible one shows in its parent's box).
+  const texts = [];
+  root.querySelectorAll(".cell_output pre").forEach((pre) => {
+    if (getComputedStyle(pre).display === "none" || pre.getBoundingClientRect().width === 0) return;
+    const stop = pre.closest(".cell_output");
+    for (let a = pre; a; a = a.parentElement) {
+      if (a.scrollWidth > a.clientWidth + TOL && getComputedStyle(a).overflowX !== "visible") {
+        const lines = pre.textContent.split("\n");
+        const line = lines.reduce((x, y) => (y.length > x.length ? y : x), "");
+        texts.push(Object.assign(info(pre), {contentWidth: a.scrollWidth, boxWidth: a.clientWidth,
+                                             line: line.length > 70 ? line.slice(0, 67) + "..." : line}));
+        break;
+      }
+      if (a === stop) break;
+    }
+  });
+  // Table cells with a word broken across lines: the column is narrower than its longest word.
+  const broken = [];
+  root.querySelectorAll("table").forEach((table) => {
+    const seen = new Set();
+    table.querySelectorAll("th, td").forEach((cell) => {
+      const column = cell.cellIndex + 1;
+      if (seen.has(column) || cell.getBoundingClientRect().width === 0) return;
+      const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+      for (let t = walker.nextNode(); t; t = walker.nextNode()) {
+        if (t.parentElement && t.parentElement.closest("mjx-container, .MathJax")) continue;
+        for (const m of t.textContent.matchAll(/\S{2,}/g)) {
+          range.setStart(t, m.index);
+          range.setEnd(t, m.index + m[0].length);
+          const tops = new Set(Array.from(range.getClientRects()).filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+          if (tops.size > 1) {
+            seen.add(column);
+            broken.push(Object.assign(info(table), {column, word: m[0].slice(0, 40), cellWidth: r1(cell.clientWidth)}));
+            return;
+          }
+        }
+      }
+    });
+  });
   const frames = [];
   for (let a = root; a && a !== de; a = a.parentElement) {
     const cs = getComputedStyle(a);
@@ -597,7 +657,7 @@ MEASURE_JS = r"""
   });
   return {url: location.pathname, document: {scrollWidth: de.scrollWidth, clientWidth: de.clientWidth},
           column: {desc: desc(root), left: r1(col.left), right: r1(col.right)}, frames, spills, clips, outside,
-          widgets, images, elements: root.getElementsByTagName("*").length};
+          texts, broken, viewport: window.innerWidth, widgets, images, elements: root.getElementsByTagName("*").length};
 })()
 """
 

@@ -113,6 +113,27 @@ def test_content_cut_off_by_a_hidden_overflow_fails_and_glyph_overhang_does_not(
     assert kinds(clean_view(clips=[dict(clip, clientWidth=1)])) == []
 
 
+def test_a_text_output_wider_than_its_box_fails_in_a_wide_window_only():
+    # issue 44: at 1400 px a scrolled text output hides its ends ("holds (...)" details, a table's last
+    # columns); a phone may scroll it
+    text = {"desc": "pre", "text": "FedRep beats FedAvg ...", "section": "#results", "contentWidth": 1210,
+            "boxWidth": 748, "line": "FedRep beats FedAvg without a personal head by more than the spread"}
+    (kind, detail), = bc.judge(clean_view(viewport=1400, texts=[text]))
+    assert kind == "cut off" and "1210 px wide in a 748 px box" in detail and "#results" in detail
+    assert "FedRep beats FedAvg without" in detail
+    assert kinds(clean_view(viewport=400, texts=[text])) == []                    # a phone may scroll it
+    assert kinds(clean_view(viewport=1400, texts=[dict(text, contentWidth=748.6)])) == []   # rounding
+    assert kinds(clean_view(texts=[text])) == []                                  # no viewport measured
+
+
+def test_a_table_column_narrower_than_its_longest_word_fails():
+    cell = {"desc": "table.replearn-table", "text": "setting paper code ...", "section": "#cifar",
+            "column": 4, "word": "stated", "cellWidth": 30}
+    (kind, detail), = bc.judge(clean_view(broken=[cell]))
+    assert kind == "squeezed column" and "column 4 is 30 px wide" in detail and '"stated"' in detail
+    assert kinds(clean_view(viewport=400, broken=[cell, dict(cell, column=2)])) == ["squeezed column"] * 2
+
+
 def test_a_widget_that_did_not_render_or_rendered_an_error_fails():
     missing = {"model": "eb84", "section": "#explore", "subarea": False, "children": 0, "width": 0, "height": 0, "error": ""}
     empty = dict(missing, subarea=True)

@@ -1,4 +1,10 @@
-"""The book's figure style and small plotting helpers (matplotlib, PNG output)."""
+"""The book's figure style and small plotting helpers (matplotlib, PNG output).
+
+Figures are made to be read on a phone: :func:`use_style` sets every font to at least
+:data:`MIN_FONT` pt at the figure's natural size, legends are framed and placed off the data
+(``loc="best"``, or :func:`legend_outside`), log axes that span less than a decade are labelled
+with :func:`log_ticks`, and a figure is at most :data:`MAX_WIDTH` inches wide (stack panels in
+rows rather than widen it), so that the text column shows it at its natural size."""
 
 from __future__ import annotations
 
@@ -29,20 +35,38 @@ MAML_COLORS = {"MAML": "#1f77b4", "FO-MAML": "#d62728", "ANIL": "#2ca02c", "FO-A
 MAML_STYLES = {"MAML": "-", "FO-MAML": "-", "ANIL": "-", "FO-ANIL": "--", "ARM": ":"}
 
 
+#: The widest figure, in inches at :data:`DPI` dots per inch, that the text column shows at its natural
+#: size at 1400 px (wider ones are scaled down, and their text with them); on a phone a figure keeps
+#: this natural size and scrolls in its own box (``book/_static/layout.css``).
+MAX_WIDTH = 7.5
+DPI = 100
+#: The smallest font, in points, of any text in a figure (ticks, legends): 9 pt at 100 dpi is 12.5 px.
+MIN_FONT = 9
+
+
 def use_style() -> None:
-    """Apply the book's matplotlib style (small PNG figures, light grid, no top/right spines)."""
+    """Apply the book's matplotlib style: small PNG figures at :data:`DPI` dots per inch, every font
+    at least :data:`MIN_FONT` pt at the figure's natural size, a light grid, no top/right spines,
+    legends framed and placed where they cover the least data (``loc="best"``)."""
     mpl.rcParams.update({
         "figure.figsize": (6.0, 3.6),
-        "figure.dpi": 100,
-        "savefig.dpi": 100,
+        "figure.dpi": DPI,
+        "savefig.dpi": DPI,
+        "font.size": 10,
         "axes.grid": True,
         "grid.alpha": 0.3,
         "axes.spines.top": False,
         "axes.spines.right": False,
         "axes.titlesize": 11,
         "axes.labelsize": 10,
-        "legend.fontsize": 9,
-        "legend.frameon": False,
+        "xtick.labelsize": MIN_FONT,
+        "ytick.labelsize": MIN_FONT,
+        "legend.fontsize": MIN_FONT,
+        "legend.title_fontsize": MIN_FONT,
+        "legend.loc": "best",
+        "legend.frameon": True,
+        "legend.framealpha": 0.9,
+        "legend.edgecolor": "0.8",
         "svg.hashsalt": "replearn",
     })
     try:  # inside IPython: inline PNG figures only (SVG embeds a timestamp)
@@ -50,6 +74,32 @@ def use_style() -> None:
         set_matplotlib_formats("png")
     except ImportError:  # pragma: no cover - outside a notebook
         pass
+
+
+def log_ticks(ax, axis: str, ticks) -> None:
+    """Label a log-scaled ``axis`` ("x" or "y") of ``ax`` at the values ``ticks`` only, written
+    plainly ("0.05", "20"), with no labels on the minor ticks: a log axis spanning less than about
+    a decade otherwise labels its minor ticks too ("3x10^-2 4x10^-2 ..."), which overlap."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    if axis not in ("x", "y"):
+        raise ValueError(f"log_ticks: axis must be 'x' or 'y', got {axis!r}")
+    values = [float(v) for v in ticks]
+    if not values or any(not v > 0 for v in values):
+        raise ValueError(f"log_ticks: ticks must be positive numbers on a log axis, got {list(ticks)!r}")
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    which.set_major_locator(FixedLocator(values))
+    which.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    which.set_minor_formatter(NullFormatter())
+
+
+def legend_outside(ax, *, below: bool = False, ncol: int = 1, **kwargs):
+    """The legend of ``ax`` outside its axes, off the data: to the right of the axes, top-aligned
+    (or centred below them with ``below=True``, in ``ncol`` columns); the figure grows to hold it
+    when saved (the notebook's inline figures are saved with a tight bounding box)."""
+    if below:
+        return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, **kwargs)
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), ncol=ncol, borderaxespad=0.0, **kwargs)
 
 
 def to_numpy(x) -> np.ndarray:

@@ -19,6 +19,7 @@ from replearn.neural import data as D
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
+from replearn.book.claims import fmt
 from replearn.book.scales import require_data
 from replearn.neural.transfer import PAPER_PRETRAIN, PretrainSettings, describe_pretraining, finetune_all, new_clients, pretrain, pretrain_work
 
@@ -113,6 +114,18 @@ class TransferResult:
         return self.accuracy[(target, tau)].std(1, unbiased=False)
 
 
+def target_clients(s: TransferSettings, cifar: D.CifarData, classes, target: int, n: int, trial: int = 0):
+    """The new clients of :func:`run_transfer` for target number ``target`` (0: the held-out
+    CIFAR-100 ``classes``, ``s.new_classes_per_client`` of them each; 1: CIFAR-10, ``classes`` None,
+    all ten) and trial ``trial``, each keeping ``n`` random training images, and the seed their
+    fine-tuning derives its own from (:func:`~replearn.neural.transfer.finetune_all`). New clients
+    hold distinct classes (a pair: chance 1/2), whatever the training split."""
+    seed = derive_seed(s.seed, 20, target, trial)
+    cpc = s.new_classes_per_client if classes is not None else cifar.n_classes
+    cl = new_clients(cifar, classes, s.new_clients, cpc, s.test_per_client, seed, "disjoint")
+    return cl.take_train(n, seed=derive_seed(seed, 3, n)), seed
+
+
 def run_transfer(s: TransferSettings, *, cifar10: D.CifarData | None = None,
                  cifar100: D.CifarData | None = None) -> TransferResult:
     """Paper Fig. 5 (see the module docstring)."""
@@ -121,19 +134,15 @@ def run_transfer(s: TransferSettings, *, cifar10: D.CifarData | None = None,
     require_data(cifar10, s.full_data, "TransferSettings")
     pre = pretrain(s, cifar100)
     acc = {}
-    targets = {"cifar100-new": (cifar100, pre.new_classes, s.new_classes_per_client, s.samples),
-               "cifar10": (cifar10, None, cifar10.n_classes, s.cifar10_samples)}
-    for t_i, (target, (cifar, classes, cpc, samples)) in enumerate(targets.items()):
+    targets = {"cifar100-new": (cifar100, pre.new_classes, s.samples), "cifar10": (cifar10, None, s.cifar10_samples)}
+    for t_i, (target, (cifar, classes, samples)) in enumerate(targets.items()):
         n_cls = len(classes) if classes is not None else cifar.n_classes
         for tau, state in pre.states.items():
             rows = []
             for n in samples:
                 row = []
                 for trial in range(s.trials):
-                    seed = derive_seed(s.seed, 20, t_i, trial)
-                    # new clients hold distinct classes (a pair: chance 1/2), whatever the training split
-                    cl = new_clients(cifar, classes, s.new_clients, cpc, s.test_per_client, seed, "disjoint")
-                    cl = cl.take_train(n, seed=derive_seed(seed, 3, n))
+                    cl, seed = target_clients(s, cifar, classes, t_i, n, trial)
                     _, res = finetune_all(s, state, cl, n_cls, seed)
                     row.append(res.final.accuracy)
                 rows.append(torch.cat(row))
@@ -146,8 +155,8 @@ def run_transfer(s: TransferSettings, *, cifar10: D.CifarData | None = None,
 
 #: The paper's claim that the page checks (Fig. 5).
 PAPER_CLAIM = "Fig. 5: FedAvg's body fine-tunes to a higher accuracy than D-SGD's on new clients"
-#: The figure's panel titles, by target.
-TARGET_TITLES = {"cifar100-new": "CIFAR-100, pairs of unseen classes", "cifar10": "CIFAR-10"}
+#: The new clients of each target, as the tables and figures name them.
+TARGET_NAMES = {"cifar100-new": "CIFAR-100, unseen classes", "cifar10": "CIFAR-10"}
 
 
 def method_names(tau: int) -> dict[int, str]:
@@ -184,8 +193,9 @@ def accuracies(runs, tau: int) -> dict[tuple[str, int], tuple[list[float], list[
 
 
 def long_pretrain_accuracies(long) -> dict[int, list[float]]:
-    """:func:`pretrain_accuracies` read from a committed results file, D-SGD first."""
-    return {t: long.values("pretrain_accuracy", str(t)) for t in method_names(int(long.settings["tau"]))}
+    """:func:`pretrain_accuracies` read from a committed results file, FedAvg first."""
+    tau = int(long.settings["tau"])
+    return {t: long.values("pretrain_accuracy", str(t)) for t in (tau, 1)}
 
 
 def long_accuracies(long) -> dict[tuple[str, int], tuple[list[float], list[float]]]:
@@ -197,68 +207,48 @@ def long_accuracies(long) -> dict[tuple[str, int], tuple[list[float], list[float
     return acc
 
 
-def glue_accuracies(acc: dict, prefix: str) -> list[list[str]]:
-    """Glue, per target and sample size of ``acc`` (:func:`accuracies`), FedAvg's and D-SGD's
-    mean ± sd (``{prefix}-{target}-{n}-fedavg``, ``-dsgd``) and their paired difference
-    (``-diff``); returns the rows of :func:`accuracy_table`."""
-    from replearn.book.claims import glue_diff, glue_pm
+def settings_rows(s) -> list[tuple[str, str]]:
+    """The settings of a run (settings object or a results file's settings dict) in words, for
+    :func:`replearn.book.wording.settings_table`."""
+    from replearn.book import wording as w
 
-    rows = []
-    for (target, n), (fed, dsgd) in acc.items():
-        shown = [glue_pm(f"{prefix}-{target}-{n}-{name}", v) for name, v in (("fedavg", fed), ("dsgd", dsgd))]
-        shown.append(glue_diff(f"{prefix}-{target}-{n}-diff", fed, dsgd))
-        rows.append([target, str(n), *(s.text for s in shown)])
-    return rows
+    k = pretrain_classes(s)
+    return [("pre-training", f"{k} CIFAR-100 classes, {w.get(s, 'n_new')} others held out; "
+                             f"{w.get(s, 'clients')} clients of {w.get(s, 'classes_per_client')} single-class shards"),
+            ("network", w.network(s)),
+            ("training", w.training(s)),
+            ("local updates", f"{w.get(s, 'total_steps'):,} per participating client; FedAvg with "
+                              f"τ = {w.get(s, 'tau')} against D-SGD"),
+            ("new clients", f"{w.get(s, 'new_clients')} per seed on each target: {w.get(s, 'new_classes_per_client')} "
+                            f"unseen CIFAR-100 classes each, or all 10 CIFAR-10 classes"),
+            ("fine-tuning", f"{w.get(s, 'ft_epochs')} epochs of SGD on the whole network (a fresh head), step size "
+                            f"{fmt(w.get(s, 'ft_lr'), 'g')}, on " + " or ".join(str(n) for n in w.get(s, 'samples')) +
+                            " CIFAR-100 images, " + " or ".join(str(n) for n in w.get(s, 'cifar10_samples')) +
+                            " CIFAR-10 images"),
+            ("seeds", w.seeds(s))]
 
 
-def pretrain_table(shown: dict, caption: str):
-    """One row per method (the order of ``shown``: ``{tau: MeanPm}``): its pre-training accuracy."""
+def glue_tables(pre: dict, acc: dict, s, prefix: str = "tr"):
+    """One table in percent: the pre-training accuracy, then the fine-tuned accuracy per target and
+    sample size, FedAvg's and D-SGD's (mean ± sd over seeds) and their paired difference in
+    percentage points. Glued for the prose: ``{prefix}-pre-fedavg`` / ``-dsgd``,
+    ``{prefix}-chance-pre``, and per target and size ``{prefix}-{target}-{n}-fedavg``, ``-dsgd``
+    and ``-diff``; ``s``: the run's settings (object or results file dict). Returns the table."""
+    from replearn.book.claims import fmt as fmt_, glue_diff, glue_pm, glue_text
     from replearn.book.plotting import Table
 
-    tau = max(shown)
-    names = method_names(tau)
-    return Table(["method", "pre-training accuracy"], [[names[t], shown[t].text] for t in shown], caption=caption)
-
-
-def accuracy_table(rows: list, tau: int, caption: str):
-    """The rows of :func:`glue_accuracies` under their header (FedAvg with ``tau``)."""
-    from replearn.book.plotting import Table
-
-    return Table(["new clients", "samples", method_names(tau)[tau], "D-SGD", "FedAvg − D-SGD [95% interval]"],
-                 rows, align="lrrrr", caption=caption)
-
-
-def glue_tables(pre: dict, acc: dict, s: TransferSettings) -> tuple:
-    """The CPU run's two tables (pre-training accuracy; fine-tuned accuracy with the paired
-    difference), their strings glued for the prose (``tr-pre-<tau>``, ``tr-chance-pre`` and
-    :func:`glue_accuracies` under ``tr``)."""
-    from replearn.book.claims import fmt, glue_pm, glue_text
-
-    k, n = pretrain_classes(s), len(pre[1])
-    shown = {t: glue_pm(f"tr-pre-{t}", v) for t, v in pre.items()}
-    glue_text("tr-chance-pre", fmt(1 / k, ".2f"))
-    rows = glue_accuracies(acc, "tr")
-    return (pretrain_table(shown, f"accuracy on the training clients' test images ({k} CIFAR-100 classes, chance "
-                                  f"{fmt(1 / k, '.2f')}; {s.total_steps} local updates per participating client), "
-                                  f"mean ± sd over {n} seeds"),
-            accuracy_table(rows, s.tau, f"test accuracy after fine-tuning, mean ± sd over {n} seeds"))
-
-
-def glue_long_tables(lpre: dict, lacc: dict, ls: dict) -> tuple:
-    """The long run's two tables, as :func:`glue_tables`, glued under ``tr-long`` (with the
-    run's local updates, ``tr-long-steps``); ``ls``: the results file's settings."""
-    from replearn.book.claims import fmt, glue_pm, glue_text
-
-    lk, n = pretrain_classes(ls), len(lpre[1])
-    shown = {t: glue_pm(f"tr-long-pre-{'dsgd' if t == 1 else 'fedavg'}", v) for t, v in lpre.items()}
-    glue_text("tr-long-chance-pre", fmt(1 / lk, ".3f"))
-    glue_text("tr-long-steps", f"{ls['total_steps']:,}")
-    rows = glue_accuracies(lacc, "tr-long")
-    return (pretrain_table(shown, f"long profile (near-paper), committed results ({lk} CIFAR-100 classes, chance "
-                                  f"{fmt(1 / lk, '.3f')}), mean ± sd over {n} seeds"),
-            accuracy_table(rows, int(ls["tau"]), f"long profile: test accuracy after fine-tuning (chance "
-                                                 f"{fmt(1 / ls['new_classes_per_client'], '.1f')} on cifar100-new, "
-                                                 f"0.1 on cifar10), mean ± sd over {n} seeds"))
+    tau, k, n = max(pre), pretrain_classes(s), len(pre[1])
+    glue_text(f"{prefix}-chance-pre", fmt_(100 / k, ".1f"))
+    rows = [[f"pre-training clients ({k} classes)", "",
+             *(glue_pm(f"{prefix}-pre-{name}", pre[t], scale=100).text for t, name in ((tau, "fedavg"), (1, "dsgd"))),
+             glue_diff(f"{prefix}-pre-diff", pre[tau], pre[1], scale=100, unit="points").text]]
+    for (target, size), (fed, dsgd) in acc.items():
+        rows.append([TARGET_NAMES[target], str(size),
+                     *(glue_pm(f"{prefix}-{target}-{size}-{name}", v, scale=100).text
+                       for name, v in (("fedavg", fed), ("dsgd", dsgd))),
+                     glue_diff(f"{prefix}-{target}-{size}-diff", fed, dsgd, scale=100, unit="points").text])
+    return Table(["clients", "images each", method_names(tau)[tau], "D-SGD", "FedAvg − D-SGD [95% interval]"], rows,
+                 align="lrrrr", caption=f"test accuracy in %, mean ± sd over {n} seeds; the difference paired over seeds")
 
 
 def lowest(acc: dict) -> dict[str, float]:
@@ -266,90 +256,85 @@ def lowest(acc: dict) -> dict[str, float]:
     return {t: min(min(v[i]) for (tt, _), v in acc.items() if tt == t for i in (0, 1)) for t, _ in acc}
 
 
+def phrases(c) -> dict:
+    """The phrases :func:`replearn.book.claims.verdict` glues for the outcome of the comparison
+    ``c``: the book's own words, "holds", "not separated (n = ...)" or "opposite"."""
+    return dict(holds="holds", fails=f"not separated (n = {c.n})", opposite="opposite")
+
+
 def checks(pre: dict, acc: dict, *, scale: str = "CPU") -> list[tuple[str, str, object, dict]]:
-    """The page's verdicts as ``(name, label, condition, options)`` for
-    :func:`replearn.book.claims.verdict`: D-SGD's pre-training accuracy above FedAvg's, and at
-    every target and sample size FedAvg's fine-tuned accuracy above D-SGD's (Fig. 5), each beyond
-    the spread over seeds. ``scale="long"``: the names and wording of the committed long run."""
+    """The page's verdicts as ``(name, label, comparison, options)`` for
+    :func:`replearn.book.claims.verdict`, each by the paired 95% interval over seeds in percentage
+    points (:func:`replearn.book.seeds.points`), FedAvg minus D-SGD as in the table: FedAvg's
+    pre-training accuracy above D-SGD's, and at every target and sample size FedAvg's fine-tuned
+    accuracy above D-SGD's (Fig. 5).
+    ``scale="long"``: the names and labels of the committed near-paper run."""
     from replearn.book import seeds
 
     tau = max(pre)
     long = scale == "long"
-    pre_name, run, sep = ("tr-long", "long run, ", "the spread") if long else ("tr", "", "the spread over seeds")
+    pre_name, run = ("tr-long", "near-paper run: ") if long else ("tr", "")
     extra = {"scale": "long"} if long else {}
-    out = [(f"{pre_name}-v-pre", f"{'long run: ' if long else ''}D-SGD's pre-training accuracy above FedAvg's by "
-                                 f"more than {sep}",
-            seeds.separated(pre[1], pre[tau]),
-            dict(holds="is above FedAvg's by more than the spread over seeds",
-                 fails=("is not above FedAvg's by more than the spread over seeds" if long
-                        else "is not separated from FedAvg's by more than the spread over seeds"), **extra))]
+    c = seeds.points(pre[tau], pre[1])
+    out = [(f"{pre_name}-v-pre", f"{run}FedAvg's pre-training accuracy above D-SGD's", c, dict(phrases(c), **extra))]
     for (target, n), (fed, dsgd) in acc.items():
-        out.append((f"{pre_name}-v-{target}-{n}", f"{run}{target}, n = {n}: FedAvg above D-SGD by more than {sep}",
-                    seeds.separated(fed, dsgd),
-                    dict(holds="is above D-SGD's by more than the spread over seeds",
-                         fails=("is not above D-SGD's by more than the spread over seeds" if long
-                                else "is not separated from D-SGD's by more than the spread over seeds"),
-                         paper=PAPER_CLAIM, **extra)))
+        c = seeds.points(fed, dsgd)
+        out.append((f"{pre_name}-v-{target}-{n}", f"{run}{TARGET_NAMES[target]}, {n} images: FedAvg above D-SGD", c,
+                    dict(phrases(c), paper=PAPER_CLAIM, **extra)))
     return out
 
 
-def describe_long(ls: dict, cfg: TransferSettings) -> str:
-    """What the committed long run pre-trained, beside the CPU run of the page (``cfg``)."""
-    return (f"{describe_pretraining(ls)}\n(the CPU run above: the {cfg.model} network in {cfg.dtype}, "
-            f"{cfg.clients} clients of {cfg.classes_per_client} classes, {cfg.total_steps} local updates, "
-            f"tau = {cfg.tau})")
-
-
-def paper_table(pre: dict, acc: dict, lpre: dict, lacc: dict, new_classes: tuple[int, int]):
-    """The paper's Fig. 5 beside the CPU run (``pre``, ``acc``: :func:`pretrain_accuracies`,
-    :func:`accuracies`) and the long run (``lpre``, ``lacc``): FedAvg minus D-SGD, paired over
-    seeds, per target and sample size ("not run" where a run has no such size), and the
-    pre-training accuracy; ``new_classes``: the classes of a new CIFAR-100 client in each run."""
-    from replearn.book.claims import compared
+def paper_table(lpre: dict, lacc: dict):
+    """The paper's Fig. 5 (what its text states) beside the near-paper run (``lpre``, ``lacc``:
+    :func:`long_pretrain_accuracies`, :func:`long_accuracies`): FedAvg minus D-SGD, paired over
+    seeds, in percentage points, with the outcome."""
     from replearn.book.plotting import Table
+    from replearn.book.seeds import points
 
-    def cell(a, key):
-        return compared(*a[key]) if key in a else "not run"
+    def cell(a, b):
+        c = points(a, b)
+        return f"{c.word}: {c.text}"
 
-    keys = sorted(set(acc) | set(lacc), key=lambda k: (k[0] != "cifar100-new", k[1]))
-    rows = [[f"{target}, n = {n}", "higher: significantly, in both plots", cell(acc, (target, n)),
-             cell(lacc, (target, n))] for target, n in keys]
-    tau, ltau = max(pre), max(lpre)
-    rows.append(["pre-training accuracy", "not reported", compared(pre[tau], pre[1]), compared(lpre[ltau], lpre[1])])
-    return Table(["FedAvg vs D-SGD", "paper (Fig. 5, its text)", f"CPU default ({len(pre[1])} seeds)",
-                  f"near-paper long run ({len(lpre[1])} seeds)"], rows, align="llll",
-                 caption=f"the paper's claim and our two runs; FedAvg minus D-SGD, paired over seeds, with its 95% "
-                         f"interval; new CIFAR-100 clients hold {new_classes[0]} held-out classes in the CPU default, "
-                         f"{new_classes[1]} in the long run")
+    rows = [[f"{TARGET_NAMES[target]}, {n} images", "higher: significantly, in both plots", cell(*lacc[(target, n)])]
+            for target, n in lacc]
+    tau = max(lpre)
+    rows.append(["pre-training clients", "not reported", cell(lpre[tau], lpre[1])])
+    return Table(["FedAvg above D-SGD", "the paper (Fig. 5, its text)", f"near-paper run ({len(lpre[1])} seeds)"],
+                 rows, align="lll", caption="each comparison paired over seeds: the outcome, then FedAvg minus D-SGD "
+                                            "and its 95% interval")
 
 
 def plot_transfer(acc: dict, tau: int, new_classes_per_client: int):
-    """Fig. 5: per target, FedAvg's (with ``tau``) and D-SGD's fine-tuned accuracy (mean ± sd over seeds)
-    against the training samples per new client, with the chance level; one legend, beside the
-    panels, so that no curve or line crosses it. Returns the figure."""
+    """Fig. 5: for every target fine-tuned on two or more sample sizes, FedAvg's (with ``tau``) and
+    D-SGD's fine-tuned accuracy in % (mean ± sd over seeds) against the training images per new
+    client, with the chance level (a target run at one size only is a row of the table, not a
+    panel); one legend, beside the panels, so that no curve or line crosses it. Returns the figure."""
     import matplotlib.pyplot as plt
 
     from replearn.book.plotting import COLORS
     from replearn.book.seeds import mean_sd
 
     names = method_names(tau)
-    targets = list(dict.fromkeys(t for t, _ in acc))
+    targets = [t for t in dict.fromkeys(t for t, _ in acc) if sum(tt == t for tt, _ in acc) >= 2]
+    if not targets:
+        raise ValueError("plot_transfer needs a target fine-tuned on at least two sample sizes; "
+                         "show a single size in the table")
     n_seeds = len(next(iter(acc.values()))[0])
     levels = chance(new_classes_per_client)
-    fig, axes = plt.subplots(1, len(targets), figsize=(10.0, 3.6))
-    axes = np.atleast_1d(axes)
+    fig, axes = plt.subplots(1, len(targets), figsize=(4.2 * len(targets) + 2.0, 3.6), squeeze=False)
+    axes = axes[0]
     for ax, target in zip(axes, targets):
         samples = [n for t, n in acc if t == target]
         for i, (t, color) in enumerate(((tau, COLORS["FedAvg"]), (1, COLORS["D-GD"]))):
-            means = [mean_sd(acc[(target, n)][i])[0] for n in samples]
-            sds = [mean_sd(acc[(target, n)][i])[1] for n in samples]
-            ax.errorbar(samples, means, yerr=sds, color=color, marker="o", capsize=4, label=names[t])
-        ax.axhline(levels[target], color="grey", ls=":", label="chance")
+            stats = [mean_sd([100 * x for x in acc[(target, n)][i]]) for n in samples]
+            ax.errorbar(samples, [m for m, _ in stats], yerr=[sd for _, sd in stats], color=color, marker="o",
+                        capsize=4, label=names[t])
+        ax.axhline(100 * levels[target], color="grey", ls=":", label="chance")
         ax.set_xscale("log")
         ax.set_xticks(samples, [str(n) for n in samples])
         ax.minorticks_off()
-        ax.set(xlabel="training samples per new client", ylabel="test accuracy after fine-tuning",
-               title=f"{TARGET_TITLES.get(target, target)}; {n_seeds} seeds")
-    axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)   # beside the axes
+        ax.set(xlabel="training images per new client", ylabel="test accuracy after fine-tuning (%)",
+               title=f"{TARGET_NAMES[target]}; {n_seeds} seeds")
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)   # beside the axes
     plt.tight_layout()
     return fig

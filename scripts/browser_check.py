@@ -609,7 +609,8 @@ MEASURE_JS = r"""
         for (const m of t.textContent.matchAll(/\S{2,}/g)) {
           range.setStart(t, m.index);
           range.setEnd(t, m.index + m[0].length);
-          const tops = new Set(Array.from(range.getClientRects()).filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+          const rects = Array.from(range.getClientRects()).filter((r) => r.width > 0);
+          const tops = new Set(rects.map((r) => Math.round(r.top)));
           if (tops.size > 1) {
             seen.add(column);
             broken.push(Object.assign(info(table), {column, word: m[0].slice(0, 40), cellWidth: r1(cell.clientWidth)}));

@@ -229,8 +229,10 @@ def test_compared_says_which_side_is_higher_beyond_the_spread():
     from replearn.book.claims import compared
 
     # paired differences 0.4, 0.4, 0.5: mean 0.433, sd 0.0577, 95% half-width 4.303 * 0.0577 / sqrt(3) = 0.143
-    assert compared([0.5, 0.6, 0.8], [0.1, 0.2, 0.3]) == "higher beyond the spread (+0.4 [+0.3, +0.6], 95% interval, n = 3)"
-    assert compared([0.1, 0.2, 0.3], [0.5, 0.6, 0.8]) == "lower beyond the spread (-0.4 [-0.6, -0.3], 95% interval, n = 3)"
+    assert compared([0.5, 0.6, 0.8], [0.1, 0.2, 0.3]) == \
+        "higher beyond the spread (+0.4 [+0.3, +0.6], 95% interval, n = 3)"
+    assert compared([0.1, 0.2, 0.3], [0.5, 0.6, 0.8]) == \
+        "lower beyond the spread (-0.4 [-0.6, -0.3], 95% interval, n = 3)"
     # differences -0.1, 0, -0.05: the interval [-0.17, +0.07] contains 0; the mean -0.05 shows its sign
     assert compared([0.1, 0.2, 0.3], [0.2, 0.2, 0.35]) == "not separated (-0.05 [-0.17, +0.07], 95% interval, n = 3)"
     assert compared([0.5, 0.6, 0.8], [0.1, 0.2, 0.3], scale=100, unit="points") == \

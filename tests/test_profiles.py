@@ -84,6 +84,9 @@ def test_settings_show_as_a_table_in_words(monkeypatch):
     assert table.rows == [["label noise σ", "0.0316"], ["ms", "10, 20"], ["full", "no"], ["random seed", "0"],
                           ["inner: inner dimension", "10"], ["inner: T", "5"]]
     assert str(Worded()) == repr(table) and "Worded(" not in str(Worded())
+    assert Worded().table("the sweep").caption == "settings of the sweep (the CPU default profile)"
+    with pytest.raises(ValueError, match="whose settings"):
+        Worded().table("")
     assert [setting_value(v) for v in (1e-5, 2.5e6, None, True, "ANIL", 3, -0.25)] == \
         ["0.00001", "2500000", "—", "yes", "ANIL", "3", "-0.25"]
     with pytest.raises(ValueError, match="no words for a dict"):

@@ -151,7 +151,8 @@ def mean_pm(values, *, scale: float = 1.0, digits: int | None = None) -> MeanPm:
     from replearn.book.seeds import pm_parts
 
     xs = [_finite_real(scale * float(_finite_real(v, "mean_pm value")), "mean_pm value") for v in values]
-    if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= MAX_DIGITS):
+    if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int)
+                               or not 0 <= digits <= MAX_DIGITS):
         raise ValueError(f"mean_pm: digits (decimals) must be an int from 0 to {MAX_DIGITS}, got {digits!r}")
     return MeanPm(*pm_parts(xs, digits=digits))
 

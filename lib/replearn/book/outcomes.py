@@ -114,7 +114,8 @@ def paper_claims(book: str | Path, sections) -> tuple[Table, Table, str, str]:
                                  "the paired difference; 5.7's one-seed near-paper run: over its 100 clients)")
     checks_table = Table(["section", "scale", "check", "outcome"],
                          [[c["section"], c["scale"], c["claim"],
-                           _word(c) + (" (no difference, as claimed)" if c["holds"] and c.get("kind") == "absence" else "")]
+                           _word(c) + (" (no difference, as claimed)"
+                                       if c["holds"] and c.get("kind") == "absence" else "")]
                           for c in checks], align="llll", caption="every recorded check")
     plain = [s for s in notebooks if s not in {c["section"] for c in checks} and asserted[s]]
     not_cpu = sorted({c["section"] for c in checks if c["scale"] == "CPU" and not c["holds"]}, key=_order)

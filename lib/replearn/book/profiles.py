@@ -132,15 +132,16 @@ class Settings:
                 out.append([self.words(f.name), setting_value(value)])
         return out
 
-    def table(self, caption: str | None = None):
+    def table(self, what: str = "this run"):
         """The settings as a short table in words (:class:`replearn.book.plotting.Table`: setting |
-        value), with the active profile in the caption unless ``caption`` is given; for
-        ``display(cfg.table())`` in a notebook."""
+        value) captioned "settings of ``what`` (the active profile)"; for ``display(cfg.table())``
+        in a notebook."""
         from replearn.book.plotting import Table
 
-        if caption is None:
-            caption = f"settings of this run ({PROFILE_WORDS[profile_name()]})"
-        return Table(["setting", "value"], self.rows(), caption=caption, align="ll")
+        if not isinstance(what, str) or not what.strip():
+            raise ValueError(f"table: what must say whose settings these are (e.g. 'this run'), got {what!r}")
+        return Table(["setting", "value"], self.rows(), caption=f"settings of {what} ({PROFILE_WORDS[profile_name()]})",
+                     align="ll")
 
     def __str__(self) -> str:
         """The settings as ``print`` shows them: :meth:`table` as aligned text (words and rounded

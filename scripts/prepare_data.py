@@ -22,8 +22,9 @@ the data directory ``DIR`` (default: ``$REPLEARN_DATA``, else ``~/.cache/replear
 
 ``--preflight`` uses the standard library only (``make`` runs it before the virtual environment
 is set up, so that a machine without the data and without a network stops in seconds): it checks
-that the subsets are there, or that the archives can be downloaded, and prints the message
-otherwise. ``--mirror URL`` downloads ``URL/cifar-10-python.tar.gz`` ... instead (a local copy of
+that the subsets are there, or that the archives are in ``ARCHIVES`` with their official md5 (a
+partial or empty download is no archive) or can be downloaded, and prints the message
+otherwise. ``--probe-timeout`` must be a positive number of seconds. ``--mirror URL`` downloads ``URL/cifar-10-python.tar.gz`` ... instead (a local copy of
 the official archives; their md5 is checked all the same).
 """
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import os
 import shutil
 import sys
@@ -80,8 +82,9 @@ def read_sums(path: Path = SUMS_FILE) -> dict[str, str]:
     return sums
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+def sha256(path: Path, algorithm: str = "sha256") -> str:
+    """The hex digest of ``path``'s bytes (``algorithm``: ``"sha256"``, or ``"md5"`` for the archives)."""
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
@@ -178,14 +181,20 @@ def survey(root: Path) -> tuple[list[str], list[str]]:
 
 def check_reachable(root: Path, archives: Path, missing, sources, timeout: float) -> None:
     """Raise :class:`DataError` (the two-ways message) when an archive that is needed is neither in
-    ``archives`` nor reachable, or when ``archives`` cannot hold it (:func:`check_kinds`)."""
+    ``archives`` (with its official md5: a partial or damaged download is no archive) nor
+    reachable, or when ``archives`` cannot hold it (:func:`check_kinds`)."""
     check_kinds(root, archives)
     for name in missing:
-        if (archives / SPECS[name]["archive"]).is_file():
-            continue
-        reason = probe(sources[name][0], timeout)
+        path, (url, md5) = archives / SPECS[name]["archive"], sources[name]
+        held = None
+        if path.is_file():
+            got = sha256(path, "md5")
+            if got == md5:
+                continue
+            held = f"{path} ({path.stat().st_size} bytes) has md5 {got}, not the official {md5}"
+        reason = probe(url, timeout)
         if reason is not None:
-            raise DataError(no_data_message(root, missing, reason))
+            raise DataError(no_data_message(root, missing, reason if held is None else f"{held}; {reason}"))
 
 
 def preflight(root: Path, archives: Path, sources, timeout: float = 10.0) -> str:
@@ -319,6 +328,17 @@ def prepare(root: Path, archives: Path, sources, *, sums: dict | None = None, di
         survey(root)
 
 
+def seconds(text: str) -> float:
+    """``--probe-timeout``: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"need a positive, finite number of seconds, got {text!r}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", help="data directory (default: $REPLEARN_DATA, else ~/.cache/replearn)")
@@ -326,8 +346,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mirror", help=f"base URL of the archives (default {OFFICIAL_BASE})")
     parser.add_argument("--preflight", action="store_true",
                         help="standard library only: fail fast when the data can be neither found nor downloaded")
-    parser.add_argument("--probe-timeout", type=float, default=10.0,
-                        help="seconds to wait for the archive host to answer (default 10)")
+    parser.add_argument("--probe-timeout", type=seconds, default=10.0,
+                        help="seconds to wait for the archive host to answer, a positive number (default 10)")
     args = parser.parse_args(argv)
     root = data_dir(args.data)
     archives = Path(args.archives).expanduser() if args.archives else root / "archives"

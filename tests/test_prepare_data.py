@@ -278,3 +278,31 @@ def test_rewriting_the_shipped_subset_reproduces_its_bytes(tmp_path):
     assert data.content_digest(arrays) == data.SUBSET_DIGESTS["cifar10"]
     P.write_npz(tmp_path / "cifar10_subset.npz", arrays, P.MEMBER_ORDER["cifar10"])
     assert P.sha256(tmp_path / "cifar10_subset.npz") == P.read_sums()["cifar10_subset.npz"]
+
+
+def test_the_preflight_trusts_an_archive_only_with_its_checksum(tmp_path, archives):
+    """An archive already in ARCHIVES spares the download only if its md5 is the official one: a
+    0-byte (or truncated) archive offline fails the preflight at once, naming it."""
+    root, offline = tmp_path / "data", _closed_port_base()
+    sources = {n: (offline + P.SPECS[n]["archive"], hashlib.md5(archives[n][1]).hexdigest()) for n in P.NAMES}
+    (root / "archives").mkdir(parents=True)
+    for n in P.NAMES:
+        (root / "archives" / P.SPECS[n]["archive"]).write_bytes(archives[n][1])
+    assert "will be rebuilt" in P.preflight(root, root / "archives", sources)
+    empty = root / "archives" / P.SPECS["cifar100"]["archive"]
+    empty.write_bytes(b"")
+    with pytest.raises(P.DataError, match="cannot be downloaded") as err:
+        P.preflight(root, root / "archives", sources)
+    assert f"{empty} (0 bytes)" in str(err.value) and "md5" in str(err.value)
+    out = subprocess.run([sys.executable, "-S", str(ROOT / "scripts" / "prepare_data.py"), "--preflight",
+                          "--data", str(root), "--mirror", offline], capture_output=True, text=True, timeout=60)
+    # the command line checks against the official md5s, which the tiny archives do not have
+    assert out.returncode == 1 and "not the official c58f30108f718f92721af3b95e74349a" in out.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "0", "inf", "abc"])
+def test_a_bad_probe_timeout_is_a_bad_option_not_a_missing_download(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as exit_:
+        P.main(["--preflight", "--data", str(tmp_path), f"--probe-timeout={value}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--probe-timeout" in err and "cannot be downloaded" not in err

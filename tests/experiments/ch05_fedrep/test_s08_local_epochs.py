@@ -21,10 +21,20 @@ def test_run_epochs_tiny():
     assert r.epochs == (1, 2)
     assert r.accuracy["FedRep"].shape == (2,) and r.accuracy["FedAvg"].shape == (2,)
     assert r.curves["FedAvg"].shape == (2, s.train.rounds)
-    assert torch.allclose(r.error("FedRep"), 1 - r.accuracy["FedRep"])
     assert r.train_sizes.tolist() == [20] * 5
     again = s08.run_epochs(s, cifar=fake_cifar())
     assert all(torch.equal(r.accuracy[m], again.accuracy[m]) for m in r.accuracy)
+    # every run starts from the same network: E = 2 alone gives what it gave after the E = 1 runs
+    alone = s08.run_epochs(replace(s, epochs=(2,)), cifar=fake_cifar())
+    assert all(torch.equal(r.accuracy[m][1:], alone.accuracy[m]) for m in r.accuracy)
+
+
+def test_federation_is_the_network_and_data_of_the_runs():
+    s = s08.EpochSettings(epochs=(1,), **TINY)
+    model, clients = s08.federation(s, fake_cifar())
+    assert clients.n_clients == 5 and clients.x_train[0].dtype == next(model.parameters()).dtype
+    again, _ = s08.federation(s, fake_cifar())
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), again.parameters()))
 
 
 def test_bad_settings_raise_at_construction():
@@ -79,17 +89,43 @@ def _runs(n=3):
             for s in range(n)]
 
 
+def test_e_values_in_words():
+    assert s08.e_values((3,)) == "E = 3"
+    assert s08.e_values((1, 3)) == "E = 1 and E = 3"
+    assert s08.e_values((1, 5, 10)) == "E = 1, 5 and 10"
+
+
 def test_accuracies_glue_and_checks(glued):
     acc = s08.accuracies(_runs())
     assert list(acc) == ["FedRep", "FedAvg"] and len(acc["FedRep"]) == 2 and len(acc["FedRep"][0]) == 3
     shown, change = s08.glue_accuracies(acc, (1, 5), "ep")
     assert glued["ep-fedrep-5"] == shown["FedRep"][1].text and glued["ep-fedavg-change"] == change["FedAvg"].text
+    # the change is E = 5 minus E = 1, in points: FedAvg gains 2 points per seed index, +2 on average
+    assert change["FedAvg"].unit == "points" and change["FedAvg"].mean == pytest.approx(2.0)
+    assert glued["ep-fedavg-change"].startswith("+2") and glued["ep-fedavg-change"].endswith(" points")
     table = s08.accuracy_table(shown, (1, 5), "caption")
-    assert table.rows[0][0] == "1" and table.header == ["E", "FedRep %", "FedAvg %"]
-    assert s08.describe_change(change, (1, 5)).startswith("FedRep: E = 5 minus E = 1, paired over seeds: ")
-    checks = s08.checks(acc, (1, 5))
+    assert table.rows[0][0] == "1" and table.header == ["local epochs E", "FedRep (%)", "FedAvg (%)"]
+    checks = s08.checks(acc, (1, 5), change)
     assert [c[0] for c in checks] == ["ep-v-every", "ep-v-nohurt", "ep-v-help", "ep-v-fedavg"]
-    assert checks[0][3]["require"] and checks[1][3]["absence"] and bool(checks[0][2])
+    every, nohurt, help_, fedavg = checks
+    assert every[3]["require"] and nohurt[3]["absence"] and every[2].outcome == "holds"
+    assert "E = 1 and E = 5" in every[1] and "every E" not in every[1]
+    # FedRep gains exactly 5 points at every seed: the interval has no width, so it separates
+    assert help_[2] is change["FedRep"] and help_[2].outcome == "holds" and nohurt[2] is True
+    # the verdict judges the very comparison the prose quotes: same number, same sign
+    assert fedavg[2] is change["FedAvg"] and fedavg[3]["paper"] is None
+    long = s08.checks(acc, (1, 5), change, prefix="ep-long", scale="long", require=False)
+    assert long[0][0] == "ep-long-v-every" and not long[0][3]["require"] and long[3][3]["paper"].startswith("Fig. 5")
+    assert all(c[3]["scale"] == "long" for c in long)
+
+
+def test_a_drop_with_e_fails_the_no_drop_claim(glued):
+    runs = [SimpleNamespace(epochs=(1, 5), accuracy={"FedRep": torch.tensor([0.80 + 0.01 * s, 0.70 + 0.01 * s]),
+                                                     "FedAvg": torch.tensor([0.30, 0.30])}) for s in range(3)]
+    acc = s08.accuracies(runs)
+    _, change = s08.glue_accuracies(acc, (1, 5), "ep")
+    checks = s08.checks(acc, (1, 5), change)
+    assert checks[1][2] is False and checks[2][2].outcome == "opposite"
 
 
 def test_long_run_helpers_and_figure(glued):
@@ -99,11 +135,16 @@ def test_long_run_helpers_and_figure(glued):
     lacc = s08.long_accuracies(long)
     lep = list(long.settings["epochs"])
     assert len(lacc["FedAvg"]) == len(lep) and lacc["FedRep"][0] == long.values("accuracy", "FedRep", 0)
-    assert [c[0] for c in s08.long_checks(lacc, lep)] == ["ep-long-v-every", "ep-long-v-nohurt", "ep-long-v-help",
-                                                          "ep-long-v-fedavg"]
-    acc = s08.accuracies(_runs())
-    table = s08.paper_table(acc, lacc, (1, 5), lep)
-    assert len(table.rows) == 4 and table.header[2] == "CPU default (3 seeds, E in (1, 5))"
-    fig = s08.plot_epochs(acc, s08.EpochSettings())
-    assert fig.axes[0].get_ylabel() == "local test error (%)"
+    table = s08.per_seed_table(long, "caption")
+    assert len(table.rows) == len(long.seeds) and table.header[1] == f"FedRep, E = {lep[0]} (%)"
+    assert table.rows[0][1] == f"{100 * long.values('accuracy', 'FedRep', 0)[0]:.2f}"
+    fig = s08.plot_epochs(s08.accuracies(_runs()), (1, 5), 2, "title")
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "personalised test accuracy (%)" and ax.get_title() == "title"
+    # accuracy, not error: FedRep's mean at E = 1 is 81%
+    assert ax.lines[0].get_ydata()[0] == pytest.approx(81.0)
+    # the legend sits below the axes, off the data
+    legend = ax.get_legend()
+    fig.canvas.draw()
+    assert legend.get_window_extent().y1 < ax.get_window_extent().y0
     plt.close(fig)

@@ -24,9 +24,31 @@ def test_run_new_clients_tiny():
     for m in s09.NEW_METHODS:
         assert r.accuracy[m].shape == (3,) and r.client_accuracy[m].shape == (2,)
     assert r.epochs.tolist() == [1, 2, 3]
-    assert set(r.trained) == {"FedRep", "FedAvg"}
+    assert set(r.trained) == {"FedRep", "FedAvg"} and set(r.bodies) == set(s09.NEW_METHODS)
     again = s09.run_new_clients(s, cifar=fake_cifar())
     assert all(torch.equal(r.accuracy[m], again.accuracy[m]) for m in s09.NEW_METHODS)
+
+
+def test_a_head_fitted_by_hand_is_the_drivers():
+    """The page's hand-written head fit (plan_round and LocalSGD.train, one epoch per round) gives
+    the accuracy run_new_clients reports for FedRep's body."""
+    from replearn import neural
+    from replearn.backend import make_generator
+
+    s = s09.NewClientSettings(**TINY)
+    r = s09.run_new_clients(s, cifar=fake_cifar())
+    model, new, fresh = s09.new_clients(s, fake_cifar(), r.new_classes)
+    assert new.n_clients == s.new_clients and set(fresh) == set(neural.split_body_head(model)[1])
+    body = {n: p for n, p in r.bodies["FedRep"].items() if n not in fresh}
+    one, head = s09.head_config(s), tuple(fresh)
+    gen, sgd = make_generator(one.seed), neural.LocalSGD(model)
+    own = [{**body, **fresh} for _ in range(new.n_clients)]
+    for _ in range(one.rounds):
+        plan = neural.plan_round(new.train_sizes.tolist(), [neural.Phase(head, None, 1)], one, gen)
+        for i in plan.clients:
+            own[i] = {**own[i], **sgd.train(own[i], head, new.x_train[i], new.y_train[i], plan.batches[i][0], one)[0]}
+    heads = {n: torch.stack([p[n] for p in own]) for n in head}
+    assert abs(neural.evaluate(model, new, body, heads).average - float(r.accuracy["FedRep"][-1])) < 1e-12
 
 
 def test_bad_settings_raise():
@@ -84,14 +106,32 @@ def _runs(n=3):
 def test_accuracies_tables_and_checks(glued):
     acc = s09.accuracies(_runs())
     assert list(acc.first) == list(s09.NEW_METHODS) and acc.last["FedRep"][0] == pytest.approx(0.8)
-    trained, tables = s09.glue_tables(acc, "nc", last="last-", epochs=2, captions=("a", "b"))
+    trained, comps, tables = s09.glue_tables(acc, "nc", last="last-", epochs=2, chance=0.5, captions=("a", "b"))
     assert glued["nc-trained-fedrep"] == trained["FedRep"].text and "nc-last-random" in glued
-    assert glued["nc-diff-fedrep-fedavg"] == tables[2].rows[2][1] and tables[1].header[2] == "after head epoch 2 %"
-    checks = s09.checks(acc, trained)
-    assert [c[0] for c in checks] == ["nc-v-fedrep-random", "nc-v-fedavg-random", "nc-v-fedrep-fedavg", "nc-v-first",
-                                      "nc-v-trained"]
-    assert checks[0][3]["require"] and checks[2][3]["paper"] == s09.PAPER_CLAIM and bool(checks[3][2])
+    assert tables[1].header[2] == "after head epoch 2 (%)" and len(tables) == 2
+    # the differences are in points, with the sign of "first minus second"
+    assert glued["nc-diff-fedrep-fedavg"] == comps["last"][("FedRep", "FedAvg")].text
+    assert glued["nc-diff-fedrep-fedavg"].startswith("+5") and glued["nc-diff-fedrep-fedavg"].endswith(" points")
+    assert glued["nc-diff-first"].startswith("+10") and comps["trained"].mean == pytest.approx(56.0)
+    assert comps["chance"].mean == pytest.approx(6.0) and glued["nc-diff-random-chance"] == comps["chance"].text
+    checks = s09.checks(comps)
+    assert [c[0] for c in checks] == ["nc-v-fedrep-random", "nc-v-fedavg-random", "nc-v-random-chance",
+                                      "nc-v-fedrep-fedavg", "nc-v-first", "nc-v-trained"]
+    # each verdict judges the very comparison the page glues
+    assert checks[3][2] is comps["last"][("FedRep", "FedAvg")] and checks[4][2] is comps["first"]
+    assert checks[2][2] is comps["chance"]
+    assert checks[0][3]["require"] and checks[3][3]["paper"] == s09.PAPER_CLAIM and checks[5][3]["paper"] is None
+    long = s09.checks(comps, prefix="nc-long", scale="long", require=False, trained_claim="Table 1's ordering")
+    assert long[0][0] == "nc-long-v-fedrep-random" and not long[0][3]["require"] and long[5][3]["paper"] == "Table 1's ordering"
     assert s09.dataset_label("cifar100") == "CIFAR-100"
+
+
+def test_settings_in_words():
+    text = repr(s09.settings_table(s09.NewClientSettings(), "c"))
+    assert "4 of CIFAR-10's 10 held out" in text and "10 steps on the head" in text
+    assert "NewClientSettings" not in text and "None" not in text and "(0, 1, 2)" not in text
+    long = repr(s09.settings_table(s09.NewClientSettings.long(), "c"))
+    assert "1 epoch on the body" in long and "weight decay" in long and "mean over the last 10 rounds" in long
 
 
 def test_long_run_helpers_and_figure(glued):
@@ -102,11 +142,13 @@ def test_long_run_helpers_and_figure(glued):
     assert lacc.last["FedRep"] == long.values("accuracy", "FedRep", -1)
     s09.glue_long_settings(long)
     assert glued["nc-long-seeds"] == str(len(long.seeds)) and glued["nc-long-chance"].startswith("1/")
-    assert [c[0] for c in s09.long_checks(lacc)][-1] == "nc-long-v-trained"
-    assert "(the CPU run above:" in s09.describe_long(long.settings, s09.NewClientSettings())
-    table = s09.paper_table(s09.accuracies(_runs()), lacc, long.settings["dataset"])
-    assert len(table.rows) == 4 and "CIFAR-" in table.header[3]
+    table = s09.per_seed_table(long, "c")
+    assert len(table.rows) == len(long.seeds) and table.header[1] == "FedRep's body (%)"
+    assert table.rows[0][1] == f"{100 * lacc.last['FedRep'][0]:.2f}"
     curves = {m: np.array([[0.5, 0.6], [0.55, 0.65]]) for m in s09.NEW_METHODS}
     fig = s09.plot_curves(np.arange(1, 3), curves, 50.0, "title")
-    assert fig.axes[0].get_title() == "title" and fig.axes[0].get_legend() is not None
+    ax = fig.axes[0]
+    assert ax.get_title() == "title" and ax.get_legend() is not None
+    fig.canvas.draw()
+    assert ax.get_legend().get_window_extent().y1 < ax.get_window_extent().y0   # below the axes, off the data
     plt.close(fig)

@@ -28,6 +28,10 @@ class PersonalisationSettings(InstanceSettings):
     s^2 I_k. ``local_ms`` are the per-client sample sizes of the local-only fits (paper heads,
     ||w_*_i|| = sqrt(k)); FedRep (MoM start, step ``eta``, ``rounds``) runs on the same data."""
 
+    WORDS = {"n": "clients n", "m": "samples per client m", "mean_norm": "norm of the mean head",
+             "spreads": "spreads s of the heads", "local_ms": "samples per client of the local-only fits",
+             "eta": "FedRep's step size η", "rounds": "FedRep's rounds"}
+
     n: int = 100
     m: int = 50
     mean_norm: float = 1.0

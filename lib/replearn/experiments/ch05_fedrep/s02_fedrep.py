@@ -26,6 +26,8 @@ class MomentSettings(InstanceSettings):
     """Dimension d, rank k, client counts ``ns`` and per-client sample sizes ``ms`` of the
     initial batch, ``repeats`` independent draws (data and heads) averaged, label noise."""
 
+    WORDS = {"ns": "client counts n", "ms": "samples per client m", "repeats": "independent draws averaged"}
+
     ns: tuple = (10, 30, 100, 300, 1000)
     ms: tuple = (2, 5, 10, 20)
     repeats: int = 4
@@ -77,6 +79,9 @@ def run_moments(cfg: MomentSettings, device=None) -> MomentResult:
 class TrajectorySettings(InstanceSettings):
     """Algorithm 2 with fresh batches of m samples per selected client and round, n clients,
     participation rate r, step eta, ``rounds``, label noise ``noise_std``; paper heads."""
+
+    WORDS = {"n": "clients n", "m": "fresh samples per client and round m", "r": "participation rate r",
+             "eta": "step size η"}
 
     n: int = 100
     m: int = 10

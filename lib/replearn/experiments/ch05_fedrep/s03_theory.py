@@ -31,6 +31,10 @@ class RateSettings(InstanceSettings):
     so sigma_max^2 = 1 and sigma_min^2 = 1/c. The rate is measured over the rounds with
     ``window[0] < dist < window[1]``."""
 
+    WORDS = {"n": "clients n", "m": "fresh samples per client and round m", "etas": "step sizes η",
+             "conds": "condition numbers κ² of the heads", "dist0": "starting distance to col(B_*)",
+             "window": "distances over which the rate is fitted"}
+
     n: int = 100
     m: int = 20
     etas: tuple = (0.05, 0.1, 0.25)
@@ -103,6 +107,9 @@ class LinearFederationSettings(InstanceSettings):
     each client keeps its m samples for the whole run), dimension d, rank k, paper heads; FedRep
     (exact heads, MoM start, step eta, full participation) for ``rounds``; a run counts as
     recovering col(B_*) when its final distance is below ``tol``."""
+
+    WORDS = {"ns": "client counts n", "ms": "samples per client m", "eta": "step size η",
+             "tol": "final distance counted as recovery"}
 
     d: int = 30
     ns: tuple = (10, 20, 50, 100, 200, 400)

@@ -34,6 +34,10 @@ class Fig1Settings(FigureSettings):
     local-only ``ridge`` (in the 1/(2m) normalisation of eq. (7)), and the number of
     independent repetitions ``seeds`` (new B_*, heads and data each)."""
 
+    WORDS = {"seeds": "independent repetitions", "n": "clients n", "ms": "samples per client m",
+             "r": "participation rate r", "ridge": "ridge of the local-only fits",
+             "eta": "FedRep's step size η"}
+
     seeds: int = 5
     n: int = 100
     ms: tuple[int, ...] = (5, 10, 20)

@@ -28,6 +28,10 @@ class Fig3Settings(FigureSettings):
     numbers of clients ``ns``, label noise, representation step ``eta``, head step
     ``head_lr`` of GD-GD / 10GD-GD, ``rounds`` and repetitions ``seeds``."""
 
+    WORDS = {"seeds": "independent repetitions", "m": "fresh samples per client and round m",
+             "r": "participation rate r", "ns": "client counts n", "eta": "representation step size η",
+             "head_lr": "head step size of GD-GD and 10GD-GD"}
+
     d: int = 10
     noise_std: float = 0.0
     eta: float = 0.2

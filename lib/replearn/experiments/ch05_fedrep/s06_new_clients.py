@@ -39,6 +39,11 @@ class Fig4Settings(FigureSettings):
     ``fedavg_tau`` local steps of size ``fedavg_alpha`` for as many rounds on the same data; then
     ``new`` new clients (fresh heads of norm sqrt(k)) per sample size in ``m_news``."""
 
+    WORDS = {"seeds": "independent repetitions", "n": "clients n", "m": "samples per client m",
+             "m_news": "new clients' sample sizes", "new": "new clients per sample size",
+             "eta": "FedRep's step size η", "fedavg_tau": "FedAvg's local steps τ",
+             "fedavg_alpha": "FedAvg's step size α"}
+
     n: int = 100
     m: int = 10
     m_news: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 30, 40, 60)

@@ -104,26 +104,28 @@ class EpochResult:
     test_sizes: torch.Tensor
     data: str
 
-    def error(self, method: str) -> torch.Tensor:
-        return 1 - self.accuracy[method]
 
-
-def run_epochs(s: EpochSettings, *, cifar: D.CifarData | None = None) -> EpochResult:
-    """Paper Fig. 5 (see the module docstring)."""
-    cifar = cifar if cifar is not None else D.load_cifar(s.dataset)
+def federation(s: EpochSettings, cifar: D.CifarData) -> tuple[torch.nn.Module, neural.ClientData]:
+    """The network every run of :func:`run_epochs` starts from and the clients' data in its dtype
+    (``s.clients`` clients with ``s.classes_per_client`` classes each, drawn from ``s.seed``)."""
     require_data(cifar, s.full_data, "EpochSettings")
     fed = make_federation(cifar, s.clients, s.classes_per_client, train_per_client=s.train_per_client,
                           test_per_client=s.test_per_client, seed=s.seed, split=s.split)
-    cl = fed.clients
+    model = s.network(s.dataset, fed.n_classes, derive_seed(s.seed, 3), fed.clients.device)
+    return model, neural.check_inputs(model, fed.clients)
+
+
+def run_epochs(s: EpochSettings, *, cifar: D.CifarData | None = None) -> EpochResult:
+    """Paper Fig. 5 (see the module docstring): FedRep and FedAvg for every E in ``s.epochs``,
+    each from the network of :func:`federation`."""
+    cifar = cifar if cifar is not None else D.load_cifar(s.dataset)
+    model, cl = federation(s, cifar)
     acc = {"FedRep": [], "FedAvg": []}
     curves = {"FedRep": [], "FedAvg": []}
     for e in s.epochs:
         for method in ("FedRep", "FedAvg"):
-            model = s.network(s.dataset, fed.n_classes, derive_seed(s.seed, 3), cl.device)
-            if method == "FedRep":
-                r = algorithms.run("FedRep", model, cl, s.config(head_epochs=e))
-            else:
-                r = algorithms.run("FedAvg", model, cl, s.config(local_epochs=e))
+            cfg = s.config(head_epochs=e) if method == "FedRep" else s.config(local_epochs=e)
+            r = algorithms.run(method, model, cl, cfg)
             acc[method].append(r.accuracy)
             curves[method].append(r.test_accuracy)
     return EpochResult(tuple(s.epochs), {m: torch.tensor(v) for m, v in acc.items()},
@@ -149,15 +151,73 @@ def long_accuracies(long) -> dict[str, list[list[float]]]:
     return {m: [long.values("accuracy", m, j) for j in range(n)] for m in METHODS}
 
 
+def e_values(epochs) -> str:
+    """The values of E in words: ``(1, 3)`` -> ``"E = 1 and E = 3"``, ``(1, 5, 10)`` -> ``"E = 1, 5 and 10"``."""
+    e = [str(x) for x in epochs]
+    if len(e) == 1:
+        return f"E = {e[0]}"
+    if len(e) == 2:
+        return f"E = {e[0]} and E = {e[1]}"
+    return f"E = {', '.join(e[:-1])} and {e[-1]}"
+
+
+def settings_rows(s: EpochSettings) -> list[tuple[str, str]]:
+    """The settings of a run of :func:`run_epochs` in words, ``(setting, value)`` with no field
+    names: clients and their data, rounds and participation, the optimiser, what E counts for each
+    method, the network, the seeds and when the accuracy is read."""
+    from replearn.book import wording
+    from replearn.book.claims import fmt
+
+    t = s.train
+    per_round = max(1, round(t.participation * s.clients))
+    widths = s.network_spec(s.dataset).widths
+    rows = [["clients", f"{s.clients}, each holding {s.classes_per_client} of CIFAR-"
+                        f"{'10' if s.dataset == 'cifar10' else '100'}'s classes"],
+            ["images per client", "an equal share of the training and test images" if s.train_per_client is None else
+             f"{s.train_per_client} for training, {s.test_per_client or 'a share of the test set'} for testing"],
+            ["rounds", f"{t.rounds}, {per_round} of the {s.clients} clients sampled in each"],
+            ["local SGD", f"step size {fmt(t.lr, 'g')}, momentum {fmt(t.momentum, 'g')}, batches of {t.batch_size}"
+                          + (f", weight decay {fmt(t.weight_decay, 'g')}" if t.weight_decay else "")
+                          + (", random crops and flips" if t.augment else "")],
+            ["FedRep's round", f"E epochs on the head, then {t.local_epochs} on the body"],
+            ["FedAvg's round", "E epochs on the whole network"],
+            ["local epochs E", e_values(s.epochs)],
+            ["network", f"the FedRep CNN with {widths[0]} and {widths[1]} channels, in "
+                        f"{'double' if s.dtype == 'float64' else 'single'} precision"],
+            ["seeds", f"{wording.seeds(s)}: each its own partition, network and batches"],
+            ["accuracy read", "after the last round" if t.last_rounds == 1 else
+             f"mean over the last {t.last_rounds} rounds"]]
+    return [tuple(r) for r in rows]
+
+
+def settings_table(s, caption: str):
+    """:func:`settings_rows` of ``s`` as a table (setting | value)."""
+    from replearn.book import wording
+
+    return wording.settings_table(settings_rows(s), caption)
+
+
+def profiles_table(caption: str):
+    """:func:`settings_rows` of the paper profile, the near-paper (``long``) run and the CPU default
+    side by side (setting | paper profile | near-paper run | CPU default)."""
+    from replearn.book import wording
+
+    cls = EpochSettings
+    rows = wording.side_by_side(*(settings_rows(cls.profile(p)) for p in ("paper", "long", "default")))
+    return wording.settings_table(rows, caption, columns=("paper profile", "near-paper run", "CPU default"))
+
+
 def glue_accuracies(acc: dict, epochs, prefix: str) -> tuple[dict, dict]:
     """Glue every method's accuracy at every E in % (``{prefix}-<method>-<E>``: mean ± sd over
     seeds), then each method's change from the first to the last E (``{prefix}-<method>-change``:
-    paired difference in points); returns ``(shown, change)``."""
+    the paired difference over seeds in points, last E minus first, with its 95% interval);
+    returns ``(shown, change)``: the strings of the table and the comparisons the checks judge by."""
     from replearn.book.claims import glue_diff, glue_pm
 
     shown = {m: [glue_pm(f"{prefix}-{m.lower()}-{e}", acc[m][j], scale=100) for j, e in enumerate(epochs)]
              for m in acc}
-    change = {m: glue_diff(f"{prefix}-{m.lower()}-change", acc[m][-1], acc[m][0], scale=100) for m in acc}
+    change = {m: glue_diff(f"{prefix}-{m.lower()}-change", acc[m][-1], acc[m][0], scale=100, unit="points")
+              for m in acc}
     return shown, change
 
 
@@ -165,124 +225,79 @@ def accuracy_table(shown: dict, epochs, caption: str):
     """One row per E: FedRep's and FedAvg's accuracy (% mean ± sd, :func:`glue_accuracies`)."""
     from replearn.book.plotting import Table
 
-    return Table(["E", "FedRep %", "FedAvg %"],
+    return Table(["local epochs E", "FedRep (%)", "FedAvg (%)"],
                  [[str(e), shown["FedRep"][j].text, shown["FedAvg"][j].text] for j, e in enumerate(epochs)],
                  caption=caption)
 
 
-def describe_change(change: dict, epochs) -> str:
-    """One line per method: its change from the first to the last E, paired over seeds."""
-    return "\n".join(f"{m}: E = {epochs[-1]} minus E = {epochs[0]}, paired over seeds: {c} points"
-                     for m, c in change.items())
-
-
-def checks(acc: dict, epochs) -> list[tuple[str, str, object, dict]]:
-    """The CPU run's verdicts as ``(name, label, condition, options)`` for
-    :func:`replearn.book.claims.verdict`: FedRep above FedAvg at every E (Fig. 5; required), more
-    head epochs do not hurt FedRep (required) and help it, and FedAvg's accuracy differs between
-    the first and last E, each beyond the spread over seeds."""
+def checks(acc: dict, epochs, change: dict, *, prefix: str = "ep", scale: str = "CPU",
+           require: bool = True) -> list[tuple[str, str, object, dict]]:
+    """The verdicts of a run (``acc``, E in ``epochs``; ``change``: the comparisons of
+    :func:`glue_accuracies`) as ``(name, label, condition, options)`` for
+    :func:`replearn.book.claims.verdict`, every comparison paired over seeds in points: FedRep above
+    FedAvg at every E (Fig. 5), FedRep not lower at the last E than at the first (Fig. 5; a claim
+    of no drop) and higher there (the book's), FedAvg higher at the last E (the book's; Fig. 5
+    says more local epochs do not necessarily help it). ``prefix`` names the glue (``ep``: the
+    page's run, ``ep-long``: the committed near-paper run, whose verdicts carry ``scale="long"``);
+    with ``require`` the first two stop the notebook when they fail."""
     from replearn.book import seeds
 
     first, last = epochs[0], epochs[-1]
     rep, avg = acc["FedRep"], acc["FedAvg"]
-    return [("ep-v-every", "FedRep beats FedAvg at every E by more than the spread (paper Fig. 5)",
-             all(seeds.separated(rep[j], avg[j]) for j in range(len(epochs))),
-             dict(require=True, holds="is above FedAvg's at every E by more than the spread over seeds",
-                  fails="is not above FedAvg's at every E by more than the spread over seeds",
+    at = e_values(epochs)
+    drop = seeds.points(rep[0], rep[-1])       # E = first minus E = last: a drop with E is "holds" here
+    return [(f"{prefix}-v-every", f"FedRep above FedAvg at {at}",
+             seeds.every([seeds.points(rep[j], avg[j]) for j in range(len(epochs))]),
+             dict(require=require, scale=scale, holds=f"is above FedAvg's at {at} by more than the spread over seeds",
+                  fails=f"is not separated from FedAvg's at {at} by the spread over seeds",
+                  opposite=f"is below FedAvg's at {at} by more than the spread over seeds",
                   paper="Fig. 5: FedRep's error below FedAvg's at every E")),
-            ("ep-v-nohurt", f"more head epochs do not hurt FedRep: E = {first} is not better than E = {last} "
-                            f"beyond the spread",
-             not seeds.separated(rep[0], rep[-1]),
-             dict(require=True, absence=True, holds=f"is not lower at E = {last} than at E = {first} beyond the spread",
+            (f"{prefix}-v-nohurt", f"FedRep's accuracy not lower at E = {last} than at E = {first}",
+             drop.outcome != "holds",
+             dict(require=require, absence=True, scale=scale, difference=change["FedRep"].text,
+                  holds=f"is not lower at E = {last} than at E = {first} beyond the spread",
                   fails=f"is lower at E = {last} than at E = {first} by more than the spread",
                   paper="Fig. 5: FedRep's error does not grow with E")),
-            ("ep-v-help", f"more head epochs help FedRep: E = {last} better than E = {first} beyond the spread",
-             seeds.separated(rep[-1], rep[0]),
-             dict(holds=f"is higher at E = {last} than at E = {first} by more than the spread",
-                  fails=f"is not higher at E = {last} than at E = {first} beyond the spread")),
-            ("ep-v-fedavg", f"FedAvg's accuracy differs between E = {first} and E = {last} beyond the spread",
-             seeds.separated(avg[-1], avg[0]) or seeds.separated(avg[0], avg[-1]),
-             dict(holds="differs between the two values of E by more than the spread",
-                  fails="does not differ between the two values of E beyond the spread"))]
+            (f"{prefix}-v-help", f"FedRep's accuracy higher at E = {last} than at E = {first}", change["FedRep"],
+             dict(scale=scale, holds=f"is higher at E = {last} than at E = {first} by more than the spread",
+                  fails=f"is not separated between E = {first} and E = {last} by the spread over seeds",
+                  opposite=f"is lower at E = {last} than at E = {first} by more than the spread")),
+            (f"{prefix}-v-fedavg", f"FedAvg's accuracy higher at E = {last} than at E = {first}", change["FedAvg"],
+             dict(scale=scale, holds=f"is higher at E = {last} than at E = {first} by more than the spread",
+                  fails=f"is not separated between E = {first} and E = {last} by the spread over seeds",
+                  opposite=f"is lower at E = {last} than at E = {first} by more than the spread",
+                  paper=None if scale == "CPU" else "Fig. 5: more local epochs do not necessarily improve FedAvg"))]
 
 
-def long_checks(lacc: dict, epochs) -> list[tuple[str, str, object, dict]]:
-    """The committed near-paper run's verdicts (as :func:`checks`, none required): FedRep above
-    FedAvg at every E, FedRep not lower and higher at the last E, FedAvg not higher there."""
-    from replearn.book import seeds
-
-    first, last = epochs[0], epochs[-1]
-    rf, fa = lacc["FedRep"], lacc["FedAvg"]
-    return [("ep-long-v-every", "near-paper run: FedRep beats FedAvg at every E by more than the spread",
-             all(seeds.separated(rf[j], fa[j]) for j in range(len(epochs))),
-             dict(holds="is above FedAvg's at every E by more than the spread over seeds",
-                  fails="is not above FedAvg's at every E by more than the spread over seeds",
-                  paper="Fig. 5: FedRep's error below FedAvg's at every E", scale="long")),
-            ("ep-long-v-nohurt", f"near-paper run: FedRep's accuracy at E = {last} not below E = {first} beyond the "
-                                 f"spread",
-             not seeds.separated(rf[0], rf[-1]),
-             dict(absence=True, holds=f"is not lower at E = {last} beyond the spread",
-                  fails=f"is lower at E = {last} by more than the spread",
-                  paper="Fig. 5: FedRep's error does not grow with E", scale="long")),
-            ("ep-long-v-help", f"near-paper run: FedRep's accuracy higher at E = {last} than at E = {first} beyond "
-                               f"the spread",
-             seeds.separated(rf[-1], rf[0]),
-             dict(holds=f"is higher at E = {last} by more than the spread",
-                  fails=f"is not higher at E = {last} beyond the spread", scale="long")),
-            ("ep-long-v-fedavg", f"near-paper run: FedAvg's accuracy not higher at E = {last} than at E = {first} "
-                                 f"beyond the spread",
-             not seeds.separated(fa[-1], fa[0]),
-             dict(absence=True, holds=f"is not higher at E = {last} beyond the spread",
-                  fails=f"is higher at E = {last} by more than the spread",
-                  paper="Fig. 5: more local epochs do not necessarily improve FedAvg", scale="long"))]
-
-
-def plot_epochs(acc: dict, s: EpochSettings):
-    """Fig. 5: local test error (%) of FedRep and FedAvg against the local epochs E (mean ± sd
-    over seeds), with the error of a majority-class head. Returns the figure."""
+def plot_epochs(acc: dict, epochs, classes_per_client: int, title: str):
+    """Fig. 5 in accuracy: the personalised test accuracy (%) of FedRep and FedAvg against the
+    local epochs E (mean ± sd over seeds), with the accuracy of a head that always predicts one
+    of a client's ``classes_per_client`` classes; the legend below the axes. Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     from replearn.book.plotting import COLORS
     from replearn.book.seeds import mean_sd
 
-    x = np.arange(len(s.epochs))
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    x = np.arange(len(epochs))
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
     for m in METHODS:
-        err = [100 * (1 - mean_sd(v)[0]) for v in acc[m]]
-        sd = [100 * mean_sd(v)[1] for v in acc[m]]
-        ax.errorbar(x, err, yerr=sd, fmt="o-", capsize=4, color=COLORS[m],
+        mean, sd = zip(*(mean_sd([100 * v for v in vals]) for vals in acc[m]))
+        ax.errorbar(x, mean, yerr=sd, fmt="o-", capsize=4, color=COLORS[m],
                     label=f"{m} ({'head epochs' if m == 'FedRep' else 'local epochs'})")
-    ax.axhline(100 * (1 - 1 / s.classes_per_client), color="k", ls=":", lw=1,
-               label="error of a majority-class head")
-    ax.set(xticks=x, xticklabels=[str(e) for e in s.epochs], xlabel="local epochs E",
-           ylabel="local test error (%)", ylim=(0, 100),
-           title=f"CIFAR-10, n = {s.clients}, S = {s.classes_per_client}, T = {s.train.rounds}; "
-                 f"{len(acc['FedRep'][0])} seeds")
-    ax.legend(fontsize=8)
-    plt.tight_layout()
+    ax.axhline(100 / classes_per_client, color="k", ls=":", lw=1, label="chance")
+    ax.set(xticks=x, xticklabels=[str(e) for e in epochs], xlabel="local epochs E",
+           ylabel="personalised test accuracy (%)", ylim=(0, 100), title=title)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    fig.tight_layout()
     return fig
 
 
-def paper_table(acc: dict, lacc: dict, epochs, lepochs):
-    """The paper's claims about Fig. 5 beside the CPU run (``acc``, E in ``epochs``) and the
-    near-paper run (``lacc``, E in ``lepochs``), in points, paired over seeds."""
-    from replearn.book.claims import compared
+def per_seed_table(long, caption: str):
+    """The committed run's accuracy (%) for every seed and E: one row per seed."""
     from replearn.book.plotting import Table
 
-    def pts(v):
-        return [100 * x for x in v]
-
-    def both(a, i, b, j):
-        return [compared(pts(acc[a][i]), pts(acc[b][j])), compared(pts(lacc[a][i]), pts(lacc[b][j]))]
-
-    rows = [["FedRep vs FedAvg, E = 1", "higher (lower error at every E)", *both("FedRep", 0, "FedAvg", 0)],
-            [f"FedRep vs FedAvg, largest E ({epochs[-1]} / {lepochs[-1]})", "higher (lower error at every E)",
-             *both("FedRep", -1, "FedAvg", -1)],
-            ["FedRep, largest E vs E = 1", "not lower (non-decreasing in E)", *both("FedRep", -1, "FedRep", 0)],
-            ["FedAvg, largest E vs E = 1", "not necessarily higher", *both("FedAvg", -1, "FedAvg", 0)]]
-    return Table(["claim", "paper (Fig. 5, its text)",
-                  f"CPU default ({len(acc['FedRep'][0])} seeds, E in {tuple(epochs)})",
-                  f"near-paper ({len(lacc['FedRep'][0])} seeds, E in {tuple(lepochs)})"], rows, align="llll",
-                 caption="first minus second, in points: the paired mean difference over seeds with its 95% interval; "
-                         "'beyond the spread': the 95% interval of the paired difference excludes 0")
+    epochs = list(long.settings["epochs"])
+    rows = [[str(seed)] + [f"{100 * long.values('accuracy', m, j)[k]:.2f}" for j in range(len(epochs)) for m in METHODS]
+            for k, seed in enumerate(long.seeds)]
+    return Table(["seed"] + [f"{m}, E = {e} (%)" for e in epochs for m in METHODS], rows, caption=caption)

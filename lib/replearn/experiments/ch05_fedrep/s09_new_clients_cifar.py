@@ -119,18 +119,42 @@ def work(s: NewClientSettings, *, batched: bool = True) -> dict:
 class NewClientResult:
     """``accuracy[method][e]``: new clients' mean test accuracy after ``e + 1`` head epochs;
     ``client_accuracy[method]``: per new client after the last epoch; ``trained[method]``:
-    the personalised accuracy of the federated run on the training clients."""
+    the personalised accuracy of the federated run on the training clients; ``bodies[method]``:
+    the parameters whose body the new clients' heads were fitted on (FedRep's and FedAvg's
+    trained server models, the random initial network)."""
 
     train_classes: tuple[int, ...]
     new_classes: tuple[int, ...]
     accuracy: dict
     client_accuracy: dict
     trained: dict
+    bodies: dict
     data: str
 
     @property
     def epochs(self) -> torch.Tensor:
         return torch.arange(1, len(next(iter(self.accuracy.values()))) + 1)
+
+
+def new_clients(s: NewClientSettings, cifar: D.CifarData, new_classes) -> tuple[torch.nn.Module, neural.ClientData, dict]:
+    """The new clients of seed ``s.seed``, holding the classes ``new_classes`` (each client distinct
+    ones, so chance is 1/S): the network they fit heads in, their data in its dtype, and the fresh
+    head every one of them starts from (``{name: tensor}``, the head's parameters)."""
+    new = make_federation(cifar, s.new_clients, s.new_classes_per_client,
+                          train_per_client=s.new_train, test_per_client=s.new_test,
+                          seed=derive_seed(s.seed, 21), classes=new_classes, split="disjoint")
+    model = s.network(s.dataset, new.n_classes, derive_seed(s.seed, 22), new.clients.device)
+    fresh = {n: p.detach() for n, p in model.named_parameters() if n in neural.split_body_head(model)[1]}
+    return model, neural.check_inputs(model, new.clients), fresh
+
+
+def head_config(s: NewClientSettings) -> neural.TrainConfig:
+    """The SGD of the new clients' heads: ``s.train``'s step size, momentum and batch size, one
+    epoch per round for ``head_epochs_new`` rounds, every client in every round, from its own seed."""
+    t = s.train
+    return neural.TrainConfig(rounds=s.head_epochs_new, lr=t.lr, momentum=t.momentum, batch_size=t.batch_size,
+                              local_epochs=1, eval_every=1, last_rounds=1, seed=derive_seed(s.seed, 23),
+                              vmap_clients=t.vmap_clients)
 
 
 def run_new_clients(s: NewClientSettings, *, cifar: D.CifarData | None = None) -> NewClientResult:
@@ -142,26 +166,21 @@ def run_new_clients(s: NewClientSettings, *, cifar: D.CifarData | None = None) -
     train_cls, new_cls = D.class_split(cifar.n_classes, s.n_new, seed=derive_seed(s.seed, 20))
     fed = make_federation(cifar, s.clients, s.classes_per_client, train_per_client=s.train_per_client,
                           test_per_client=s.test_per_client, seed=s.seed, classes=train_cls, split=s.split)
-    new = make_federation(cifar, s.new_clients, s.new_classes_per_client,
-                          train_per_client=s.new_train, test_per_client=s.new_test,
-                          seed=derive_seed(s.seed, 21), classes=new_cls,
-                          split="disjoint")  # each new client holds distinct held-out classes (chance 1/S)
-    device = fed.clients.device
-    init = s.network(s.dataset, fed.n_classes, derive_seed(s.seed, 3), device)
+    init = s.network(s.dataset, fed.n_classes, derive_seed(s.seed, 3), fed.clients.device)
     cfg = s.config()
     runs = {name: algorithms.run(name, init, fed.clients, cfg) for name in ("FedRep", "FedAvg")}
     bodies = {m: r.state for m, r in runs.items()}
     bodies["random body"] = {n: p.detach() for n, p in init.named_parameters()}
-    new_model = s.network(s.dataset, new.n_classes, derive_seed(s.seed, 22), device)
-    fresh_head = {n: p.detach() for n, p in new_model.named_parameters() if n.startswith("head.")}
+    new_model, new, fresh_head = new_clients(s, cifar, new_cls)
+    fit = head_config(s)
     acc, cacc = {}, {}
     for method in NEW_METHODS:
-        state = {**{n: p for n, p in bodies[method].items() if not n.startswith("head.")}, **fresh_head}
-        r = fit_heads(new_model, new.clients, state, epochs=s.head_epochs_new, lr=cfg.lr, momentum=cfg.momentum,
-                      batch_size=cfg.batch_size, seed=derive_seed(s.seed, 23), vmap_clients=cfg.vmap_clients)
+        state = {**{n: p for n, p in bodies[method].items() if n not in fresh_head}, **fresh_head}
+        r = fit_heads(new_model, new, state, epochs=fit.rounds, lr=fit.lr, momentum=fit.momentum,
+                      batch_size=fit.batch_size, seed=fit.seed, vmap_clients=fit.vmap_clients)
         acc[method], cacc[method] = r.test_accuracy, r.final.accuracy
     return NewClientResult(tuple(int(c) for c in train_cls), tuple(int(c) for c in new_cls), acc, cacc,
-                           {m: r.accuracy for m, r in runs.items()}, cifar.describe())
+                           {m: r.accuracy for m, r in runs.items()}, bodies, cifar.describe())
 
 
 # --------------------------------------------------------------------------- what the page shows
@@ -172,6 +191,10 @@ SLUG = {"FedRep": "fedrep", "FedAvg": "fedavg", "random body": "random"}
 PAIRS = (("FedRep", "random body"), ("FedAvg", "random body"), ("FedRep", "FedAvg"))
 #: The paper's claim that the page checks (Fig. 6).
 PAPER_CLAIM = "Fig. 6: FedRep's body transfers best (heads on it beat those on the other methods' bodies)"
+#: The paper claim the near-paper run's check on the training clients tests: Table 1's ordering, on a
+#: partition that is none of Table 1's columns (80 of CIFAR-100's classes over 80 clients of 5).
+TABLE1_ANALOGUE = ("Table 1's ordering (FedRep far above FedAvg on its training clients), on a partition "
+                   "that is none of its columns")
 
 
 @dataclass(frozen=True)
@@ -199,77 +222,73 @@ def long_accuracies(long) -> Accuracies:
                       {m: long.values("accuracy", m, -1) for m in NEW_METHODS})
 
 
-def glue_tables(a: Accuracies, prefix: str, *, last: str, epochs: int, captions: tuple[str, str]) -> tuple:
+def glue_tables(a: Accuracies, prefix: str, *, last: str, epochs: int, chance: float,
+                captions: tuple[str, str]) -> tuple:
     """Glue, in %: each federated run's accuracy on its training clients
-    (``{prefix}-trained-<slug>``), each body's new-client accuracy after the first and the last
-    head epoch (``{prefix}-first-<slug>``, ``{prefix}-{last}<slug>``; mean ± sd) and the paired
-    differences of :data:`PAIRS` after the last epoch (``{prefix}-diff-<slug>-<slug>``, in
-    points); returns ``(trained strings, three tables)``, the first two with ``captions``."""
+    (``{prefix}-trained-<slug>``) and each body's new-client accuracy after the first and the last
+    head epoch (``{prefix}-first-<slug>``, ``{prefix}-{last}<slug>``; mean ± sd); in points, the
+    paired differences over seeds of :data:`PAIRS` after the last epoch
+    (``{prefix}-diff-<slug>-<slug>``), of FedAvg's body over FedRep's after the first
+    (``{prefix}-diff-first``), of the random body's heads over ``chance`` (a fraction: 1/S for
+    new clients of S classes; ``{prefix}-diff-random-chance``) and of FedRep over FedAvg on the
+    training clients (``{prefix}-diff-trained``). Returns ``(trained strings, comparisons, tables)``: the
+    comparisons (``{"last": {pair: ...}, "first": ..., "chance": ..., "trained": ...}``) are those the checks
+    judge by, and the two tables (the training clients' accuracy, the new clients' accuracy after
+    the first and the last head epoch) carry ``captions``."""
     from replearn.book.claims import glue_diff, glue_pm
     from replearn.book.plotting import Table
 
     trained = {m: glue_pm(f"{prefix}-trained-{SLUG[m]}", v, scale=100) for m, v in a.trained.items()}
     rows = [[m, glue_pm(f"{prefix}-first-{SLUG[m]}", a.first[m], scale=100).text,
              glue_pm(f"{prefix}-{last}{SLUG[m]}", a.last[m], scale=100).text] for m in NEW_METHODS]
-    drows = [[f"{x} − {y}", glue_diff(f"{prefix}-diff-{SLUG[x]}-{SLUG[y]}", a.last[x], a.last[y], scale=100).text]
-             for x, y in PAIRS]
-    return trained, (Table(["federated run", "accuracy on its training clients %"],
-                           [[m, s.text] for m, s in trained.items()], caption=captions[0]),
-                     Table(["body", "after head epoch 1 %", f"after head epoch {epochs} %"], rows, caption=captions[1]),
-                     Table(["after the last head epoch", "points, paired over seeds [95% interval]"], drows))
+
+    def diff(name, x, y):
+        return glue_diff(f"{prefix}-diff-{name}", x, y, scale=100, unit="points")
+
+    comparisons = {"last": {(x, y): diff(f"{SLUG[x]}-{SLUG[y]}", a.last[x], a.last[y]) for x, y in PAIRS},
+                   "first": diff("first", a.first["FedAvg"], a.first["FedRep"]),
+                   "chance": diff("random-chance", a.last["random body"], [chance] * len(a.last["random body"])),
+                   "trained": diff("trained", a.trained["FedRep"], a.trained["FedAvg"])}
+    return trained, comparisons, (Table(["federated run", "accuracy on its training clients (%)"],
+                                        [[m, s.text] for m, s in trained.items()], caption=captions[0]),
+                                  Table(["body", "after head epoch 1 (%)", f"after head epoch {epochs} (%)"], rows,
+                                        caption=captions[1]))
 
 
-def checks(a: Accuracies, trained: dict) -> list[tuple[str, str, object, dict]]:
-    """The CPU run's verdicts as ``(name, label, condition, options)`` for
-    :func:`replearn.book.claims.verdict`, each beyond the spread over seeds: heads on FedRep's
-    body beat heads on the random body (required) and on FedAvg's (Fig. 6), heads on FedAvg's
-    beat the random body's, FedAvg's lead after one head epoch, and FedRep above FedAvg on its
-    training clients (required; ``trained``: the strings of :func:`glue_tables`)."""
-    from replearn.book import seeds
-
+def checks(c: dict, *, prefix: str = "nc", scale: str = "CPU", require: bool = True,
+           trained_claim: str | None = None) -> list[tuple[str, str, object, dict]]:
+    """The verdicts of a run as ``(name, label, condition, options)`` for
+    :func:`replearn.book.claims.verdict`, judged by the comparisons ``c`` of :func:`glue_tables`
+    (paired over seeds, in points): heads on FedRep's body above heads on the random body (with
+    ``require``, the notebook stops when it fails) and above those on FedAvg's (Fig. 6), heads on
+    FedAvg's body above the random body's, heads on the random body above chance, FedAvg's body
+    ahead after one head epoch, and FedRep
+    above FedAvg on its own training clients (with ``require``; ``trained_claim``: the paper claim
+    it tests, None for the book's own statement). ``prefix`` names the glue (``nc``: the page's
+    run; ``nc-long``: the committed near-paper run, with ``scale="long"``)."""
     random = dict(holds="above the random body's by more than the spread over seeds",
-                  fails="not separated from the random body's by the spread over seeds")
+                  fails="not separated from the random body's by the spread over seeds",
+                  opposite="below the random body's by more than the spread over seeds")
     fedavg = dict(holds="is above FedAvg's by more than the spread over seeds",
-                  fails="is not separated from FedAvg's by the spread over seeds")
-    last = a.last
-    return [("nc-v-fedrep-random", "FedRep's body transfers to unseen classes: heads on it beat heads on the random "
-                                   "body beyond the spread",
-             seeds.separated(last["FedRep"], last["random body"]), dict(require=True, **random, paper=None)),
-            ("nc-v-fedavg-random", "heads on FedAvg's body beat heads on the random body beyond the spread",
-             seeds.separated(last["FedAvg"], last["random body"]), random),
-            ("nc-v-fedrep-fedavg", "heads on FedRep's body beat heads on FedAvg's body beyond the spread",
-             seeds.separated(last["FedRep"], last["FedAvg"]), dict(**fedavg, paper=PAPER_CLAIM)),
-            ("nc-v-first", "after one head epoch, heads on FedAvg's body beat heads on FedRep's beyond the spread",
-             seeds.separated(a.first["FedAvg"], a.first["FedRep"]),
-             dict(holds="is above FedRep's by more than the spread", fails="is not separated from FedRep's by the spread")),
-            ("nc-v-trained", "on its training clients FedRep (personal heads) beats FedAvg (one global model) by more "
-                             "than the spread",
-             seeds.separated(a.trained["FedRep"], a.trained["FedAvg"]),
-             dict(require=True, **fedavg, fedrep=trained["FedRep"].text, fedavg=trained["FedAvg"].text))]
-
-
-def long_checks(a: Accuracies) -> list[tuple[str, str, object, dict]]:
-    """The committed near-paper run's verdicts (as :func:`checks`, none required): the bodies of
-    :data:`PAIRS` after the last head epoch, and FedRep above FedAvg on its training clients."""
-    from replearn.book import seeds
-
-    out = []
-    for x, y in PAIRS:
-        random = y == "random body"
-        out.append((f"nc-long-v-{SLUG[x]}-{SLUG[y]}",
-                    f"near-paper run: heads on {x}'s body beat heads on the {y.replace(' body', '')} body beyond the "
-                    f"spread", seeds.separated(a.last[x], a.last[y]),
-                    dict(holds=("above the random body's by more than the spread over seeds" if random
-                                else "is above FedAvg's by more than the spread over seeds"),
-                         fails=("not separated from the random body's by the spread over seeds" if random
-                                else "is not above FedAvg's by more than the spread over seeds"),
-                         paper=None if random else PAPER_CLAIM, scale="long")))
-    out.append(("nc-long-v-trained", "near-paper run: FedRep above FedAvg on its own training clients beyond the spread",
-                seeds.separated(a.trained["FedRep"], a.trained["FedAvg"]),
-                dict(holds="is above FedAvg's by more than the spread over seeds",
-                     fails="is not above FedAvg's by more than the spread over seeds",
-                     paper="Table 1: FedRep far above FedAvg without fine-tuning", scale="long")))
-    return out
+                  fails="is not separated from FedAvg's by the spread over seeds",
+                  opposite="is below FedAvg's by more than the spread over seeds")
+    last = c["last"]
+    return [(f"{prefix}-v-fedrep-random", "new clients: heads on FedRep's body above heads on the random body",
+             last[("FedRep", "random body")], dict(require=require, scale=scale, **random)),
+            (f"{prefix}-v-fedavg-random", "new clients: heads on FedAvg's body above heads on the random body",
+             last[("FedAvg", "random body")], dict(scale=scale, **random)),
+            (f"{prefix}-v-random-chance", "new clients: heads on the random body above chance", c["chance"],
+             dict(scale=scale, holds="is above chance by more than the spread over seeds",
+                  fails="is not separated from chance by the spread over seeds",
+                  opposite="is below chance by more than the spread over seeds")),
+            (f"{prefix}-v-fedrep-fedavg", "new clients: heads on FedRep's body above heads on FedAvg's body",
+             last[("FedRep", "FedAvg")], dict(scale=scale, paper=PAPER_CLAIM, **fedavg)),
+            (f"{prefix}-v-first", "new clients, after one head epoch: heads on FedAvg's body above heads on FedRep's",
+             c["first"], dict(scale=scale, holds="is above FedRep's by more than the spread",
+                              fails="is not separated from FedRep's by the spread",
+                              opposite="is below FedRep's by more than the spread")),
+            (f"{prefix}-v-trained", "training clients: FedRep (personal heads) above FedAvg (one global model)",
+             c["trained"], dict(require=require, scale=scale, paper=trained_claim, **fedavg))]
 
 
 def glue_long_settings(long) -> None:
@@ -288,67 +307,103 @@ def glue_long_settings(long) -> None:
     glue_text("nc-long-chance", f"1/{ls['new_classes_per_client']}")
 
 
-def describe_long(ls: dict, cfg: NewClientSettings) -> str:
-    """What the committed long run trained, beside the CPU run of the page (``cfg``)."""
-    lt = ls["train"]
-    return (f"{ls['dataset']}: {ls['n_new']} classes held out; {ls['clients']} training clients with S = "
-            f"{ls['classes_per_client']}, T = {lt['rounds']} rounds, r = {lt['participation']}, {ls['dtype']}; "
-            f"{ls['new_clients']} new clients with {ls['new_classes_per_client']} held-out classes and {ls['new_train']} "
-            f"training images each, {ls['head_epochs_new']} head epochs (the CPU run above: {cfg.dataset}, "
-            f"{cfg.clients} training clients, T = {cfg.train.rounds})")
-
-
 def dataset_label(name: str) -> str:
     """``"cifar100"`` -> ``"CIFAR-100"``."""
     return name.upper().replace("CIFAR", "CIFAR-")
 
 
-def paper_table(a: Accuracies, la: Accuracies, dataset: str):
-    """The paper's claims beside the CPU run (``a``, CIFAR-10) and the near-paper run (``la``, on
-    ``dataset``), in points, paired over seeds (Fig. 6 is on FEMNIST)."""
-    from replearn.book.claims import compared
+def _phase(steps, epochs) -> str:
+    return f"{steps} steps" if steps is not None else f"{epochs} epoch{'s' if epochs != 1 else ''}"
+
+
+def settings_rows(s: NewClientSettings) -> list[tuple[str, str]]:
+    """The settings of a run of :func:`run_new_clients` in words, ``(setting, value)`` with no
+    field names: the classes held out, the training clients and their rounds, the optimiser,
+    FedRep's round, the new clients and their heads, the network, the seeds and when each accuracy
+    is read."""
+    from replearn.book import wording
+    from replearn.book.claims import fmt
+
+    t, k = s.train, 10 if s.dataset == "cifar10" else 100
+    per_round = max(1, round(t.participation * s.clients))
+    widths = s.network_spec(s.dataset).widths
+    images = (f"{s.train_per_client} training images" if s.train_per_client is not None
+              else "an equal share of the training images")
+    rows = [["classes", f"{s.n_new} of {dataset_label(s.dataset)}'s {k} held out for the new clients, "
+                        f"the other {k - s.n_new} for training"],
+            ["training clients", f"{s.clients}, each holding {s.classes_per_client} training classes and {images}"],
+            ["rounds", f"{t.rounds}, {per_round} of the {s.clients} clients sampled in each"],
+            ["local SGD", f"step size {fmt(t.lr, 'g')}, momentum {fmt(t.momentum, 'g')}, batches of {t.batch_size}"
+                          + (f", weight decay {fmt(t.weight_decay, 'g')}" if t.weight_decay else "")
+                          + (", random crops and flips" if t.augment else "")],
+            ["FedRep's round", f"{_phase(t.head_steps, t.head_epochs)} on the head, then "
+                               f"{_phase(t.local_steps, t.local_epochs)} on the body"],
+            ["FedAvg's round", f"{_phase(t.local_steps, t.local_epochs)} on the whole network"],
+            ["new clients", f"{s.new_clients}, each holding {s.new_classes_per_client} held-out classes, "
+                            f"{s.new_train} training and {s.new_test} test images"],
+            ["a new client's head", f"{s.head_epochs_new} epochs of the same SGD (no weight decay), the body frozen"],
+            ["network", f"the FedRep CNN with {widths[0]} and {widths[1]} channels, in "
+                        f"{'double' if s.dtype == 'float64' else 'single'} precision"],
+            ["seeds", f"{wording.seeds(s)}: each its own held-out classes, partition, network and batches"],
+            ["accuracy read", "the new clients': after every head epoch; the training clients': "
+                              + ("after the last round" if t.last_rounds == 1 else
+                                 f"mean over the last {t.last_rounds} rounds")]]
+    return [tuple(r) for r in rows]
+
+
+def settings_table(s, caption: str):
+    """:func:`settings_rows` of ``s`` as a table (setting | value)."""
+    from replearn.book import wording
+
+    return wording.settings_table(settings_rows(s), caption)
+
+
+def profiles_table(caption: str):
+    """:func:`settings_rows` of the paper profile, the near-paper (``long``) run and the CPU default
+    side by side (setting | paper profile | near-paper run | CPU default)."""
+    from replearn.book import wording
+
+    cls = NewClientSettings
+    rows = wording.side_by_side(*(settings_rows(cls.profile(p)) for p in ("paper", "long", "default")))
+    return wording.settings_table(rows, caption, columns=("paper profile", "near-paper run", "CPU default"))
+
+
+def per_seed_table(long, caption: str):
+    """The committed run's accuracies (%) seed by seed: the new clients' after the last head epoch
+    on each body (columns named by the body), and each federated run's on its own training clients."""
     from replearn.book.plotting import Table
 
-    def pts(v):
-        return [100 * x for x in v]
+    a = long_accuracies(long)
+    rows = [[str(seed)] + [f"{100 * a.last[m][k]:.2f}" for m in NEW_METHODS]
+            + [f"{100 * a.trained[m][k]:.2f}" for m in ("FedRep", "FedAvg")] for k, seed in enumerate(long.seeds)]
 
-    def both(field, x, y):
-        return [compared(pts(getattr(r, field)[x]), pts(getattr(r, field)[y])) for r in (a, la)]
+    def body(m):
+        return "random body (%)" if m == "random body" else f"{m}'s body (%)"
 
-    rows = [["new clients: FedRep's body vs FedAvg's", "higher (FedRep significantly better than the baselines)",
-             *both("last", "FedRep", "FedAvg")],
-            ["new clients: FedRep's body vs the random body", "higher (implied: Fig. 6 has no untrained body)",
-             *both("last", "FedRep", "random body")],
-            ["new clients: FedAvg's body vs the random body", "not shown (our baseline)",
-             *both("last", "FedAvg", "random body")],
-            ["training clients: FedRep vs FedAvg", "higher (Table 1, CIFAR)", *both("trained", "FedRep", "FedAvg")]]
-    return Table(["claim", "paper (Fig. 6 on FEMNIST; Table 1)", f"CPU default ({len(a.last['FedRep'])} seeds, CIFAR-10)",
-                  f"near-paper ({len(la.last['FedRep'])} seeds, {dataset_label(dataset)})"], rows, align="llll",
-                 caption="first minus second, in points, after the last head epoch: the paired mean difference over "
-                         "seeds with its 95% interval; 'beyond the spread': the 95% interval of the paired difference "
-                         "excludes 0")
+    return Table(["seed"] + [body(m) for m in NEW_METHODS]
+                 + ["FedRep, own clients (%)", "FedAvg, own clients (%)"], rows, caption=caption)
 
 
 def plot_curves(epochs, curves: dict, chance: float, title: str, *, long: bool = False):
     """New clients' test accuracy (%) against the head epochs, one curve per body (``curves[m]``:
-    (seeds, epochs) array of fractions; mean ± sd over seeds), with the ``chance`` line (%). The
-    long run's figure (``long``) has smaller markers, ticks every 5 epochs and a line called
-    "chance" (the CPU one: "majority-class head"). Returns the figure."""
+    (seeds, epochs) array of fractions; mean ± sd over seeds), with the ``chance`` line (%), the
+    legend below the axes. The long run's figure (``long``) has smaller markers and ticks every 5
+    epochs. Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     from replearn.book.plotting import COLORS
 
-    fig, ax = plt.subplots(figsize=(8.0, 3.8))
+    fig, ax = plt.subplots(figsize=(6.0, 4.4))
     for m in NEW_METHODS:
         c = 100 * np.asarray(curves[m])
         style = dict(fmt="o-", ms=3, capsize=2) if long else dict(fmt="o-", capsize=3)
         ax.errorbar(epochs, c.mean(0), yerr=c.std(0, ddof=1), **style, color=COLORS.get(m, "#7f7f7f"),
-                    label=f"head on {m}" if m == "random body" else f"head on {m}'s body")
-    ax.axhline(chance, color="k", ls=":", lw=1, label="chance" if long else "majority-class head")
+                    label=f"head on the {m}" if m == "random body" else f"head on {m}'s body")
+    ax.axhline(chance, color="k", ls=":", lw=1, label="chance")
     ax.set(xlabel="head epochs on the new clients", ylabel="new clients' test accuracy (%)", title=title)
     if long:
         ax.set(xticks=range(0, len(epochs) + 1, 5))
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)   # beside the axes
-    plt.tight_layout()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    fig.tight_layout()
     return fig

@@ -245,6 +245,12 @@ def test_an_algorithms_static_methods_and_settings_are_part_of_its_code():
     assert (variant("    @staticmethod\n    def scale():\n        return 0.5\n")
             != variant("    @staticmethod\n    def scale():\n        return 1.0\n"))
     assert variant("    scale = 0.5\n") != variant("    scale = 1.0\n")
+    made = {}
+    for scale in (0.5, 1.0):
+        alg = type(algorithms.get("FedAvg"))()
+        alg.scale, alg.mix = scale, torch.tensor([scale])  # an instance's own settings count too
+        made[scale] = checkpoints.algorithm_code(alg)
+    assert made[0.5] != made[1.0]
     # constants that Python orders by hash (a frozenset) do not change the key between processes
     assert variant("    def f(self, x):\n        return x in {'a', 'b', 'c'}\n") == variant(
         "    def f(self, x):\n        return x in {'c', 'b', 'a'}\n")

@@ -117,8 +117,8 @@ def _value_code(value, inside: frozenset = frozenset()):
     """What :func:`_class_code` keeps of a class attribute or an algorithm's own attribute: a
     function's, static or class method's or property's :func:`_bytecode` with its default
     arguments and the values it closes over (``inside``: the functions already being read, so
-    a function that closes over itself is read once); a class by its name;
-    plain data (numbers, strings, and tuples, lists, sets and dicts of them) by its ``repr``
+    a function that closes over itself is read once); a class by its name; a tensor by
+    :func:`digest`; plain data (numbers, strings, and tuples, lists, sets and dicts of them) by its ``repr``
     (a set's items sorted: their order follows string hashing, which changes between
     processes); anything else by its type's name."""
     for attr in ("__func__", "fget"):  # staticmethod, classmethod; property (with its setter and deleter)
@@ -135,6 +135,8 @@ def _value_code(value, inside: frozenset = frozenset()):
                 _value_code(value.__kwdefaults__, inside), cells)
     if isinstance(value, type):
         return f"class {value.__module__}.{value.__qualname__}"
+    if isinstance(value, torch.Tensor):
+        return digest(value)
     if value is None or type(value) in (bool, int, float, complex, str, bytes):
         return repr(value)
     if type(value) in (tuple, list):

@@ -164,7 +164,7 @@ def plot_fedrep(mom: MomentResult, mom_cfg: MomentSettings, traj: TrajectoryResu
     ref = float(mom.dist[-1, -1]) * np.sqrt(nm[1] / nm)
     ax1.loglog(nm, ref, "k--", lw=1, label=r"slope $-1/2$")
     ax1.set(xlabel="total samples n·m", ylabel=r"dist$(B_0, B_*)$", title="method-of-moments start", ylim=(0.05, 1.2))
-    ax1.legend(fontsize=8)
+    ax1.legend()
     t = np.arange(run_cfg.rounds + 1)
     ax2.semilogy(t, to_numpy(traj.mom).clip(1e-16), color=COLORS["FedRep"], label="FedRep, MoM start")
     ax2.semilogy(t, to_numpy(traj.random).clip(1e-16), color=COLORS["FedRep"], ls=":", label="FedRep, random start")

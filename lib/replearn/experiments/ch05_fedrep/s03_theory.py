@@ -246,7 +246,7 @@ def plot_federation(fed: FederationResult, cfg: LinearFederationSettings):
     ax.set(xlabel="number of clients n", ylabel=f"samples per client m  (local only needs {cfg.d})",
            title=r"FedRep: $\log_{10}$ dist$(B_T, B_*)$, ✓ = below $10^{-3}$")
     ax.grid(False)
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper right")
     fig.colorbar(im, ax=ax)
     plt.tight_layout()
     return fig

@@ -126,7 +126,7 @@ def plot_fig3(res: Fig3Result, title: str, floor: float = 1e-12):
             ax.semilogy(t, np.maximum(to_numpy(res.geometric_mean(n, name)), floor), label=name, **STYLES[name])
         ax.set(title=f"n = {n}", xlabel="round t", ylim=(floor, 2.0))
     np.atleast_1d(axes)[0].set_ylabel(r"dist$(B_t, B_*)$")
-    np.atleast_1d(axes)[0].legend(fontsize=8)
+    np.atleast_1d(axes)[0].legend()
     fig.suptitle(title, fontsize=10)
     plt.tight_layout()
     return fig

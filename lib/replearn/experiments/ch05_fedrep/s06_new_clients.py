@@ -278,6 +278,6 @@ def plot_new_clients(res: Fig4Result, cfg: Fig4Settings, theory_of: dict):
         ax.text(x, 3.0, f" {text}", fontsize=9)
     ax.set(yscale="log", xlabel=r"samples of the new client $m_{new}$",
            ylabel=r"$\|\theta - \theta_*\|^2$ (median over new clients)", ylim=(1e-5, 10))
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     plt.tight_layout()
     return fig

@@ -126,6 +126,21 @@ def test_every_registered_method_matches_inprocess(name, cfg):
         assert strategy_of(run).dropped == {}
 
 
+@pytest.mark.parametrize("rule", ["global", "average"])
+@pytest.mark.parametrize("name", algorithms.names())
+def test_every_registered_method_matches_inprocess_for_every_first_visit(name, rule):
+    """With TrainConfig.first_visit "global" or "average" (a client not yet sampled starts from
+    the server's model, or from it with the previous round's clients' mean personal part,
+    fetched from their nodes), each method on Flower is its in-process run bit for bit
+    ("initial" is the default of the test above)."""
+    cfg = dataclasses.replace(CONFIGS[0], first_visit=rule)
+    ref = algorithms.get(name).run(model_fn(), CLIENTS, cfg)
+    run = flower.run_inprocess(name, model_fn(), CLIENTS, cfg, fetch_states=True)
+    assert_same_run(run, ref)
+    if "flower" in run.extras:
+        assert strategy_of(run).dropped == {}
+
+
 def test_dsgd_is_fedavg_with_one_local_step():
     """D-SGD (the registry's "D-SGD") runs on Flower as FedAvg with local_steps = 1 does."""
     cfg = neural.TrainConfig(rounds=3, batch_size=5, participation=0.75, seed=4)
@@ -683,10 +698,15 @@ def test_discovery_faults_stop_the_run_with_a_clear_error():
 def test_one_reply_of_an_unknown_form_cannot_stop_the_run():
     """SCAFFOLD with one client a round: in round 1 only BAD answers, under other names. While
     the upload's form is not fixed, the server step's failure on it drops the reply (the model
-    and server state stay as they were) instead of stopping the run; round 2 trains."""
+    and server state stay as they were) instead of stopping the run when one round may keep
+    nothing (max_empty_rounds = 1); round 2 trains. By default such a round stops the run."""
     cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, participation=0.25, seed=4)
     app, log = faulty_app(cfg, "SCAFFOLD", train=lambda reply, t: rename_arrays(reply))
-    run = flower.run_inprocess("SCAFFOLD", model_fn(), CLIENTS, cfg, app=app)
+    with pytest.raises(RuntimeError, match=r"round 1 of SCAFFOLD on Flower kept no client's update .*client 2 "
+                                           r"\(train\): the server step failed .*KeyError"):
+        flower.run_inprocess("SCAFFOLD", model_fn(), CLIENTS, cfg, app=faulty_app(
+            cfg, "SCAFFOLD", train=lambda reply, t: rename_arrays(reply))[0])
+    run = flower.run_inprocess("SCAFFOLD", model_fn(), CLIENTS, cfg, app=app, max_empty_rounds=1)
     assert run.participants == ((BAD,), (1,))
     drops = strategy_of(run).dropped
     assert list(drops) == [1] and [(d.client, d.stage) for d in drops[1]] == [(BAD, "train")]
@@ -946,3 +966,129 @@ def test_a_method_in_one_file_runs_in_the_engine_and_on_flower(tmp_path):
     finally:
         algorithms.unregister(name)
     assert name not in algorithms.names()
+
+
+# --------------------------------------------------------------------------------------------
+# A run that keeps nothing fails; the server and the nodes run the same thing (issue 45)
+
+
+def all_raise(cfg, algorithm):
+    """The library's ClientApp, with every node's training raising."""
+    inner = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, algorithm)
+    app = ClientApp()
+    app.query()(inner)
+    app.evaluate()(inner)
+
+    @app.train()
+    def train(msg, context):
+        raise RuntimeError(f"disk full on node {context.node_config['partition-id']}")
+
+    return app
+
+
+def test_a_round_that_keeps_no_update_stops_the_run_naming_the_nodes_errors():
+    """Nodes that all raise in every round: the run raises at round 1, naming each node's error,
+    instead of returning the initial model with a NaN loss; max_empty_rounds allows that many
+    such rounds, then raises all the same."""
+    cfg = neural.TrainConfig(rounds=2, local_steps=1, batch_size=5, seed=1)
+    for allowed in (0, 1):
+        with pytest.raises(RuntimeError, match=rf"round {allowed + 1} of FedAvg on Flower kept no client's update "
+                                               rf".*client 0 \(train\): the client failed: RuntimeError: disk full "
+                                               rf"on node 0; client 1 .*disk full on node 1"):
+            flower.run_inprocess("FedAvg", model_fn(), CLIENTS, cfg, app=all_raise(cfg, "FedAvg"),
+                                 max_empty_rounds=allowed)
+    with pytest.raises(ValueError, match="max_empty_rounds must be an int >= 0"):
+        flower.run_inprocess("FedAvg", model_fn(), CLIENTS, cfg, max_empty_rounds=-1)
+
+
+def test_nodes_built_for_another_run_are_refused_naming_what_differs():
+    """A server asking for FedProx with mu = 0.01 over nodes built with mu = 0.5 (or for
+    another algorithm, or another learning rate) stops at discovery with an error naming the
+    difference, instead of training with the nodes' settings; a SCAFFOLD server over FedAvg
+    nodes likewise, instead of a KeyError 'y:body.0.weight'."""
+    cfg = neural.TrainConfig(rounds=1, local_steps=1, batch_size=5)
+    fedprox = algorithms.get("FedProx")
+    cases = [("FedProx", fedprox.Options(mu=0.5), cfg, fedprox.Options(mu=0.01), cfg, r"options: the node runs "
+              r"FedProxOptions\(mu=0.5\), the server FedProxOptions\(mu=0.01\)"),
+             ("FedAvg", None, cfg, None, cfg, "algorithm: the node runs FedAvg, the server SCAFFOLD"),
+             ("FedProx", None, dataclasses.replace(cfg, lr=0.1), None, cfg,
+              r"training settings \(TrainConfig\): the node runs TrainConfig\(rounds=1, lr=0.1")]
+    for node_alg, node_opts, node_cfg, server_opts, server_cfg, reason in cases:
+        app = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), node_cfg, node_alg, node_opts)
+        server_alg = "SCAFFOLD" if node_alg == "FedAvg" else node_alg
+        with pytest.raises(ValueError, match=rf"node \d+: the node was built for another run than the "
+                                             rf"server's: {reason}"):
+            flower.run_inprocess(server_alg, model_fn(), CLIENTS, server_cfg, server_opts, app=app)
+
+
+def test_replies_without_the_servers_fingerprint_are_refused():
+    """After discovery, a training reply must echo the server's fingerprint: a node that answers
+    from another ClientApp (no fingerprint) or one built for other options (it refuses the
+    server's message) is dropped with that reason, and a round of such replies stops the run."""
+    cfg = neural.TrainConfig(rounds=1, local_steps=1, batch_size=5)
+    data = lambda i: CLIENTS.subset([i])  # noqa: E731
+    honest = flower.client_app(model_fn, data, cfg, "FedProx")
+    other = flower.client_app(model_fn, data, cfg, "FedProx", algorithms.get("FedProx").Options(mu=0.5))
+    for train, reason in [(lambda msg, c: strip(honest(msg, c)), "the reply carries no fingerprint"),
+                          (other, r"the client failed: ValueError: partition \d: this node was built for another "
+                                  r"run than the server's: options")]:
+        app = ClientApp()
+        app.query()(honest)
+        app.evaluate()(honest)
+        app.train()(train)
+        with pytest.raises(RuntimeError, match=rf"kept no client's update .*client 0 \(train\): {reason}"):
+            flower.run_inprocess("FedProx", model_fn(), CLIENTS, cfg, app=app)
+
+
+def strip(reply):
+    del reply.content["fingerprint"]
+    return reply
+
+
+def test_a_scaffold_server_step_on_fedavg_uploads_names_the_uploads():
+    """Nodes that echo the server's fingerprint but run FedAvg: once the upload's form is fixed,
+    SCAFFOLD's failing server step is an error naming the method and the uploads, not a bare
+    KeyError."""
+    cfg = neural.TrainConfig(rounds=1, local_steps=1, batch_size=5)
+    inner = flower.client_app(model_fn, lambda i: CLIENTS.subset([i]), cfg, "FedAvg")
+    claimed = flower.fingerprint(algorithms.get("SCAFFOLD"), algorithms.get("SCAFFOLD").Options(), cfg)
+
+    def lie(msg, context):
+        for key in ("algorithm", "options"):
+            if "config" in msg.content:
+                msg.content["config"][f"fingerprint-{key}"] = getattr(inner_print, key)
+        reply = inner(msg, context)
+        if not reply.has_error():
+            reply.content["fingerprint"] = flower_record(claimed)
+        return reply
+
+    inner_print = flower.fingerprint(algorithms.get("FedAvg"), algorithms.get("FedAvg").Options(), cfg)
+    app = ClientApp()
+    for register in (app.query(), app.train(), app.evaluate()):
+        register(lie)
+    with pytest.raises(ValueError, match=r"round 1: SCAFFOLD's server step failed on the mean of the uploads "
+                                         r"\['body.0.bias', .*KeyError.*are the nodes built for SCAFFOLD\?"):
+        flower.run_inprocess("SCAFFOLD", model_fn(), CLIENTS, cfg, app=app)
+
+
+def flower_record(fingerprint):
+    from flwr.app import ConfigRecord
+    return ConfigRecord(fingerprint._asdict())
+
+
+def test_a_node_without_test_data_joins_and_is_skipped_at_evaluation():
+    """Client 1 has no test data: on Flower its node joins, trains and is not asked to evaluate,
+    and the run is the in-process one bit for bit (NaN accuracy for it, left out of the
+    averages); a federation without any test data is refused."""
+    xt, yt = list(CLIENTS.x_test), list(CLIENTS.y_test)
+    xt[1], yt[1] = xt[1][:0], yt[1][:0]
+    clients = neural.ClientData(CLIENTS.x_train, CLIENTS.y_train, tuple(xt), tuple(yt))
+    cfg = neural.TrainConfig(rounds=2, local_steps=2, batch_size=5, seed=3)
+    for name in ("FedRep", "Ditto"):
+        ref = algorithms.run(name, model_fn(), clients, cfg)
+        run = flower.run_inprocess(name, model_fn(), clients, cfg, fetch_states=True)
+        assert_same_run(run, ref)
+        assert math.isnan(run.final.accuracy[1]) and strategy_of(run).dropped == {}
+    none = neural.ClientData(CLIENTS.x_train, CLIENTS.y_train, tuple(x[:0] for x in xt), tuple(y[:0] for y in yt))
+    with pytest.raises(ValueError, match="no node has test data"):
+        flower.run_inprocess("FedAvg", model_fn(), none, cfg)

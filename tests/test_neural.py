@@ -522,7 +522,8 @@ def test_clients_without_test_data_are_left_out_of_the_average():
     assert not torch.isnan(result.test_accuracy).any()
     none = tuple(x[:0] for x in CLIENTS.x_test), tuple(y[:0] for y in CLIENTS.y_test)
     with pytest.raises(ValueError, match="no client has test data"):
-        neural.ClientData(CLIENTS.x_train, CLIENTS.y_train, *none)
+        algorithms.run("FedRep", tiny_model(), neural.ClientData(CLIENTS.x_train, CLIENTS.y_train, *none),
+                       neural.TrainConfig(rounds=1, batch_size=5))
 
 
 def test_labels_image_sizes_and_devices_must_fit_the_model():

@@ -37,6 +37,7 @@ from torch import nn
 from replearn import neural
 from replearn.neural import Momentum
 from replearn.neural.engine.clients import check_client_data
+from replearn.neural.engine.guards import check_params
 
 Params = dict[str, torch.Tensor]
 
@@ -249,9 +250,11 @@ class Algorithm:
 
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
         """The phases of ``ctx.phases`` in order, each on its ``ctx.batches[k]`` with a fresh
-        momentum buffer, from :meth:`start_params`; uploads ``ctx.shared`` and keeps
-        ``ctx.personal`` as its state."""
+        momentum buffer, from :meth:`start_params` (which must return every parameter with its
+        shape and dtype: ``ValueError`` naming the parameter otherwise); uploads ``ctx.shared``
+        and keeps ``ctx.personal`` as its state."""
         params = self.start_params(ctx)
+        check_params(self.name, "start_params", params, ctx.global_params)
         loss_sum, n_steps = None, 0
         for phase, batches in zip(ctx.phases, ctx.batches):
             new, loss = ctx.worker.train(params, phase.trainable, ctx.x, ctx.y, batches, ctx.cfg, ctx.generator)

@@ -63,11 +63,13 @@ Modules, one idea each: :mod:`~replearn.neural.engine.clients` (client data),
 :mod:`~replearn.neural.engine.planning` (a round's draws and work),
 :mod:`~replearn.neural.engine.sgd` (SGD arithmetic), :mod:`~replearn.neural.engine.workers`
 (the local-SGD workers), :mod:`~replearn.neural.engine.evaluation` (testing the clients),
-:mod:`~replearn.neural.engine.guards` (start and divergence checks),
-:mod:`~replearn.neural.engine.threads` (client threads) and :mod:`~replearn.neural.engine.rounds`
-(the loop). The public names are re-exported here and by :mod:`replearn.neural`. A framework
-that runs the clients elsewhere (:mod:`replearn.neural.flower`) uses the same pieces:
-:func:`plan_round`, :class:`ClientRound`, :class:`LocalSGD` and the algorithm's hooks.
+:mod:`~replearn.neural.engine.guards` (start, hook and divergence checks: the screening Flower
+shares), :mod:`~replearn.neural.engine.threads` (client threads),
+:mod:`~replearn.neural.engine.server` (the server's half of a round, shared with Flower) and
+:mod:`~replearn.neural.engine.rounds` (the loop). The public names are re-exported here and
+by :mod:`replearn.neural`. A framework that runs the clients elsewhere
+(:mod:`replearn.neural.flower`) uses the same pieces: the server's half of a round,
+:class:`ClientRound`, :class:`LocalSGD`, the screening and the algorithm's hooks.
 """
 
 from replearn.neural.engine.clients import MAX_INPUT, ClientData, check_inputs, model_dtype

@@ -1,15 +1,21 @@
-"""What a run checks so that nothing goes silently wrong: the starting parameters, and local
-training that diverges (a non-finite or blown-up loss)."""
+"""What a run checks so that nothing goes silently wrong: the starting parameters, the
+algorithm's hooks and what they return (the screening shared by the in-process loop and
+Flower's server), and local training that diverges (a non-finite or blown-up loss)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 Params = dict[str, torch.Tensor]
+
+HOOKS = ("check_options", "phases", "check", "init_server", "init_client", "draw", "broadcast", "client_update",
+         "server_update", "personal_names", "shared_names", "eval_params")
+"""The hooks of an algorithm the round loop calls, in process and on Flower."""
 
 MAX_PARAMETER = 1e6
 """Largest absolute entry of a starting state (or a model to evaluate) the engine accepts."""
@@ -21,6 +27,156 @@ client trained in round 0): cross-entropy starts near ``log C`` and a finite los
 times that is a blow-up, not noise. The engine then raises ``FloatingPointError`` naming the
 learning rate (and the algorithm's options that scale its steps, :func:`divergence_advice`),
 like it does for a non-finite loss or parameter."""
+
+
+def check_hooks(algorithm) -> None:
+    """``ValueError`` naming the algorithm and those of its :data:`HOOKS` that are not callable
+    (set to None or missing), before any round runs."""
+    missing = [h for h in HOOKS if not callable(getattr(algorithm, h, None))]
+    if missing:
+        name = getattr(algorithm, "name", type(algorithm).__name__)
+        raise ValueError(f"{name}: the round loop calls the algorithm's hooks {list(HOOKS)}, and {missing} "
+                         f"{'is' if len(missing) == 1 else 'are'} not callable (None or missing): subclass "
+                         f"replearn.neural.algorithms.base.Algorithm and keep its default or define a method")
+
+
+def check_params(method: str, hook: str, got, params: Params) -> None:
+    """``got``, the parameters a hook returned (``start_params``, ``eval_params``,
+    ``server_update``), must be a dict naming every parameter of ``params`` (the model's) with
+    its shape and dtype; else ``ValueError`` naming the method, the hook and the parameter.
+    Metadata only: no host sync."""
+    if not isinstance(got, Mapping):
+        raise ValueError(f"{method}: {hook} must return a dict of parameter name -> tensor, got "
+                         f"{type(got).__name__}")
+    for n, ref in params.items():
+        if n not in got:
+            raise ValueError(f"{method}: {hook} dropped the parameter {n!r} (it returned {list(got)}); it must "
+                             f"return every parameter of the model")
+        _check_like(method, hook, n, got[n], ref, "parameter")
+
+
+def check_upload(method: str, upload, params: Params, hook: str = "client_update") -> None:
+    """The screening of an upload (a client update's tensors for the server's mean), shared by
+    the in-process loop and Flower's server: a dict of string names to tensors; a name of a
+    parameter of ``params`` (the server's) has that parameter's shape and dtype; every other
+    floating tensor has the model's dtype (a float64 upload would turn a float32 server
+    float64); no complex tensors. ``ValueError`` naming the method, the hook and the tensor.
+    Metadata only: no host sync (finiteness is read with the client's statistics)."""
+    if not isinstance(upload, Mapping):
+        raise ValueError(f"{method}: {hook}'s upload must be a dict of name -> tensor, got {type(upload).__name__}")
+    dtype = next(iter(params.values())).dtype
+    for n, t in upload.items():
+        if not isinstance(n, str):
+            raise ValueError(f"{method}: {hook}'s upload names must be strings, got {n!r}")
+        if n in params:
+            _check_like(method, hook, n, t, params[n], "upload")
+        elif not isinstance(t, torch.Tensor):
+            raise ValueError(f"{method}: {hook}'s upload {n!r} must be a torch.Tensor, got {type(t).__name__}")
+        elif t.is_complex() or (t.is_floating_point() and t.dtype != dtype):
+            raise ValueError(f"{method}: {hook}'s upload {n!r} is {t.dtype}, but the model is {dtype}: the "
+                             f"server's mean and state would change dtype; return it in the model's dtype")
+
+
+def _check_like(method: str, hook: str, name: str, t, ref: torch.Tensor, what: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{method}: {hook}'s {what} {name!r} must be a torch.Tensor, got {type(t).__name__}")
+    if tuple(t.shape) != tuple(ref.shape) or t.dtype != ref.dtype:
+        raise ValueError(f"{method}: {hook}'s {what} {name!r} is {t.dtype} of shape {tuple(t.shape)}, but the "
+                         f"model's parameter is {ref.dtype} of shape {tuple(ref.shape)}")
+
+
+def check_steps(method: str, n_steps, hook: str = "client_update") -> int:
+    """A client update's step count: an int >= 0 (else ``ValueError`` naming the method)."""
+    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 0:
+        raise ValueError(f"{method}: {hook} must report n_steps as an int >= 0, got {n_steps!r}")
+    return n_steps
+
+
+def mean_loss(loss_sum: float, n_steps: int) -> float:
+    """A client's mean minibatch loss over its ``n_steps`` steps; NaN when it took none (a loss
+    that was not measured, never a 0 standing for it)."""
+    return loss_sum / n_steps if n_steps else math.nan
+
+
+class ClientStats(NamedTuple):
+    """What the loop reads of a trained client with one host sync (:func:`client_stats`): its
+    summed loss, first and peak minibatch loss (0 when it took no step), whether the loss is
+    finite and, per tensor checked, whether it is."""
+
+    loss_sum: float
+    first: float
+    peak: float
+    loss_finite: bool
+    finite: list[bool]
+
+
+def client_stats(loss_sum: torch.Tensor, first: torch.Tensor | None, peak: torch.Tensor | None,
+                 tensors: Sequence[torch.Tensor]) -> ClientStats:
+    """A trained client's :class:`ClientStats`, read with one host sync: the norms of the
+    floating tensors of ``tensors`` by one foreach kernel per dtype, their finiteness in one
+    vector with the losses."""
+    loss_sum = torch.as_tensor(loss_sum).reshape(()).detach()
+    zero = torch.zeros((), dtype=torch.float64, device=loss_sum.device)
+    head = [loss_sum, zero if first is None else first, zero if peak is None else peak, torch.isfinite(loss_sum)]
+    pieces = [torch.stack([x.reshape(()).to(torch.float64) for x in head])]
+    by_dtype: dict[torch.dtype, list[int]] = {}
+    for k, t in enumerate(tensors):
+        if t.is_floating_point() and t.numel():
+            by_dtype.setdefault(t.dtype, []).append(k)
+    order = []
+    for ks in by_dtype.values():
+        norms = torch.stack(torch._foreach_norm([tensors[k].detach() for k in ks]))
+        pieces.append(torch.isfinite(norms).to(torch.float64))
+        order.extend(ks)
+    values = torch.cat(pieces).tolist()  # the one sync
+    finite = [True] * len(tensors)
+    for k, v in zip(order, values[4:]):
+        finite[k] = bool(v)
+    return ClientStats(values[0], values[1], values[2], bool(values[3]), finite)
+
+
+def named_tensors(obj, prefix: str) -> list[tuple[str, torch.Tensor]]:
+    """Every tensor of ``obj`` (a tensor, or nested dicts, lists and tuples of them: an upload
+    or a client state) with its path, e.g. ``("state['head']['w']", t)``."""
+    if isinstance(obj, torch.Tensor):
+        return [(prefix, obj)]
+    if isinstance(obj, Mapping):
+        return [x for k, v in obj.items() for x in named_tensors(v, f"{prefix}[{k!r}]")]
+    if isinstance(obj, (list, tuple)):
+        return [x for k, v in enumerate(obj) for x in named_tensors(v, f"{prefix}[{k}]")]
+    return []
+
+
+def update_tensors(upload, state) -> list[tuple[str, torch.Tensor]]:
+    """The named tensors of a client update whose finiteness the loop checks: its upload's,
+    then its state's."""
+    return named_tensors(upload, "upload") + named_tensors(state, "state")
+
+
+def check_finite(t: int, client: int, stats: ClientStats, names: Sequence[str], lr: float, algorithm: str,
+                 options=None) -> None:
+    """Raise :func:`nonfinite_error` unless the loss and every tensor of ``stats`` (named by
+    ``names``, :func:`update_tensors`) are finite."""
+    if stats.loss_finite and all(stats.finite):
+        return
+    bad = next((n for n, ok in zip(names, stats.finite) if not ok), None)
+    raise nonfinite_error(t, client, stats.loss_finite, bad, lr, algorithm, options)
+
+
+def nonfinite_error(t: int, client: int, loss_finite: bool, bad: str | None, lr: float, algorithm: str,
+                    options=None) -> FloatingPointError:
+    """The error for client ``client``'s non-finite round ``t``: when its loss stayed finite but
+    the tensor ``bad`` (an upload or state entry) is not, the method's code is blamed (naming
+    the hook and the tensor; the step size only as the other possibility); otherwise local
+    training diverged (:func:`divergence_advice`)."""
+    if loss_finite and bad is not None:
+        return FloatingPointError(
+            f"round {t}: client {client}: {algorithm}'s client_update returned {bad} with NaN or infinite values "
+            f"although its training loss stayed finite: a fault of the method's code (client_update, "
+            f"start_params), not of its losses; only if its last local step diverged, "
+            f"{divergence_advice(lr, algorithm, options)}")
+    return FloatingPointError(f"round {t}: client {client}'s local training diverged (non-finite loss, parameters "
+                              f"or state) {divergence_advice(lr, algorithm, options)}")
 
 
 

@@ -4,13 +4,15 @@ object with the hooks of :class:`replearn.neural.algorithms.base.Algorithm`) for
 Local only, fine-tuning, FedProx, SCAFFOLD, Ditto, APFL, L2GD, Per-FedAvg, Fed-MTL and a
 reader's own method all run through it.
 
-Each round, in the calling thread: :func:`~replearn.neural.engine.planning.plan_round`
-(clients and batches), then the algorithm's extra draws and broadcast; every sampled client
-runs ``client_update`` (:class:`ClientRound` in, :class:`ClientUpdate` out), on the client
-threads of :mod:`~replearn.neural.engine.threads` or, with ``cfg.vmap_clients > 1``, in groups
-under ``torch.func.vmap``; the uploads are summed with weights n_i in client order and divided
-by the round's total, and ``server_update`` makes the new server parameters and state. On
-evaluated rounds every client is tested with ``eval_params``.
+Each round, in the calling thread, the server's half of the round that Flower's strategy runs
+too (:mod:`~replearn.neural.engine.server`): :func:`~replearn.neural.engine.server.start_round`
+(clients and batches, the algorithm's extra draws and broadcast); every sampled client runs
+``client_update`` (:class:`ClientRound` in, :class:`ClientUpdate` out), on the client threads
+of :mod:`~replearn.neural.engine.threads` or, with ``cfg.vmap_clients > 1``, in groups under
+``torch.func.vmap``, and its update is screened (:func:`screened`, finiteness read with its
+loss); :func:`~replearn.neural.engine.server.finish_round` sums the uploads with weights n_i in
+client order, divides by the round's total, and ``server_update`` makes the new server
+parameters and state. On evaluated rounds every client is tested with ``eval_params``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ from replearn.neural.engine.clients import ClientData, check_inputs
 from replearn.neural.engine.config import TrainConfig
 from replearn.neural.engine.evaluation import evaluation_of, test_all, test_client
 from replearn.neural.engine.fed_result import FedResult
-from replearn.neural.engine.guards import check_divergence, divergence_advice, starting_state
-from replearn.neural.engine.planning import Phase, RoundPlan, check_phases, check_work, plan_round
+from replearn.neural.engine.guards import (ClientStats, check_divergence, check_finite, check_hooks, check_params,
+                                           check_steps, check_upload, client_stats, divergence_advice, starting_state,
+                                           update_tensors)
+from replearn.neural.engine.planning import Phase, RoundPlan, check_phases, check_work
+from replearn.neural.engine.server import Kept, finish_round, first_visit_params, start_round
 from replearn.neural.engine.threads import ClientThreads, OneIntraOpThread, client_workers
 from replearn.neural.engine.workers import FunctionalSGD, LocalSGD, in_work_layout
 
@@ -116,9 +121,16 @@ def run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opti
     ``client_update``, ``extras["clients"]`` the clients' states. ``callback(t, metrics)`` is
     called after every round with ``train_loss`` and, on evaluated rounds, ``test_accuracy``.
 
-    A non-finite loss, upload or client state, or a loss above
+    A non-finite loss, or a loss above
     :data:`~replearn.neural.engine.guards.DIVERGENCE_FACTOR` times the starting loss, raises
-    ``FloatingPointError`` naming ``lr`` and the options that scale the algorithm's steps.
+    ``FloatingPointError`` naming ``lr`` and the options that scale the algorithm's steps; a
+    non-finite upload or client state beside a finite loss raises it naming the method's
+    ``client_update`` and the tensor. The hooks and what they return are screened as on Flower
+    (:mod:`~replearn.neural.engine.guards`: every hook callable; uploads named and shaped like
+    the model's parameters, other floating uploads in the model's dtype; ``start_params``,
+    ``eval_params`` and ``server_update`` returning every parameter with its shape and dtype;
+    a step count): a ``ValueError`` names the method, the hook and the tensor. A client that
+    takes no step has a NaN loss, and so has its round.
 
     With ``cfg.vmap_clients > 1`` and an algorithm whose ``batched`` is true (the batched path,
     for GPUs), the sampled clients with the same batch sizes, data size, draw and state layout
@@ -153,12 +165,15 @@ def run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opti
 def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, options, state: Params | None,
          callback: Callable[[int, dict], None] | None, workers: int | None) -> FedResult:
     """The run of :func:`run` (without the store)."""
+    check_hooks(algorithm)
     batched = cfg.vmap_clients > 1 and algorithm.batched
     if cfg.vmap_clients > 1 and cfg.augment:
         raise ValueError(f"{algorithm.name}: the batched path (cfg.vmap_clients > 1) does not augment (its crops and "
                          f"flips would be drawn in another order than one client after another); use "
                          f"cfg.vmap_clients = 1 with cfg.augment = True")
     clients = check_inputs(model, clients)
+    if not any(n for n in clients.test_sizes.tolist()):
+        raise ValueError("no client has test data; every run evaluates on the clients' test sets")
     algorithm.check(model, cfg, options)
     phases = tuple(algorithm.phases(model, cfg, options))
     check_phases(algorithm.name, model, phases)
@@ -196,27 +211,25 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
     def own_state(i: int) -> dict:
         return states[i] if i in states else algorithm.init_client(unvisited, options)
 
+    def round_states(selected: list[int]) -> dict[int, dict]:
+        for i in selected:
+            states[i] = own_state(i)
+        return {i: states[i] for i in selected}
+
     with OneIntraOpThread(pool is None and device.type == "cpu"):
         try:
             for t in range(cfg.rounds):
-                plan = plan_round(sizes, phases, cfg, gen)
-                selected = list(plan.clients)
+                start = start_round(algorithm, sizes, phases, cfg, options, gen, params, server, round_states)
+                plan, selected, draws, broadcast = start.plan, start.selected, start.draws, start.broadcast
                 participants.append(plan.clients)
-                draws = algorithm.draw(plan, cfg, options, gen) or {}
-                for i in selected:
-                    states[i] = own_state(i)
-                broadcast = algorithm.broadcast(params, server, {i: states[i] for i in selected}, selected, options)
 
                 def train_client(w: LocalSGD, i: int):
                     w.watch()
-                    update = algorithm.client_update(context(w, i, plan.batches[i], broadcast, draws.get(i),
-                                                             states[i]))
-                    if not isinstance(update, ClientUpdate):
-                        raise TypeError(f"{algorithm.name}: client_update must return a neural.ClientUpdate")
-                    n_i = float(sizes[i])
-                    weighted = {k: v * n_i for k, v in update.upload.items()}
-                    return update, weighted, client_stats(update.loss_sum, w.first_loss, w.peak_loss,
-                                                          list(update.upload.values()) + tensors_of(update.state))
+                    update = screened(algorithm, algorithm.client_update(
+                        context(w, i, plan.batches[i], broadcast, draws.get(i), states[i])), params)
+                    named = update_tensors(update.upload, update.state)
+                    return update, [n for n, _ in named], client_stats(update.loss_sum, w.first_loss, w.peak_loss,
+                                                                       [x for _, x in named])
 
                 if batched:
                     keys = {i: (tuple(tuple(len(b) for b in bs) for bs in plan.batches[i]), sizes[i],
@@ -232,28 +245,17 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
                 else:
                     trained = pool.map(train_client, selected) if pool is not None else (
                         train_client(worker, i) for i in selected)
-                acc: Params = {}
-                round_loss = 0.0
-                for i, (update, weighted, (loss_sum, first, peak, finite)) in zip(selected, trained):  # in order
-                    if not finite:
-                        raise FloatingPointError(
-                            f"round {t}: client {i}'s local training diverged (non-finite loss, parameters or "
-                            f"state) {divergence_advice(cfg.lr, algorithm.name, options)}")
-                    reference = check_divergence(t, i, first, peak, reference, cfg.lr, algorithm=algorithm.name,
-                                                 options=options)
+                kept = []
+                for i, (update, tensor_names, stats) in zip(selected, trained):  # in client order
+                    check_finite(t, i, stats, tensor_names, cfg.lr, algorithm.name, options)
+                    reference = check_divergence(t, i, stats.first, stats.peak, reference, cfg.lr,
+                                                 algorithm=algorithm.name, options=options)
                     states[i] = update.state
-                    for k, v in weighted.items():
-                        if k not in acc:
-                            acc[k] = torch.zeros_like(v)
-                        acc[k] += v
-                    round_loss += float(sizes[i]) * loss_sum / max(update.n_steps, 1)
-                total = float(sum(sizes[i] for i in selected))
-                mean_upload = {k: v / total for k, v in acc.items()}
-                params, server = algorithm.server_update(params, server, mean_upload, selected, M, options)
+                    kept.append(Kept(i, update.upload, stats.loss_sum, update.n_steps))
+                params, server, losses[t] = finish_round(algorithm, params, server, kept, sizes, options)
                 if cfg.first_visit != "initial":
                     unvisited = first_visit_params(cfg.first_visit, params, personal,
                                                    {i: states[i] for i in selected}, sizes)
-                losses[t] = round_loss / total
                 metrics = {"train_loss": float(losses[t])}
                 if (t + 1) % cfg.eval_every == 0 or t == cfg.rounds - 1:
                     evaluation, final_params = _evaluate(algorithm, model, clients, cfg, options, t, names,
@@ -272,6 +274,21 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
                      evaluation, cfg, extras)
 
 
+def screened(algorithm, update, params: Params) -> ClientUpdate:
+    """``update``, what ``algorithm``'s ``client_update`` returned, after the screening the loop
+    and Flower's nodes share (no host sync): a :class:`ClientUpdate` (else ``TypeError``), an
+    upload that fits the server's ``params``
+    (:func:`~replearn.neural.engine.guards.check_upload`) and a step count
+    (:func:`~replearn.neural.engine.guards.check_steps`); each ``ValueError`` names the method,
+    the hook and the tensor."""
+    if not isinstance(update, ClientUpdate):
+        raise TypeError(f"{algorithm.name}: client_update must return a neural.ClientUpdate, got "
+                        f"{type(update).__name__}")
+    check_upload(algorithm.name, update.upload, params)
+    check_steps(algorithm.name, update.n_steps)
+    return update
+
+
 def _default_client_update():
     from replearn.neural.algorithms.base import Algorithm  # the algorithms import the engine
     return Algorithm.client_update
@@ -287,7 +304,9 @@ def _evaluate(algorithm, model, clients, cfg, options, t, names, personal, own_s
                                  f"{divergence_advice(cfg.lr, algorithm.name, options)}")
 
     def test(w: LocalSGD, i: int):
-        p_i = algorithm.eval_params(context(w, i, (), {}, None, own_state(i)))
+        ctx = context(w, i, (), {}, None, own_state(i))
+        p_i = algorithm.eval_params(ctx)
+        check_params(algorithm.name, "eval_params", p_i, ctx.global_params)
         with torch.no_grad():
             kept = {n: p_i[n].detach().clone() for n in personal}
         if cfg.vmap_clients > 1:
@@ -306,26 +325,6 @@ def _evaluate(algorithm, model, clients, cfg, options, t, names, personal, own_s
                 refuse(finite[k].index(False), n)
         tested = list(zip(test_all(model, clients, {}, own, cfg.vmap_clients), [k for _, k in tested]))
     return evaluation_of(clients, [r for r, _ in tested]), [p for _, p in tested]
-
-
-def first_visit_params(rule: str, params: Params, personal: Sequence[str], kept: dict[int, dict],
-                       sizes: Sequence[int]) -> Params:
-    """What a client not yet sampled holds after a round (``TrainConfig.first_visit``): for
-    ``"global"`` the server's new parameters ``params``; for ``"average"`` the same with each
-    name of ``personal`` that every one of the round's clients keeps as a tensor of its state
-    (``kept``: client -> its new state) replaced by their n_i-weighted mean (``sizes[i]``), summed
-    in client order, as the FedRep authors' server averages every parameter, heads included."""
-    out = dict(params)
-    if rule == "average":
-        total = float(sum(sizes[i] for i in kept))
-        for n in personal:
-            if all(isinstance(state.get(n), torch.Tensor) for state in kept.values()):
-                acc = None
-                for i, state in kept.items():
-                    term = state[n] * float(sizes[i])
-                    acc = term if acc is None else acc + term
-                out[n] = acc / total
-    return out
 
 
 def finite_by_name(params: Params, names: Sequence[str]) -> torch.Tensor:
@@ -349,8 +348,9 @@ def _train_group(algorithm, model: nn.Module, clients: ClientData, group: Sequen
     draw and state layout, as one batched computation: the algorithm's per-client code runs once
     under ``torch.func.vmap`` with a :class:`FunctionalSGD` worker, on the clients' stacked
     images, index batches and states (the server's parameters, state and broadcast are shared).
-    Returns, per client, what :func:`run`'s per-client step returns (update, n_i-weighted upload,
-    finite, first and peak loss)."""
+    Returns, per client, what :func:`run`'s per-client step returns (its screened
+    :class:`ClientUpdate`, the names of its upload and state tensors and its
+    :class:`~replearn.neural.engine.guards.ClientStats`, read with one host sync for the group)."""
     lead = group[0]
     xs = torch.stack([images(i) for i in group])
     ys = torch.stack([clients.y_train[i] for i in group])
@@ -364,23 +364,24 @@ def _train_group(algorithm, model: nn.Module, clients: ClientData, group: Sequen
         worker.watch()
         ctx = context(worker, lead, idx, broadcast, draw, state)
         ctx.x, ctx.y = x, y
-        update = algorithm.client_update(ctx)
-        if not isinstance(update, ClientUpdate):
-            raise TypeError(f"{algorithm.name}: client_update must return a neural.ClientUpdate")
+        update = screened(algorithm, algorithm.client_update(ctx), ctx.global_params)
         n_steps.append(update.n_steps)
         first = zero if worker.first_loss is None else worker.first_loss
         peak = zero if worker.peak_loss is None else worker.peak_loss
         return update.upload, update.state, update.loss_sum + zero, first, peak
 
     upload, state, loss_sum, first, peak = vmap(one)(_stack_states([states[i] for i in group]), xs, ys, batches)
-    finite = finite_per_client(loss_sum, list(upload.values()) + tensors_of(state))
-    stats = torch.stack([loss_sum.double(), first.double(), peak.double(), finite.double()]).T.tolist()  # one sync
+    named = update_tensors(upload, state)  # stacked along the group
+    rows = [loss_sum, first, peak, torch.isfinite(loss_sum)] + [
+        torch.isfinite(x.reshape(len(group), -1).norm(dim=1)) if x.is_floating_point() and x.numel()
+        else torch.ones(len(group), dtype=torch.bool, device=x.device) for _, x in named]
+    stats = torch.stack([r.double() for r in rows]).T.tolist()  # one sync
     out = {}
     for g, i in enumerate(group):
-        own = {k: v[g] for k, v in upload.items()}
-        n_i = float(clients.y_train[i].shape[0])
-        out[i] = (ClientUpdate(own, _client_slice(state, g), loss_sum[g], n_steps[0]),
-                  {k: v * n_i for k, v in own.items()}, stats[g])
+        own = ClientUpdate({k: v[g] for k, v in upload.items()}, _client_slice(state, g), loss_sum[g], n_steps[0])
+        row = stats[g]
+        out[i] = (own, [n for n, _ in named], ClientStats(row[0], row[1], row[2], bool(row[3]),
+                                                          [bool(v) for v in row[4:]]))
     return out
 
 
@@ -391,39 +392,6 @@ def groups_of(selected: Sequence[int], keys: dict[int, tuple], size: int) -> lis
     for i in selected:
         by_key.setdefault(keys[i], []).append(i)
     return [g[k:k + size] for g in by_key.values() for k in range(0, len(g), size)]
-
-
-def finite_per_client(loss_sum: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Per client (first axis), whether its summed loss and its tensors are finite."""
-    norms = torch.stack([loss_sum] + [p.reshape(len(p), -1).norm(dim=1) for p in params]) if params else loss_sum[None]
-    return torch.isfinite(norms).all(dim=0)
-
-
-def client_stats(loss_sum: torch.Tensor, first: torch.Tensor | None, peak: torch.Tensor | None,
-                 tensors: Sequence[torch.Tensor]) -> list[float]:
-    """A trained client's summed loss, first and peak minibatch loss (0 when it took no step) and
-    whether the loss and every floating tensor of ``tensors`` are finite (1.0 or 0.0), read with
-    one host sync (the norms by one foreach kernel per dtype)."""
-    loss_sum = torch.as_tensor(loss_sum).reshape(()).detach()
-    zero = torch.zeros((), dtype=torch.float64, device=loss_sum.device)
-    finite = torch.isfinite(loss_sum)
-    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for t in tensors:
-        if t.is_floating_point() and t.numel():
-            by_dtype.setdefault(t.dtype, []).append(t.detach())
-    for group in by_dtype.values():
-        finite = finite & torch.isfinite(torch.stack(torch._foreach_norm(group))).all()
-    parts = [loss_sum, zero if first is None else first, zero if peak is None else peak, finite]
-    return torch.stack([x.reshape(()).to(torch.float64) for x in parts]).tolist()
-
-
-def tensors_of(state) -> list[torch.Tensor]:
-    """Every tensor of a (nested dict) client state."""
-    if isinstance(state, torch.Tensor):
-        return [state]
-    if isinstance(state, dict):
-        return [t for v in state.values() for t in tensors_of(v)]
-    return []
 
 
 def _hashable(obj):

@@ -32,7 +32,7 @@ from replearn.book.scales import require_data
 from replearn.book.seeds import check_seeds
 from replearn.neural.specs import FederationSpec, NetworkSpec
 
-__all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "describe_pretraining", "MatchedTraining", "PretrainSettings", "Pretrained",
+__all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "MatchedTraining", "PretrainSettings", "Pretrained",
            "accuracy", "finetune_all", "layer_activations", "method_name", "new_clients", "new_model",
            "pretrain", "pretrain_key", "pretrain_work", "probe_set", "train_matched"]
 
@@ -212,14 +212,6 @@ class PretrainSettings(MatchedTraining):
 #: The paper-scale pre-training: the paper's CNN (our widths), 80 clients of C = 5 of the 80
 #: training classes, tau = 50, 125,000 local updates (the book's design notes), the authors'
 #: optimiser (lr 0.01, momentum 0.5, batch 10, 10% participation), float32 on a GPU.
-def describe_pretraining(ls: dict) -> str:
-    """One line on a committed pre-training (a results file's settings ``ls``): network, dtype,
-    clients, local updates and tau, as 4.8 and 4.9 print it."""
-    return (f"pre-training: the {ls['model']} network {tuple(ls['channels'])}/{tuple(ls['hidden'])} in {ls['dtype']}, "
-            f"{ls['clients']} clients of {ls['classes_per_client']} classes, {ls['total_steps']:,} local updates per "
-            f"participating client, tau = {ls['tau']}")
-
-
 PAPER_PRETRAIN = dict(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128), clients=80,
                       train=neural.TrainConfig(lr=0.01, momentum=0.5, batch_size=10, participation=0.1),
                       tau=50, total_steps=125_000, dtype="float32", n_pretrain=None, classes_per_client=5,

@@ -21,7 +21,7 @@ from replearn.checks import check_int
 from replearn.book import scales
 from replearn.book.claims import fmt
 from replearn.book.scales import require_data
-from replearn.neural.transfer import PAPER_PRETRAIN, PretrainSettings, describe_pretraining, finetune_all, new_clients, pretrain, pretrain_work
+from replearn.neural.transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain, pretrain_work
 
 
 #: What the sources state of Fig. 5's setting, by settings field: (value, where it says so).

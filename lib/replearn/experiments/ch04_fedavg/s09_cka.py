@@ -21,8 +21,9 @@ from replearn.neural import similarity
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
+from replearn.book.claims import fmt
 from replearn.book.scales import require_data
-from replearn.neural.transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, describe_pretraining, layer_activations, new_clients, new_model,
+from replearn.neural.transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activations, new_clients, new_model,
                          pretrain, pretrain_work, probe_set)
 
 
@@ -89,6 +90,24 @@ class CKALayerResult:
         return self.before_after[tau].mean(0)
 
 
+def cka_clients(s: CKASettings, cifar10: D.CifarData):
+    """The CIFAR-10 clients of :func:`run_cka` (``s.ft_clients``, each one shard of every class
+    and ``s.ft_samples`` training images; the authors' split could deal a client a class twice and
+    another not at all) and the probe images (the first ``s.probe_per_class`` test images of each
+    class, normalised), on the clients' device."""
+    cl = new_clients(cifar10, None, s.ft_clients, cifar10.n_classes, 20, derive_seed(s.seed, 30), "disjoint")
+    cl = cl.take_train(s.ft_samples, seed=derive_seed(s.seed, 31))
+    pidx, _ = probe_set(cifar10.x_test, cifar10.y_test, s.probe_per_class, cifar10.n_classes)
+    return cl, D.normalise(cifar10.x_test[pidx], cifar10.name).to(cl.device)
+
+
+def fine_tuning(s: CKASettings) -> neural.TrainConfig:
+    """The SGD of the CIFAR-10 clients' fine-tuning: step size ``ft_lr``, the pre-training's
+    momentum, batches of ``ft_batch_size``, its own seed."""
+    return neural.TrainConfig(lr=s.ft_lr, momentum=s.train.momentum, batch_size=s.ft_batch_size,
+                              seed=derive_seed(s.seed, 33), vmap_clients=s.train.vmap_clients)
+
+
 def run_cka(s: CKASettings, *, cifar10: D.CifarData | None = None,
             cifar100: D.CifarData | None = None) -> CKALayerResult:
     """Paper Fig. 2 (see the module docstring); the head is replaced for CIFAR-10, so the layers
@@ -97,20 +116,13 @@ def run_cka(s: CKASettings, *, cifar10: D.CifarData | None = None,
     cifar100 = cifar100 if cifar100 is not None else D.load_cifar("cifar100")
     require_data(cifar10, s.full_data, "CKASettings")
     pre = pretrain(s, cifar100)
-    # every client holds one shard of each of the ten classes (the authors' split could deal a
-    # client a class twice and another not at all)
-    cl = new_clients(cifar10, None, s.ft_clients, cifar10.n_classes, 20, derive_seed(s.seed, 30), "disjoint")
-    cl = cl.take_train(s.ft_samples, seed=derive_seed(s.seed, 31))
-    pidx, _ = probe_set(cifar10.x_test, cifar10.y_test, s.probe_per_class, cifar10.n_classes)
-    px = D.normalise(cifar10.x_test[pidx], cifar10.name).to(cl.device)
+    cl, px = cka_clients(s, cifar10)
     before_after, ft_acc, before = {}, {}, {}
     layers = None
     for tau, state in pre.states.items():
         model, full = new_model(s, state, cifar10.n_classes, derive_seed(s.seed, 32), cl.device)
         layers = tuple(name for name in model.layer_names() if name != "head")
-        tuning = neural.TrainConfig(lr=s.ft_lr, momentum=s.train.momentum, batch_size=s.ft_batch_size,
-                                    seed=derive_seed(s.seed, 33), vmap_clients=s.train.vmap_clients)
-        res = algorithms.run("Fine-tuning", model, cl, tuning, FineTuningOptions("all", s.ft_epochs), state=full)
+        res = algorithms.run("Fine-tuning", model, cl, fine_tuning(s), FineTuningOptions("all", s.ft_epochs), state=full)
         before[tau] = layer_activations(model, full, px, layers)
         rows = []
         for i in range(cl.n_clients):
@@ -145,23 +157,53 @@ def demo_representations(seed: int = 0):
 
 
 def method_names(tau: int) -> dict[int, str]:
-    """``{1: "D-SGD", tau: "FedAvg, τ = tau"}``."""
-    return {1: "D-SGD", tau: f"FedAvg, τ = {tau}"}
+    """``{tau: "FedAvg, τ = tau", 1: "D-SGD"}``."""
+    return {tau: f"FedAvg, τ = {tau}", 1: "D-SGD"}
 
 
-def glue_accuracy_table(runs, s: CKASettings):
-    """Glue FedAvg's and D-SGD's pre-training and fine-tuned accuracy over ``runs`` (mean ± sd,
-    ``cka-pretrain_accuracy-<tau>``, ``cka-ft_accuracy-<tau>``) and return them as a table."""
-    from replearn.book.claims import fmt, glue_pm
-    from replearn.book.plotting import Table
+def layer_labels(layers) -> dict[str, str]:
+    """The book's names of a body's layers (``relu...`` names, with or without ``body.``), in
+    order: the convolutions "conv 1", "conv 2", ..., the hidden linear layers "fc 1", "fc 2", ..."""
+    names = [layer.removeprefix("body.") for layer in layers]
+    conv = [n for n in names if not n.startswith("relu_fc")]
+    fc = [n for n in names if n.startswith("relu_fc")]
+    return {**{n: f"conv {i}" for i, n in enumerate(conv, 1)}, **{n: f"fc {i}" for i, n in enumerate(fc, 1)}}
+
+
+def settings_rows(s) -> list[tuple[str, str]]:
+    """The settings of a run (settings object or a results file's settings dict) in words, for
+    :func:`replearn.book.wording.settings_table`."""
+    from replearn.book import wording as w
+
+    k = w.get(s, "n_pretrain") or 100 - w.get(s, "n_new")
+    return [("pre-training", f"{k} CIFAR-100 classes; {w.get(s, 'clients')} clients of "
+                             f"{w.get(s, 'classes_per_client')} single-class shards"),
+            ("network", w.network(s)),
+            ("training", w.training(s)),
+            ("local updates", f"{w.get(s, 'total_steps'):,} per participating client; FedAvg with "
+                              f"τ = {w.get(s, 'tau')} against D-SGD"),
+            ("fine-tuning", f"{w.get(s, 'ft_clients')} CIFAR-10 clients of {w.get(s, 'ft_samples')} images, "
+                            f"{w.get(s, 'ft_epochs')} epochs of SGD on the whole network (a fresh head), step size "
+                            f"{fmt(w.get(s, 'ft_lr'), 'g')}"),
+            ("probe set", f"{w.get(s, 'probe_per_class')} CIFAR-10 test images of each class"),
+            ("seeds", w.seeds(s))]
+
+
+def glue_accuracies(runs, s: CKASettings) -> dict:
+    """Glue FedAvg's and D-SGD's pre-training and fine-tuned accuracy over ``runs`` in percent
+    (mean ± sd, ``cka-pretrain_accuracy-<tau>``, ``cka-ft_accuracy-<tau>``) and the chance levels
+    (``cka-chance-pre``, ``cka-chance-ft``); returns ``{attribute: {tau: [accuracy per seed]}}``."""
+    from replearn.book.claims import fmt as fmt_, glue_pm, glue_text
 
     k = s.n_pretrain or 100 - s.n_new
-    rows = []
-    for what, attr, chance in (("pre-training accuracy on the clients' test images", "pretrain_accuracy", 1 / k),
-                               ("CIFAR-10 accuracy after fine-tuning", "ft_accuracy", 0.1)):
-        cells = [glue_pm(f"cka-{attr}-{t}", [getattr(r, attr)[t] for r in runs]).text for t in (s.tau, 1)]
-        rows.append([f"{what} (chance {fmt(chance, '.2f')})", *cells])
-    return Table(["", method_names(s.tau)[s.tau], "D-SGD"], rows, caption=f"mean ± sd over {len(runs)} seeds")
+    glue_text("cka-chance-pre", fmt_(100 / k, ".0f"))
+    glue_text("cka-chance-ft", fmt_(100 / 10, ".0f"))
+    out = {}
+    for attr in ("pretrain_accuracy", "ft_accuracy"):
+        out[attr] = {t: [getattr(r, attr)[t] for r in runs] for t in (s.tau, 1)}
+        for t, v in out[attr].items():
+            glue_pm(f"cka-{attr}-{t}", v, scale=100)
+    return out
 
 
 def layer_cka(runs, tau: int):
@@ -175,46 +217,53 @@ def layer_cka(runs, tau: int):
 
 def glue_cka_table(short: list[str], ba: dict, between: list):
     """Glue every layer's CKA (``cka-fedavg-<layer>``, ``cka-dsgd-<layer>``,
-    ``cka-between-<layer>``: mean ± sd over seeds) and return them as a table."""
-    from replearn.book.claims import glue_pm
+    ``cka-between-<layer>``: mean ± sd over seeds) and FedAvg's minus D-SGD's, paired over seeds
+    (``cka-diff-<layer>``), and return them as one table in CKA, the layers as the book names them."""
+    from replearn.book.claims import glue_diff, glue_pm
     from replearn.book.plotting import Table
 
-    tau, rows = max(ba), []
+    tau, rows, labels = max(ba), [], layer_labels(short)
     for j, layer in enumerate(short):
-        cells = [glue_pm(f"cka-{name}-{layer}", v).text
-                 for name, v in (("fedavg", ba[tau][j]), ("dsgd", ba[1][j]), ("between", between[j]))]
-        rows.append([layer, *cells])
-    return Table(["layer", "FedAvg: before vs after", "D-SGD: before vs after", "FedAvg vs D-SGD"], rows,
-                 caption=f"linear CKA, mean ± sd over {len(between[0])} seeds")
+        cells = [glue_pm(f"cka-{name}-{layer}", v).text for name, v in (("fedavg", ba[tau][j]), ("dsgd", ba[1][j]))]
+        cells.append(glue_diff(f"cka-diff-{layer}", ba[tau][j], ba[1][j]).text)
+        cells.append(glue_pm(f"cka-between-{layer}", between[j]).text)
+        rows.append([labels[layer], *cells])
+    return Table(["layer", "FedAvg: before vs after", "D-SGD: before vs after", "FedAvg − D-SGD [95% interval]",
+                  "FedAvg vs D-SGD (pre-trained)"], rows,
+                 caption=f"linear CKA, mean ± sd over {len(between[0])} seeds; the difference paired over seeds")
 
 
-def checks(short: list[str], ba: dict, between: list) -> list[tuple[str, str, object, dict]]:
-    """The page's verdicts as ``(name, label, condition, options)`` for
-    :func:`replearn.book.claims.verdict`: per convolution, FedAvg's CKA above D-SGD's (Fig. 2) and
-    the reverse, beyond the spread over seeds; the mean CKA falling with depth for both models, and
-    between the two models."""
+def phrases(c) -> dict:
+    """The phrases :func:`replearn.book.claims.verdict` glues for the outcome of the comparison
+    ``c``: the book's own words, "holds", "not separated (n = ...)" or "opposite"."""
+    return dict(holds="holds", fails=f"not separated (n = {c.n})", opposite="opposite")
+
+
+def checks(short: list[str], ba: dict) -> list[tuple[str, str, object, dict]]:
+    """The page's verdicts as ``(name, label, comparison, options)`` for
+    :func:`replearn.book.claims.verdict`: per convolution, FedAvg's CKA before vs after fine-tuning
+    above D-SGD's (it changes less; Fig. 2), FedAvg minus D-SGD paired over seeds as in the table
+    ("opposite": D-SGD's changes less)."""
     from replearn.book import seeds
 
-    tau = max(ba)
+    tau, labels = max(ba), layer_labels(short)
     out = []
     for j in (j for j, layer in enumerate(short) if not layer.startswith("relu_fc")):
-        out.append((f"cka-v-{short[j]}", f"{short[j]}: FedAvg's CKA above D-SGD's (changes less) by more than the spread",
-                    seeds.separated(ba[tau][j], ba[1][j]),
-                    dict(holds="changes less than D-SGD's under fine-tuning, by more than the spread over seeds",
-                         fails="does not change less than D-SGD's beyond the spread over seeds", paper=PAPER_CLAIM)))
-        out.append((f"cka-v-rev-{short[j]}", f"{short[j]}: D-SGD's CKA above FedAvg's by more than the spread",
-                    seeds.separated(ba[1][j], ba[tau][j]),
-                    dict(holds="D-SGD's changes less than FedAvg's by more than the spread",
-                         fails="neither changes less than the other beyond the spread")))
-    mean = [{t: [seeds.mean_sd(v)[0] for v in ba[t]] for t in ba}, [seeds.mean_sd(v)[0] for v in between]]
-    deeper = all(mean[0][t][j] > mean[0][t][j + 1] for t in ba for j in range(len(short) - 1))
-    out.append(("cka-v-depth", "for both models the mean CKA falls from each layer to the next", deeper,
-                dict(holds="falls from each layer to the next, for both models",
-                     fails="does not fall steadily with depth for both models")))
-    out.append(("cka-v-between", "the CKA between the two models falls from each layer to the next",
-                all(a > b for a, b in zip(mean[1], mean[1][1:])),
-                dict(holds="falls from each layer to the next", fails="does not fall steadily with depth")))
+        c = seeds.separated(ba[tau][j], ba[1][j])
+        out.append((f"cka-v-{short[j]}", f"{labels[short[j]]}: FedAvg's CKA above D-SGD's (changes less)", c,
+                    dict(phrases(c), paper=PAPER_CLAIM)))
     return out
+
+
+def falls_with_depth(ba: dict, between: list) -> tuple[bool, bool]:
+    """Whether the mean CKA over seeds falls from each layer to the next, before vs after
+    fine-tuning for both models, and between the two pre-trained models."""
+    from replearn.book.seeds import mean_sd
+
+    mean = {t: [mean_sd(v)[0] for v in ba[t]] for t in ba}
+    both = all(a > b for t in ba for a, b in zip(mean[t], mean[t][1:]))
+    bm = [mean_sd(v)[0] for v in between]
+    return both, all(a > b for a, b in zip(bm, bm[1:]))
 
 
 def plot_cka(short: list[str], ba: dict, between: list):
@@ -227,7 +276,8 @@ def plot_cka(short: list[str], ba: dict, between: list):
     from replearn.book.seeds import mean_sd
 
     tau, n = max(ba), len(between[0])
-    names = method_names(tau)
+    names, labels = method_names(tau), layer_labels(short)
+    ticks = [labels[layer] for layer in short]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.0, 3.6))
     x = np.arange(len(short))
     for off, t, color in ((-0.2, tau, COLORS["FedAvg"]), (0.2, 1, COLORS["D-GD"])):
@@ -235,13 +285,13 @@ def plot_cka(short: list[str], ba: dict, between: list):
                 capsize=3, color=color, label=names[t])
         for j in range(len(short)):
             ax1.plot(np.full(n, x[j] + off), ba[t][j], "k.", ms=3)
-    ax1.set_xticks(x, short)
+    ax1.set_xticks(x, ticks)
     ax1.set(ylim=(0, 1.3), yticks=np.linspace(0, 1, 6), ylabel="linear CKA",
             title="each layer: before vs after fine-tuning on CIFAR-10")
-    ax1.legend(fontsize=8, loc="upper center", ncol=2, frameon=False)   # above the bars (y up to 1.3)
+    ax1.legend(loc="upper center", ncol=2, frameon=False)   # above the bars (y up to 1.3)
     ax2.bar(x, [mean_sd(v)[0] for v in between], 0.5, yerr=[mean_sd(v)[1] for v in between], capsize=3,
             color="grey")
-    ax2.set_xticks(x, short)
+    ax2.set_xticks(x, ticks)
     ax2.set(ylim=(0, 1.05), ylabel="linear CKA", title=f"FedAvg vs D-SGD (pre-trained); {n} seeds")
     plt.tight_layout()
     return fig
@@ -250,7 +300,7 @@ def plot_cka(short: list[str], ba: dict, between: list):
 @dataclass(frozen=True)
 class LongCKA:
     """What a committed results file of the long profile holds, per seed: ``layers`` (short
-    names), ``pre`` and ``ft`` (``{tau: [accuracy per seed]}``, D-SGD first) and ``ba``
+    names), ``pre`` and ``ft`` (``{tau: [accuracy per seed]}``, FedAvg first) and ``ba``
     (``{layer: (D-SGD's CKA per seed, FedAvg's)}``, before vs after fine-tuning)."""
 
     tau: int
@@ -273,73 +323,63 @@ def read_long(long) -> LongCKA:
 
 
 def glue_long_tables(lv: LongCKA) -> tuple:
-    """Glue the long run's accuracies (``cka-long-pre-<method>``, ``cka-long-ft-<method>``), each
-    layer's CKA (``cka-long-<layer>-<method>``, ``-diff``) and the first layer's again
-    (``cka-long-first-...``); return the accuracy table and the CKA table."""
+    """Glue the long run's accuracies in percent (``cka-long-pre-<method>``, ``cka-long-ft-<method>``,
+    FedAvg minus D-SGD in points ``cka-long-pre-diff``, ``cka-long-ft-diff``), each layer's CKA
+    (``cka-long-<layer>-<method>``, ``-diff``) and the first layer's again (``cka-long-first-...``);
+    return the accuracy table (in %) and the CKA table, FedAvg first, layers as the book names them."""
     from replearn.book.claims import glue_diff, glue_pm
     from replearn.book.plotting import Table
 
-    names, n = method_names(lv.tau), len(lv.pre[1])
+    names, n, labels = method_names(lv.tau), len(lv.pre[1]), layer_labels(lv.layers)
     slug = {1: "dsgd", lv.tau: "fedavg"}
-    acc_rows = [[names[t], glue_pm(f"cka-long-pre-{slug[t]}", lv.pre[t]).text,
-                 glue_pm(f"cka-long-ft-{slug[t]}", lv.ft[t]).text] for t in names]
+    rows = []
+    for what, key, v in (("pre-training clients", "pre", lv.pre), ("CIFAR-10 after fine-tuning", "ft", lv.ft)):
+        rows.append([what, *(glue_pm(f"cka-long-{key}-{slug[t]}", v[t], scale=100).text for t in names),
+                     glue_diff(f"cka-long-{key}-diff", v[lv.tau], v[1], scale=100, unit="points").text])
+    acc = Table(["accuracy", *names.values(), "FedAvg − D-SGD [95% interval]"], rows,
+                caption=f"near-paper run: test accuracy in %, mean ± sd over {n} seeds; the difference paired over seeds")
     rows = []
     for layer, (a, b) in lv.ba.items():
-        rows.append([layer, *(glue_pm(f"cka-long-{layer}-{name}", v).text for name, v in (("dsgd", a), ("fedavg", b))),
+        rows.append([labels[layer], *(glue_pm(f"cka-long-{layer}-{name}", v).text for name, v in (("fedavg", b), ("dsgd", a))),
                      glue_diff(f"cka-long-{layer}-diff", b, a).text])
     a, b = lv.ba[lv.layers[0]]
     for name, v in (("dsgd", a), ("fedavg", b)):
         glue_pm(f"cka-long-first-{name}", v)
     glue_diff("cka-long-first-diff", b, a)
-    return (Table(["method", "pre-training accuracy", "fine-tuned CIFAR-10 accuracy"], acc_rows,
-                  caption=f"long profile (near-paper), committed results: mean ± sd over {n} seeds"),
-            Table(["layer", "D-SGD", "FedAvg", "FedAvg − D-SGD [95% interval]"], rows,
-                  caption=f"long profile: CKA before vs after fine-tuning, mean ± sd over {n} seeds; the "
-                          f"difference: paired mean and its 95% interval"))
+    return acc, Table(["layer", "FedAvg", "D-SGD", "FedAvg − D-SGD [95% interval]"], rows,
+                      caption=f"near-paper run: linear CKA before vs after fine-tuning, mean ± sd over {n} seeds; the "
+                              f"difference paired over seeds")
 
 
 def glue_long_ordering(lv: LongCKA) -> tuple[list, list]:
     """The long run's convolutions where FedAvg's layer changes less (``less``) or more
-    (``more``) than D-SGD's beyond the spread over seeds, glued as counts with their names
-    (``cka-long-n-conv``, ``-n-less``, ``-n-more``); returns ``(less, more)``."""
+    (``more``) than D-SGD's, by the paired 95% interval over seeds, glued as counts with the
+    layers' names (``cka-long-n-conv``, ``-n-less``, ``-n-more``); returns ``(less, more)``."""
     from replearn.book import seeds
     from replearn.book.claims import glue_text
 
+    labels = layer_labels(lv.layers)
     conv = [layer for layer in lv.layers if not layer.startswith("relu_fc")]
     less = [layer for layer in conv if seeds.separated(lv.ba[layer][1], lv.ba[layer][0])]
     more = [layer for layer in conv if seeds.separated(lv.ba[layer][0], lv.ba[layer][1])]
     glue_text("cka-long-n-conv", str(len(conv)))
-    glue_text("cka-long-n-less", f"{len(less)} ({', '.join(less)})" if less else "none")
-    glue_text("cka-long-n-more", f"{len(more)} ({', '.join(more)})" if more else "none")
+    for key, found in (("less", less), ("more", more)):
+        glue_text(f"cka-long-n-{key}", f"{len(found)} ({', '.join(labels[x] for x in found)})" if found else "none")
     return less, more
 
 
-def long_checks(lv: LongCKA, less: list, more: list) -> list[tuple[str, str, object, dict]]:
-    """The long run's verdicts (as :func:`checks`): its first layer changes less for FedAvg than
-    for D-SGD (Fig. 2), or the reverse, and D-SGD's pre-training accuracy above FedAvg's."""
+def long_checks(lv: LongCKA) -> list[tuple[str, str, object, dict]]:
+    """The long run's verdicts (as :func:`checks`), FedAvg minus D-SGD as in its tables: its first
+    layer's CKA above D-SGD's (Fig. 2), and FedAvg's pre-training accuracy above D-SGD's, in points."""
     from replearn.book import seeds
 
     first = lv.layers[0]
-    return [("cka-long-v-first", f"long run, {first}: FedAvg's CKA above D-SGD's by more than the spread",
-             first in less,
-             dict(holds="changes less than D-SGD's under fine-tuning, by more than the spread over seeds",
-                  fails="does not change less than D-SGD's beyond the spread over seeds", paper=PAPER_CLAIM,
-                  scale="long")),
-            ("cka-long-v-rev-first", f"long run, {first}: D-SGD's CKA above FedAvg's by more than the spread",
-             first in more,
-             dict(holds="D-SGD's changes less than FedAvg's by more than the spread (Fig. 2 reversed)",
-                  fails="neither changes less than the other beyond the spread", scale="long")),
-            ("cka-long-v-pre", "long run: D-SGD's pre-training accuracy above FedAvg's by more than the spread",
-             seeds.separated(lv.pre[1], lv.pre[lv.tau]),
-             dict(holds="is above FedAvg's by more than the spread over seeds",
-                  fails="is not above FedAvg's by more than the spread over seeds", scale="long"))]
-
-
-def describe_long(ls: dict, cfg: CKASettings) -> str:
-    """What the committed long run trained, beside the CPU run of the page (``cfg``)."""
-    return (f"{describe_pretraining(ls)}; {ls['ft_clients']} CIFAR-10 clients of {ls['ft_samples']} "
-            f"images\n(the CPU run above: the {cfg.model} network in {cfg.dtype}, {cfg.total_steps} local updates, "
-            f"tau = {cfg.tau})")
+    c = seeds.separated(lv.ba[first][1], lv.ba[first][0])
+    p = seeds.points(lv.pre[lv.tau], lv.pre[1])
+    return [("cka-long-v-first", f"near-paper run, {layer_labels(lv.layers)[first]}: FedAvg's CKA above D-SGD's", c,
+             dict(phrases(c), paper=PAPER_CLAIM, scale="long")),
+            ("cka-long-v-pre", "near-paper run: FedAvg's pre-training accuracy above D-SGD's", p,
+             dict(phrases(p), scale="long"))]
 
 
 def by_position(layers: list[str]) -> dict[str, str]:
@@ -351,25 +391,22 @@ def by_position(layers: list[str]) -> dict[str, str]:
             "last hidden linear": fc[-1]}
 
 
-def paper_table(short: list[str], ba: dict, ft: dict, lv: LongCKA):
-    """The paper's Fig. 2 beside the CPU run (``short``, ``ba``: :func:`layer_cka`; ``ft``:
-    ``{tau: fine-tuned accuracy per seed}``) and the long run, layers matched by position:
-    FedAvg's CKA minus D-SGD's, paired over seeds."""
-    from replearn.book.claims import compared
+def paper_table(lv: LongCKA):
+    """The paper's Fig. 2 (what its text states) beside the near-paper run, layers by position:
+    FedAvg's CKA minus D-SGD's and the fine-tuned accuracy (in points), paired over seeds, with
+    the outcome."""
     from replearn.book.plotting import Table
+    from replearn.book.seeds import points, separated
 
-    tau = max(ba)
-    cpu_at, long_at = by_position(short), by_position(lv.layers)
+    def cell(c):
+        return f"{c.word}: {c.text}"
+
+    at, labels = by_position(lv.layers), layer_labels(lv.layers)
     paper_says = {"first convolution": "higher: early layers change much less", "last convolution": "not stated",
                   "first hidden linear": "not stated", "last hidden linear": "not stated"}
-    rows = []
-    for where in cpu_at:
-        j, layer = short.index(cpu_at[where]), long_at[where]
-        rows.append([f"CKA, {where}", paper_says[where], f"{cpu_at[where]}: {compared(ba[tau][j], ba[1][j])}",
-                     f"{layer}: {compared(lv.ba[layer][1], lv.ba[layer][0])}"])
-    rows.append(["fine-tuned CIFAR-10 accuracy", "not reported", compared(ft[tau], ft[1]),
-                 compared(lv.ft[lv.tau], lv.ft[1])])
-    return Table(["FedAvg vs D-SGD", "paper (Fig. 2, its text)", f"CPU default ({len(ft[1])} seeds)",
-                  f"near-paper long run ({len(lv.pre[1])} seeds)"], rows, align="llll",
-                 caption="the paper's claim and our two runs: FedAvg minus D-SGD, paired over seeds, with its 95% "
-                         "interval")
+    rows = [[f"CKA, {where} ({labels[layer]})", paper_says[where], cell(separated(lv.ba[layer][1], lv.ba[layer][0]))]
+            for where, layer in at.items()]
+    rows.append(["fine-tuned CIFAR-10 accuracy", "not reported", cell(points(lv.ft[lv.tau], lv.ft[1]))])
+    return Table(["FedAvg above D-SGD", "the paper (Fig. 2, its text)", f"near-paper run ({len(lv.pre[1])} seeds)"],
+                 rows, align="lll", caption="each comparison paired over seeds: the outcome, then FedAvg minus D-SGD "
+                                            "and its 95% interval")

@@ -277,6 +277,16 @@ def test_appendix_b_separates_direction_size_and_non_contradiction(tmp_path):
     assert [r for r in checks_table.rows if r[0] == "3.5"][0][-1] == "not separated"
     with pytest.raises(FileNotFoundError, match="4.1"):
         paper_claims(tmp_path, ["4.1"])
+    # a section's reproduction page (appendix/reproduction/5_7.ipynb) adds its near-paper checks to 5.7
+    nb = nbformat.v4.new_notebook()
+    rec = {"claim": "d", "holds": False, "outcome": "not separated", "n": 2, "paper": "Fig. 6", "scale": "long",
+           "kind": "direction", "size": None}
+    nb.cells.append(nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output(
+        "display_data", data={"text/plain": repr(rec)}, metadata={"scrapbook": {"name": "w-outcome", "mime_prefix": ""}})]))
+    (tmp_path / "appendix" / "reproduction").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "appendix" / "reproduction" / "5_7.ipynb")
+    claims_table, *_ = paper_claims(tmp_path, ["3.5", "5.7"])
+    assert ["5.7", "Fig. 6", "—", "not separated (n = 2)"] in [r[:4] for r in claims_table.rows]
 
 
 _WORD = re.compile(r"(holds|opposite|not separated(?: \(n = \d+\))?)(?:: |$)")

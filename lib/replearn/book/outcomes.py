@@ -87,7 +87,8 @@ def paper_claims(book: str | Path, sections) -> tuple[Table, Table, str, str]:
     """Appendix B's tables of the book under ``book`` whose sections are ``sections`` (the
     section numbers "N.M" every notebook must have): one row per paper claim and section with
     its outcome at the CPU default and near-paper (:func:`summary_word`), then every recorded
-    check; and two strings for the prose: the sections whose claims all hold at the CPU default
+    check (those of the reproduction pages ``appendix/reproduction/N_M.ipynb`` count for section
+    N.M); and two strings for the prose: the sections whose claims all hold at the CPU default
     (asserted or checked), and those with a paper check that does not."""
     book = Path(book)
     notebooks = {_section_of(p): p for p in sorted(book.glob("0[1-9]_*/[0-9][0-9]_*.ipynb"))}
@@ -98,6 +99,9 @@ def paper_claims(book: str | Path, sections) -> tuple[Table, Table, str, str]:
     for section, path in notebooks.items():
         checks += [{"section": section, **rec} for rec in recorded_outcomes(path) if rec["paper"]]
         asserted[section] = _asserted(path)
+    for path in sorted(book.glob("appendix/reproduction/[0-9]*_[0-9]*.ipynb")):   # B.N.M: section N.M's audit
+        section = path.stem.replace("_", ".")
+        checks += [{"section": section, **rec} for rec in recorded_outcomes(path) if rec["paper"]]
     for section, (paper, label) in REVERSED.items():
         reverse = label in asserted.get(section, [])
         checks.append({"section": section, "paper": paper, "scale": "CPU", "kind": "direction", "size": None,

@@ -72,6 +72,8 @@ def sections() -> list[dict]:
         for chapter in part["chapters"]:
             for sec in chapter.get("sections", []):
                 rel = sec["file"]                                   # book/04_fedavg/08_transfer
+                if not re.fullmatch(r"book/\d\d_\w+/\d\d_\w+", rel):
+                    continue                                        # appendix pages (B.4.7 ...) are no sections
                 _, chap, name = rel.split("/")
                 cnum, cname = chap.split("_", 1)
                 snum, sname = name.split("_", 1)
@@ -105,12 +107,16 @@ def blocks() -> dict[str, str]:
     md = [(m, markdown(s)) for m, s in mods]
     table = ["| module | holds |", "| --- | --- |"] + [f"| `{m}` | {s} |" for m, s in md]
     rst = [f"- :mod:`{m}`: {s}" for m, s in mods]
-    tour = [f"* `{m}`: {s}" for m, s in md]
+    star = re.compile(r"(?<![`$])\b([A-Za-z])_\*")                  # "B_*" in a docstring: math on the page
+    tour = ["* `" + m + "`: " + star.sub(r"$\1_*$", s) for m, s in md]
     chap = ["| section | notebook | driver | tests |", "| --- | --- | --- | --- |"] + [
         f"| {s['number']} {s['title']} | `{s['notebook']}` | `{s['driver']}` | `{s['test']}` |"
         for s in secs]
-    chap_tour = ["| section | driver |", "| --- | --- |"] + [
-        f"| {{doc}}`../{s['notebook'].removeprefix('book/').removesuffix('.ipynb')}` | `{s['module']}` |" for s in secs]
+    # the title as Markdown beside the link: a {doc} link shows a title as plain text, which lost
+    # its math ("FedAvg learns $B_*$" read "FedAvg learns B *")
+    chap_tour = ["| section | title | driver |", "| --- | --- | --- |"] + [
+        f"| {{doc}}`{s['number']} <../{s['notebook'].removeprefix('book/').removesuffix('.ipynb')}>` "
+        f"| {s['title']} | `{s['module']}` |" for s in secs]
     return {"modules": "\n".join(table), "modules-rst": "\n".join(rst), "modules-tour": "\n".join(tour),
             "chapters": "\n".join(chap), "chapters-tour": "\n".join(chap_tour)}
 

@@ -38,6 +38,7 @@ Modules (one idea each; generated from their docstrings by ``scripts/inventory.p
 - :mod:`replearn.book.scales`: What the CIFAR sections' larger profiles need and cost: the data a profile requires (:func:`require_data`), the number of operator launches a run makes (:func:`launch_estimate`) and the settings table of Appendix B (:func:`settings_table`).
 - :mod:`replearn.book.seeds`: Experiments repeated over seeds: run once per seed, report mean ± standard deviation, and decide when a difference exceeds the spread.
 - :mod:`replearn.book.widgets`: Interactive explorer panels: sliders and menus that redraw a figure (ipywidgets).
+- :mod:`replearn.book.wording`: Settings in words: what the CIFAR sections of chapter 4 (4.7-4.9 and their reproduction pages) say about the network, the training and the seeds of a run, read from a settings object or from the settings dict of a committed results file alike, and a settings table of such rows, so that no page prints a dataclass, a tuple or a library name such as ``fedrep_cnn``.
 - :mod:`replearn.backend`: Device, dtype, seeding and machine helpers shared by every module of :mod:`replearn`.
 - :mod:`replearn.checks`: Argument checks shared by every public function and settings class of :mod:`replearn`.
 - :mod:`replearn.experiments`: One driver per book section: ``book/NN_chapter/MM_section.ipynb`` is driven by ``replearn.experiments.chNN_chapter.sMM_section`` (its settings with a CPU default and ``paper()``, validated when constructed, and the functions from settings to arrays).

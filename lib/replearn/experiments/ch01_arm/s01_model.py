@@ -131,5 +131,5 @@ def plot_tilts(phis, d_one, d_two, frob):
     ax.plot(phis, frob, ":", color="gray", label=r"$\|P_0 - P_\varphi\|_F/\sqrt{2}$, two tilts")
     ax.set(xlabel=r"tilt angle $\varphi$", ylabel="distance to $S_0$", xticks=[0, math.pi / 2, math.pi],
            xticklabels=["0", "π/2", "π"])
-    ax.legend(fontsize=8, loc="lower center")
+    ax.legend(loc="lower center")
     return fig

@@ -128,14 +128,15 @@ def contraction_envelope(cfg: PopulationSettings, c: float = 0.5) -> torch.Tenso
 
 def plot_rate_sweep(sweep: dict):
     """The measured linear rates of :func:`rate_sweep` against ``beta alpha mu_*^2``, one panel
-    per swept parameter (log-log), with the rate ``x`` and ``-log(1 - x)`` it lies between.
-    Returns the figure."""
+    per swept parameter (log-log, two to a row), with the rate ``x`` and ``-log(1 - x)`` it lies
+    between; the legend fills the fourth place. Returns the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from replearn.book.plotting import COLORS
 
-    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.4), sharey=True)
+    fig, grid_axes = plt.subplots(2, 2, figsize=(7.5, 5.8), sharey=True)
+    axes = grid_axes.flat
     labels = {"cond": r"head condition number ($\mu_*^2 = 1/$cond)", "alpha": r"inner step $\alpha$",
               "beta": r"outer step $\beta$"}
     for ax, (name, rows) in zip(axes, sweep.items()):
@@ -146,11 +147,11 @@ def plot_rate_sweep(sweep: dict):
                       ms=6 - len(algorithm) // 3)
         ax.loglog(grid, grid, "k--", lw=1, label=r"$\beta\alpha\mu_*^2$")
         ax.loglog(grid, -torch.log1p(-grid), "k:", lw=1, label=r"$-\log(1 - \beta\alpha\mu_*^2)$")
-        ax.set(xlabel=r"$\beta\alpha\mu_*^2$", title=f"varying the {labels[name]}")
+        ax.set(xlabel=r"$\beta\alpha\mu_*^2$", ylabel="measured linear rate", title=f"varying the {labels[name]}")
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))   # 0.01, 0.02, 0.05, 0.1, ...
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())                          # no crowded 3x, 4x, 6x labels
-    axes[0].set_ylabel("measured linear rate")
-    axes[0].legend(fontsize=8)
+    grid_axes[1, 1].axis("off")
+    grid_axes[1, 1].legend(*grid_axes[0, 0].get_legend_handles_labels(), loc="center")
     plt.tight_layout()
     return fig

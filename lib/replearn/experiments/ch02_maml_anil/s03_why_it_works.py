@@ -82,13 +82,14 @@ def check_hypotheses(h: dict, cfg: HypothesesSettings, rho: float) -> dict[str, 
 
 def plot_hypotheses(hyp: dict, cfg: HypothesesSettings, rho: float):
     """One panel per quantity of the hypotheses A1-A6 along every run of ``hyp``
-    (:func:`hypotheses_runs`), with the bounds they are checked against. Returns the figure."""
+    (:func:`hypotheses_runs`), with the bounds they are checked against, three rows of two, the
+    methods' legend above them (the bounds are named in their panels). Returns the figure."""
     import matplotlib.pyplot as plt
 
     from replearn.book.plotting import COLORS
 
     t = torch.arange(cfg.iterations + 1)
-    fig, axes = plt.subplots(2, 3, figsize=(10.5, 5.6))
+    fig, axes = plt.subplots(3, 2, figsize=(7.5, 8.4))
     panels = [("w_norm", r"A1: $\|w_t\| / \sqrt{\alpha}$", cfg.alpha**-0.5, False),
               ("delta_norm", r"A2, A3: $\|\Delta_t\|$", 1.0, True),
               ("psi_cond", r"A4: $\kappa(\Psi_t)$", 1.0, False),
@@ -102,12 +103,14 @@ def plot_hypotheses(hyp: dict, cfg: HypothesesSettings, rho: float):
         if logy:
             ax.set_yscale("log")
         ax.set(title=title, xlabel="iteration t")
-    axes[0, 1].semilogy(t[1:], hyp["FO-ANIL"]["dist"][:-1] ** 2, "k:", lw=1, label=r"dist$_{t-1}^2$")
-    axes[1, 1].semilogy(t, cfg.delta0 * rho ** t.double(), "k:", lw=1, label=r"$\delta_0\rho^t$")
-    axes[1, 0].axhline(rho, color="k", ls=":", lw=1, label=r"$\rho$")
-    axes[0, 2].set_ylim(1.0, 2 * cfg.cond)
-    for ax in (axes[0, 1], axes[1, 0], axes[1, 1]):
-        ax.legend(fontsize=7)
-    axes[0, 0].legend(fontsize=7)
-    plt.tight_layout()
+    a2, a4, a5, a6 = axes.flat[1], axes.flat[2], axes.flat[3], axes.flat[4]
+    bounds = [a2.semilogy(t[1:], hyp["FO-ANIL"]["dist"][:-1] ** 2, "k:", lw=1, label=r"dist$_{t-1}^2$"),
+              a6.semilogy(t, cfg.delta0 * rho ** t.double(), "k:", lw=1, label=r"$\delta_0\rho^t$"),
+              [a5.axhline(rho, color="k", ls=":", lw=1, label=r"$\rho$")]]
+    for ax, (line,) in zip((a2, a6, a5), bounds):
+        ax.legend(handles=[line])
+    a4.set_ylim(1.0, 2 * cfg.cond)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), bbox_to_anchor=(0.5, 1.0))
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     return fig

@@ -205,7 +205,7 @@ def plot_terms(res: NeuralOptimalityResult, mask: np.ndarray, rows_of_j: int):
         for a, w in enumerate(W):
             ax1.semilogy([w] * int(mask[a].sum()), values[a][mask[a]], ".", color=line.get_color(), alpha=0.5)
     ax1.set(xlabel="width w", ylabel="value at the final iterate", title="terms of the bound (dots: runs)")
-    ax1.legend(fontsize=8)
+    ax1.legend()
     ax2.semilogy(W, mean_over_runs(res.min_residual, mask), "o-", color="k",
                  label=r"smallest residual $\min_v \|u - Jv\|$ on the path")
     ax2.semilogy(W, mean_over_runs(res.u_norm, mask), "o:", color="0.5", label=r"$\|u\|$ (v = 0)")
@@ -215,7 +215,7 @@ def plot_terms(res: NeuralOptimalityResult, mask: np.ndarray, rows_of_j: int):
         ax.set_xticks(W, [str(w) for w in W])
         ax.minorticks_off()
     ax2.set(xlabel="width w", title="expressivity of the feature map at $\\omega$")
-    ax2.legend(fontsize=8)
+    ax2.legend()
     plt.tight_layout()
     return fig
 

@@ -184,23 +184,23 @@ def rate_table(res: MetaInitResult, theory_rate, best_rate, predicted, best_late
 
 def plot_rate_sweep(res: MetaInitResult, cfg: MetaInitSettings, colors, theory_rate, best_late, predicted):
     """Left: the late regret of every fixed rate of the sweep per family (``colors``), the
-    theorem's rate starred; right: the late regret against the task similarity for single-task
-    OGD, the theorem's rate and the best fixed rate, with the prediction and the theorem's level.
-    Returns the figure."""
+    theorem's rate starred; below: the late regret against the task similarity for single-task
+    OGD, the theorem's rate and the best fixed rate, with the prediction and the theorem's level;
+    each legend to the right of its panel, off the data. Returns the figure."""
     import math
 
     import matplotlib.pyplot as plt
 
-    from replearn.book.plotting import to_numpy
+    from replearn.book.plotting import legend_outside, log_ticks, to_numpy
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.7))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.0, 6.6))
     rates = to_numpy(res.rates)
     for j, c in enumerate(colors):
         ax1.loglog(rates, to_numpy(res.sweep[j]), "o-", ms=3, color=c, label=f"V = {res.V[j]:.2f}")
         ax1.loglog([float(theory_rate[j])], [float(res.late["theorem"][j])], "*", ms=11, color=c, mec="k", mew=0.5)
     ax1.plot([], [], "k*", ms=9, label=r"$\eta = V/(G\sqrt{m})$")
     ax1.set(xlabel=r"fixed rate $\eta$", ylabel="late-half mean regret", title="learned φ: rate sweep")
-    ax1.legend(fontsize=7, loc="upper left")
+    legend_outside(ax1)
     vh = to_numpy(res.V_hat)
     ax2.loglog(vh, to_numpy(res.late["single"]), "s--", color="0.4", label="single-task OGD")
     ax2.loglog(vh, to_numpy(res.late["theorem"]), "o-", color=colors[1], label=r"learned φ, $\eta = V/(G\sqrt{m})$")
@@ -208,7 +208,8 @@ def plot_rate_sweep(res: MetaInitResult, cfg: MetaInitSettings, colors, theory_r
     ax2.loglog(vh, to_numpy(predicted), "k:", lw=1, label=r"$\frac{m}{2d}\hat V^2$")
     ax2.loglog(vh, vh * res.G * math.sqrt(cfg.family.m), "k--", lw=1, label=r"theorem level $\hat V G\sqrt{m}$")
     ax2.set(xlabel=r"task similarity $\hat V$", title="measured scaling in V")
-    ax2.xaxis.set_minor_formatter(plt.NullFormatter())
-    ax2.legend(fontsize=7, loc="center left")
+    log_ticks(ax2, "x", [float(v) for v in vh])
+    ax2.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:.2g}"))
+    legend_outside(ax2)
     plt.tight_layout()
     return fig

@@ -205,13 +205,13 @@ def plot_framework(res: FrameworkResult, cfg: FrameworkSettings, pred: dict, bes
         ax1.loglog(t, to_numpy(pred[eta]), color=c, ls=":", lw=1)
     ax1.plot([], [], "k:", lw=1, label=r"model $\|\phi^*\|\prod_{s<t}(1 - c/s)$")
     ax1.set(xlabel="tasks seen t", ylabel=r"$\|\phi_t - \phi^*\|$", title="learned initialisation")
-    ax1.legend(fontsize=7, loc="lower left")
+    ax1.legend(loc="lower left")
     colors = plt.cm.viridis(np.linspace(0.1, 0.8, len(cfg.spreads)))
     for j, c in enumerate(colors):
         ax2.semilogy(t, to_numpy(res.learned_rate[j]), color=c, label=f"learned η, V = {res.V[j]:.2f}")
         ax2.axhline(float(best_rate[j]), color=c, ls=":", lw=1)
     ax2.plot([], [], "k:", lw=1, label="best fixed η (grid)")
     ax2.set(xlabel="task t", ylabel=r"rate $\eta_t$", title="learned scalar rate (aruba_scalar)")
-    ax2.legend(fontsize=7, loc="lower right")
+    ax2.legend(loc="lower right")
     plt.tight_layout()
     return fig

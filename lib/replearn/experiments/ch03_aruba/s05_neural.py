@@ -157,7 +157,7 @@ def plot_rates(res: ArubaNeuralResult, cfg: ArubaNeuralSettings):
     for j, g in enumerate(sinusoid.GROUPS):
         ax1.plot(steps, to_numpy(res.aruba.rates[:, j]), color=colors[g], ls="-" if g[0] == "W" else "--", label=g)
     ax1.set(yscale="log", xlabel="meta-iteration", ylabel=r"$\eta_g$", title="ARUBA rates during meta-training")
-    ax1.legend(ncol=3, fontsize=8)
+    ax1.legend(ncol=3)
     layers = list(sinusoid.LAYERS)
     x = np.arange(len(layers))
     for shift, kind in ((-0.2, 0), (0.2, 1)):
@@ -166,7 +166,7 @@ def plot_rates(res: ArubaNeuralResult, cfg: ArubaNeuralSettings):
                 alpha=1.0 if kind == 0 else 0.5, label="weights" if kind == 0 else "biases")
     ax2.axhline(cfg.eta0, color="k", lw=0.8, ls=":", label=r"$\eta_0$")
     ax2.set(xticks=x, xticklabels=layers, ylabel=r"final $\eta_g$", title="final rates per layer")
-    ax2.legend(fontsize=8)
+    ax2.legend()
     plt.tight_layout()
     return fig
 
@@ -197,6 +197,6 @@ def plot_adaptation(res: ArubaNeuralResult, inner_steps: int):
         ax.plot(np.arange(inner_steps + 1), to_numpy(curve.mean(1)), color=color, ls=ls, marker="o", ms=3, label=name)
     ax.set(xlabel="gradient steps on the 10 support points", ylabel="query MSE (held-out tasks)",
            title="few-shot sinusoid regression")
-    ax.legend(fontsize=8)
+    ax.legend()
     plt.tight_layout()
     return fig

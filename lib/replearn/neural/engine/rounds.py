@@ -372,10 +372,10 @@ def _train_group(algorithm, model: nn.Module, clients: ClientData, group: Sequen
 
     upload, state, loss_sum, first, peak = vmap(one)(_stack_states([states[i] for i in group]), xs, ys, batches)
     named = update_tensors(upload, state)  # stacked along the group
-    rows = [loss_sum, first, peak, torch.isfinite(loss_sum)] + [
-        torch.isfinite(x.reshape(len(group), -1).norm(dim=1)) if x.is_floating_point() and x.numel()
-        else torch.ones(len(group), dtype=torch.bool, device=x.device) for _, x in named]
-    stats = torch.stack([r.double() for r in rows]).T.tolist()  # one sync
+    norms = [x.reshape(len(group), -1).norm(dim=1) if x.is_floating_point() else loss_sum.new_zeros(len(group))
+             for _, x in named]
+    finite = torch.isfinite(torch.stack([loss_sum] + norms)).double()  # the loss's, then each tensor's
+    stats = torch.cat([torch.stack([loss_sum.double(), first.double(), peak.double()]), finite]).T.tolist()  # one sync
     out = {}
     for g, i in enumerate(group):
         own = ClientUpdate({k: v[g] for k, v in upload.items()}, _client_slice(state, g), loss_sum[g], n_steps[0])

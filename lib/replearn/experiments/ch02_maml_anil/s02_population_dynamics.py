@@ -137,7 +137,7 @@ def plot_rate_sweep(sweep: dict):
 
     fig, grid_axes = plt.subplots(2, 2, figsize=(7.5, 5.8), sharey=True)
     axes = grid_axes.flat
-    labels = {"cond": r"head condition number ($\mu_*^2 = 1/$cond)", "alpha": r"inner step $\alpha$",
+    labels = {"cond": r"cond ($\mu_*^2 = 1/$cond)", "alpha": r"inner step $\alpha$",
               "beta": r"outer step $\beta$"}
     for ax, (name, rows) in zip(axes, sweep.items()):
         x = rows["x"]

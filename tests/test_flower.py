@@ -1073,7 +1073,7 @@ def test_a_scaffold_server_step_on_fedavg_uploads_names_the_uploads():
 
 def flower_record(fingerprint):
     from flwr.app import ConfigRecord
-    return ConfigRecord(fingerprint._asdict())
+    return ConfigRecord(fingerprint.entries())
 
 
 def test_a_node_without_test_data_joins_and_is_skipped_at_evaluation():

@@ -136,13 +136,13 @@ def client_app(model_fn: Callable[[], nn.Module], data_fn: Callable[[int], Clien
         return pid, model, data
 
     def reply(content: RecordDict, msg: Message) -> Message:
-        content["fingerprint"] = ConfigRecord(mine._asdict())
+        content["fingerprint"] = ConfigRecord(mine.entries())
         return Message(content, reply_to=msg)
 
     def check_fingerprint(pid: int, config: ConfigRecord) -> None:
         if "fingerprint-algorithm" not in config:
             return
-        server = Fingerprint(*(config.get(f"fingerprint-{k}") for k in Fingerprint._fields))
+        server = Fingerprint.of_entries(config, "fingerprint-")
         differences = mine.differences(server)
         if differences:
             raise ValueError(f"partition {pid}: this node was built for another run than the server's: "

@@ -11,7 +11,8 @@ import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
-from replearn.neural import TrainConfig
+from replearn.neural import TrainConfig, algorithms
+from replearn.neural.algorithms.base import Algorithm
 from replearn.neural.engine.guards import HOOKS, check_hooks
 
 CONNECT_TIMEOUT = 600.0
@@ -38,8 +39,6 @@ def resolve(algorithm):
     """The algorithm object for ``algorithm``: a registered name (``algorithms.names()``,
     including a method added with ``algorithms.register``) or an
     :class:`~replearn.neural.algorithms.base.Algorithm` itself (``ValueError`` otherwise)."""
-    from replearn.neural import algorithms
-    from replearn.neural.algorithms.base import Algorithm
     if isinstance(algorithm, str):
         return algorithms.get(algorithm)
     if isinstance(algorithm, Algorithm):
@@ -68,9 +67,8 @@ def averages(algorithm) -> bool:
     """Whether ``algorithm``'s server step is the average: its ``server_update`` is the base
     class's (:mod:`replearn.neural.algorithms.base`), which sets each parameter to the mean
     upload of its name. Only such algorithms take a robust ``aggregator``."""
-    from replearn.neural.algorithms import base
     step = getattr(type(resolve(algorithm)), "server_update", None)
-    return step is not None and getattr(step, "__module__", None) == base.__name__
+    return step is not None and getattr(step, "__module__", None) == Algorithm.__module__
 
 
 
@@ -92,6 +90,15 @@ class Fingerprint(NamedTuple):
     algorithm: str
     options: str
     config: str
+
+    def entries(self, prefix: str = "") -> dict[str, str]:
+        """The fingerprint as entries of a Flower ``ConfigRecord``: ``{prefix + field: value}``."""
+        return {prefix + k: v for k, v in zip(("algorithm", "options", "config"), self)}
+
+    @classmethod
+    def of_entries(cls, record, prefix: str = "") -> "Fingerprint":
+        """The fingerprint that :meth:`entries` wrote into ``record`` (missing fields None)."""
+        return cls(*(record.get(prefix + k) for k in ("algorithm", "options", "config")))
 
     def differences(self, other: "Fingerprint") -> str:
         """What differs from ``other`` (the server's), e.g. ``"options: the node runs
@@ -115,7 +122,7 @@ def check_fingerprint(reply, expected: Fingerprint) -> None:
     if record is None:
         raise ValueError("the reply carries no fingerprint of what the node runs (its algorithm, options and "
                          "TrainConfig): build the nodes with flower.client_app")
-    differences = Fingerprint(*(record.get(k) for k in Fingerprint._fields)).differences(expected)
+    differences = Fingerprint.of_entries(record).differences(expected)
     if differences:
         raise ValueError(f"the node was built for another run than the server's: {differences}; build its "
                          f"client_app with the server's algorithm, options and TrainConfig")

@@ -196,7 +196,7 @@ class ReplayStrategy(FedAvg):
             self._params_record = to_record(self.params, self.names)
         content = RecordDict({self.arrayrecord_key: self._params_record})
         config = {**config, "commit-round": self._kept_round.get(client, -1),
-                  **{f"fingerprint-{k}": v for k, v in self.fingerprint._asdict().items()}}
+                  **self.fingerprint.entries("fingerprint-")}
         if server is not None:
             content["server"], config["server-tree"] = server
         for key, record in records.items():

@@ -40,7 +40,11 @@ algorithm's ``personal_names`` (``FedResult.local``; ``fetch_personal=False`` ke
 the nodes) and, if asked (``fetch_states=True``), its state (``FedResult.extras["clients"]``).
 A client's state leaves its node during training only if the algorithm's ``broadcast`` reads
 it (Fed-MTL's regulariser needs the round's models): the strategy hands ``broadcast`` a mapping
-that fetches the sampled nodes' states on first access.
+that fetches the sampled nodes' states on first access; or with ``cfg.first_visit =
+"average"``, where the server fetches each round's kept clients' states to average their
+personal parts. With ``cfg.first_visit`` other than ``"initial"`` the server sends every node,
+with its next message, what a client not yet sampled starts from
+(:func:`replearn.neural.engine.server.first_visit_params`), as in process.
 
 Runs return a :class:`replearn.neural.FedResult`, as the in-process engine does:
 

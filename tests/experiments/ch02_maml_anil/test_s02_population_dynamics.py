@@ -62,7 +62,8 @@ def test_plot_rate_sweep_has_a_panel_per_swept_parameter():
     x = torch.tensor([0.01, 0.02, 0.04], dtype=torch.float64)
     sweep = {name: {"x": x, "ANIL": x, "FO-ANIL": x, "FO-MAML": x} for name in ("cond", "alpha", "beta")}
     fig = s02.plot_rate_sweep(sweep)
-    assert len(fig.axes) == 3
+    assert len(fig.axes) == 4                       # three panels, two to a row, and the legend's place
     assert fig.axes[0].get_ylabel() == "measured linear rate"
     assert "inner step" in fig.axes[1].get_title()
+    assert not fig.axes[3].axison and len(fig.axes[3].get_legend().get_texts()) == 5
     plt.close(fig)

@@ -292,6 +292,9 @@ def test_end_to_end_in_headless_chromium(tmp_path, capsys):
         "wide.html": "<p>the driver is <code>" + "replearn.experiments." * 8 + "</code></p>",
         "cut.html": "<div class='cut'>" + "an output line that does not fit " * 3 + "</div>",
         "broken.html": "<img src='missing.png' alt='gone'><script>console.error('boom')</script>",
+        "output.html": "<div class='cell_output'><pre class='scrolls'>" + "y " * 150 + "</pre></div>",
+        "squeeze.html": "<table style='width: 60px'><tr><td style='overflow-wrap: anywhere'>"
+                        "supercalifragilistic</td><td>x</td></tr></table>",
     }
     for name, body in pages.items():
         (tmp_path / name).write_text(PAGE.format(body=body))
@@ -304,6 +307,10 @@ def test_end_to_end_in_headless_chromium(tmp_path, capsys):
     assert "FAIL cut.html at 400 px" in out and "clipped: div.cut" in out
     assert "FAIL broken.html at 400 px" in out and "image: did not load: /missing.png" in out
     assert "console.error: boom" in out
+    assert "FAIL output.html" not in out                       # a phone may scroll a text output
+    assert "FAIL squeeze.html at 400 px" in out and 'squeezed column: table' in out
+    assert bc.main([str(tmp_path), "--widths", "1400", "--page", "output.html"]) == 1
+    assert "cut off: pre" in capsys.readouterr().out            # at desktop width it must fit its box
 
 
 def test_the_layout_fixes_are_loaded_on_every_page():

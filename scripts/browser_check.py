@@ -29,8 +29,9 @@ explorers, images), measures it and fails (exit status 1, a report per page and 
 * **cut off** -- at a window at least :data:`WIDE` px wide, a text output of a notebook cell
   (``.cell_output`` ``pre``: printed text, a value's plain-text form) wider than its box: its ends
   are hidden unless the reader scrolls inside the box (on a phone such a box may scroll);
-* **squeezed column** -- a table cell in which a word is broken across lines: its column is
-  narrower than its longest word (a table too wide for the column must scroll in its box instead);
+* **squeezed column** -- a table cell in which a word is broken across lines (not at a hyphen or a
+  slash, where a line may break): its column is narrower than its longest word (a table too wide
+  for the column must scroll in its box instead);
 * **widget** -- an explorer saved in the page (``script[type="application/vnd.jupyter.widget-view+json"]``)
   that the widget manager did not render (it puts a ``div.widget-subarea`` with the view before
   the script), rendered as an error, or rendered with a control squeezed to nothing (a slider
@@ -606,7 +607,9 @@ MEASURE_JS = r"""
       const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
       for (let t = walker.nextNode(); t; t = walker.nextNode()) {
         if (t.parentElement && t.parentElement.closest("mjx-container, .MathJax")) continue;
-        for (const m of t.textContent.matchAll(/\S{2,}/g)) {
+        // a word, or the part of one up to a hyphen or slash: a line may break after those
+        for (const m of t.textContent.matchAll(/[^\s\-\u2010-\u2014\/]+[\-\u2010-\u2014\/]?/g)) {
+          if (m[0].length < 2) continue;
           range.setStart(t, m.index);
           range.setEnd(t, m.index + m[0].length);
           const rects = Array.from(range.getClientRects()).filter((r) => r.width > 0);
@@ -872,8 +875,8 @@ def main(argv: list[str]) -> int:
               f"{len(widths)} widths) in {elapsed:.0f} s", file=sys.stderr)
         return 1
     print(f"browser_check: {views} page views ({len(pages)} pages x {len(widths)} widths), no horizontal scroll, "
-          f"nothing out of its column or clipped, every widget rendered, every image loaded, no console "
-          f"error; {elapsed:.0f} s")
+          f"nothing out of its column, clipped or cut off, no squeezed table column, every widget rendered, "
+          f"every image loaded, no console error; {elapsed:.0f} s")
     return 0
 
 

@@ -295,6 +295,7 @@ def test_end_to_end_in_headless_chromium(tmp_path, capsys):
         "output.html": "<div class='cell_output'><pre class='scrolls'>" + "y " * 150 + "</pre></div>",
         "squeeze.html": "<table style='width: 60px'><tr><td style='overflow-wrap: anywhere'>"
                         "supercalifragilistic</td><td>x</td></tr></table>",
+        "hyphen.html": "<table style='width: 10px'><tr><td>fine-tuning meta-gradients</td></tr></table>",
     }
     for name, body in pages.items():
         (tmp_path / name).write_text(PAGE.format(body=body))
@@ -309,6 +310,7 @@ def test_end_to_end_in_headless_chromium(tmp_path, capsys):
     assert "console.error: boom" in out
     assert "FAIL output.html" not in out                       # a phone may scroll a text output
     assert "FAIL squeeze.html at 400 px" in out and 'squeezed column: table' in out
+    assert "FAIL hyphen.html" not in out                       # a line may break after a hyphen
     assert bc.main([str(tmp_path), "--widths", "1400", "--page", "output.html"]) == 1
     assert "cut off: pre" in capsys.readouterr().out            # at desktop width it must fit its box
 

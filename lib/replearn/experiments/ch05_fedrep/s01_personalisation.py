@@ -138,16 +138,16 @@ def local_table(res: PersonalisationResult, cfg: PersonalisationSettings) -> str
 
 
 def plot_personalisation(res: PersonalisationResult, cfg: PersonalisationSettings):
-    """Left: the global error of one shared model and of FedRep against the head spread, with
-    ``k s^2/2``; right: local-only training's error against m/d, with ``(1 - m/d)_+ k/2``.
-    Returns the figure."""
+    """Top: the global error of one shared model and of FedRep against the head spread, with
+    ``k s^2/2``; bottom: local-only training's error against m/d, with ``(1 - m/d)_+ k/2`` (panels
+    stacked, so the figure keeps its size on a narrow screen). Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     from replearn.book.plotting import COLORS, to_numpy
 
     k = cfg.k
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.0, 6.6))
     s = to_numpy(res.spreads)
     grid = np.linspace(0, s.max(), 100)
     ax1.plot(grid, k * grid**2 / 2, "k--", lw=1, label=r"$\mathcal{E}_{\rm het} = k s^2/2$")
@@ -159,7 +159,7 @@ def plot_personalisation(res: PersonalisationResult, cfg: PersonalisationSetting
     mgrid = np.linspace(1, ms.max(), 200)
     ax2.plot(mgrid / cfg.d, np.clip(1 - mgrid / cfg.d, 0, None) * k / 2, "k--", lw=1, label=r"$(1 - m/d)_+\,k/2$")
     ax2.plot(ms / cfg.d, to_numpy(res.local), "o", color=COLORS["local only"], label="local only")
-    ax2.set(xlabel="samples per client / dimension  (m/d)", title="learning alone needs m ≈ d")
+    ax2.set(xlabel="samples per client / dimension  (m/d)", ylabel="global error", title="learning alone needs m ≈ d")
     ax2.legend()
     plt.tight_layout()
     return fig

@@ -146,15 +146,16 @@ def trajectory_line(curve: torch.Tensor, rounds) -> str:
 
 
 def plot_fedrep(mom: MomentResult, mom_cfg: MomentSettings, traj: TrajectoryResult, run_cfg: TrajectorySettings):
-    """Left: the method-of-moments start's distance to B_* against the total samples n m, one
-    curve per m, with a slope of -1/2; right: FedRep's distance over the rounds from that start
-    and from a random one. Returns the figure."""
+    """Top: the method-of-moments start's distance to B_* against the total samples n m, one
+    curve per m, with a slope of -1/2; bottom: FedRep's distance over the rounds from that start
+    and from a random one (panels stacked, so the figure keeps its size on a narrow screen).
+    Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     from replearn.book.plotting import COLORS, to_numpy
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.0, 6.8))
     ns = to_numpy(mom.ns)
     markers = ("o", "s", "^", "D", "v")
     for a, m in enumerate(mom_cfg.ms):

@@ -112,21 +112,22 @@ def budget_table(res: Fig3Result, budget: int, seeds: int) -> str:
 
 
 def plot_fig3(res: Fig3Result, title: str, floor: float = 1e-12):
-    """Fig. 3: one panel per number of clients n, each method's distance to B_* over the rounds
-    (geometric mean over runs), clipped at ``floor``. Returns the figure."""
+    """Fig. 3: one panel per number of clients n, stacked, each method's distance to B_* over the
+    rounds (geometric mean over runs), clipped at ``floor``. Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     from replearn.book.plotting import to_numpy
 
-    fig, axes = plt.subplots(1, len(res.ns), figsize=(3.2 * len(res.ns), 3.2), sharey=True)
+    fig, axes = plt.subplots(len(res.ns), 1, figsize=(6.0, 0.6 + 2.4 * len(res.ns)), sharex=True)
+    axes = np.atleast_1d(axes)
     t = np.arange(res.dist[res.ns[0]]["FedRep"].shape[1])
-    for ax, n in zip(np.atleast_1d(axes), res.ns):
+    for ax, n in zip(axes, res.ns):
         for name in FIG3_METHODS:
             ax.semilogy(t, np.maximum(to_numpy(res.geometric_mean(n, name)), floor), label=name, **STYLES[name])
-        ax.set(title=f"n = {n}", xlabel="round t", ylim=(floor, 2.0))
-    np.atleast_1d(axes)[0].set_ylabel(r"dist$(B_t, B_*)$")
-    np.atleast_1d(axes)[0].legend()
+        ax.set(title=f"n = {n}", ylabel=r"dist$(B_t, B_*)$", ylim=(floor, 2.0))
+    axes[-1].set_xlabel("round t")
+    axes[0].legend()
     fig.suptitle(title, fontsize=10)
     plt.tight_layout()
     return fig

@@ -260,7 +260,9 @@ def plot_new_clients(res: Fig4Result, cfg: Fig4Settings, theory_of: dict):
     from replearn.book.plotting import COLORS
 
     m_new = np.array(cfg.m_news)
-    fig, ax = plt.subplots(figsize=(8.4, 3.6))
+    from replearn.book.plotting import legend_outside
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
     colors = {"FedRep": COLORS["FedRep"], "FedAvg": COLORS["FedAvg"], "FedAvg, unscaled start": COLORS["FedAvg"],
               "local only": COLORS["local only"], "true representation": COLORS["true representation"]}
     labels = {"FedAvg": r"FedAvg, $B_0 = Q/\sqrt{\alpha}$", "FedAvg, unscaled start": r"FedAvg, $B_0 = Q$",
@@ -278,6 +280,6 @@ def plot_new_clients(res: Fig4Result, cfg: Fig4Settings, theory_of: dict):
         ax.text(x, 3.0, f" {text}", fontsize=9)
     ax.set(yscale="log", xlabel=r"samples of the new client $m_{new}$",
            ylabel=r"$\|\theta - \theta_*\|^2$ (median over new clients)", ylim=(1e-5, 10))
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+    legend_outside(ax, below=True, ncol=2)
     plt.tight_layout()
     return fig

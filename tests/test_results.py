@@ -24,7 +24,7 @@ def test_load_values_and_describe(tmp_path):
     rf = results.load("5.8", "long", tmp_path)
     assert rf.seeds == (0, 2) and rf.values("accuracy", "FedRep") == [0.5, 0.7]
     text = rf.describe()
-    assert text.startswith("long profile, 2 seeds (0, 2); CPU Some CPU, 1 thread;")
+    assert text.startswith("long profile, 2 seeds (0 and 2); CPU Some CPU, 1 thread;")
     assert "commit 0123456789ab;" in text and "2026-11-24" in text and "10 min in all" in text
     one = dataclasses.replace(rf, seeds=(3,), results={"3": rf.results["0"]})
     assert one.describe().startswith("long profile, seed 3; CPU Some CPU, 1 thread;")

@@ -90,7 +90,8 @@ class ResultsFile:
         if where == "cpu":
             threads = p.get("threads")
             where = f"CPU {p.get('cpu', '?')}" + (f", {threads} thread{'s' * (threads != 1)}" if threads else "")
-        seeds = f"seed {self.seeds[0]}" if len(self.seeds) == 1 else f"{len(self.seeds)} seeds {self.seeds}"
+        seeds = (f"seed {self.seeds[0]}" if len(self.seeds) == 1 else       # in words, not a Python tuple
+                 f"{len(self.seeds)} seeds ({', '.join(map(str, self.seeds[:-1]))} and {self.seeds[-1]})")
         return (f"{self.profile} profile, {seeds}; {where}; torch {p.get('torch', '?')}; "
                 f"commit {str(p.get('commit', '?'))[:12]}; {str(p.get('date', '?'))[:10]}; "
                 f"{wall_time(p.get('wall_s'))}")

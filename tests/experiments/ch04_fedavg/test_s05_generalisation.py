@@ -91,6 +91,8 @@ def test_tables_formula_and_figure():
     res = s05.run(TINY)
     grad = s05.gradient_table(res, TINY).splitlines()
     assert grad[0] == f"runs: {TINY.runs}, rounds: {TINY.rounds}, step alpha = {TINY.alpha}" and len(grad) == 6
+    text = "\n".join(grad)   # numbers and words, nothing in Python's voice
+    assert not any(python in text for python in ("[", "]", "True", "False")) and "in every run" in text
     errors = s05.error_table(res, TINY).splitlines()
     assert errors[2].split()[0] == "n" and len(errors) == 3 + len(TINY.ns)
     formula = s05.head_formula(res, TINY)

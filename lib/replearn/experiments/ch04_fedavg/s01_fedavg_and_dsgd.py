@@ -27,6 +27,11 @@ class FedAvgDsgdSettings(Settings):
     ``rounds`` (D-GD runs tau x rounds rounds, the same number of local steps), and the seed. The
     CPU default is the instance of book 1.2 with 2.5 times its iterations."""
 
+    WORDS = {"n": "clients M", "mean_norm": "norm of the heads' mean",
+             "cond": "condition number of the heads' second moment",
+             "alpha": "step size α of every local step", "tau": "FedAvg's local steps τ",
+             "rounds": "FedAvg's rounds (D-GD runs τ times as many)"}
+
     d: int = 50
     k: int = 5
     n: int = 20

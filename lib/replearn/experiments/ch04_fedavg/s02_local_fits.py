@@ -84,6 +84,10 @@ class LocalFitsSettings(Settings):
     convergence), the size ``perturbation`` of the random kick added to the averaged local
     fits for the second start, and the seed of the random start and the kick."""
 
+    WORDS = {"d": "dimension d of the two-client instance", "alpha": "step size α",
+             "taus": "local steps τ (1 is D-GD)",
+             "perturbation": "size of the kick added to the averaged local fits"}
+
     d: int = 10
     alpha: float = 0.2
     rounds: int = 300

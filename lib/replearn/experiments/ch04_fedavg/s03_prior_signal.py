@@ -26,6 +26,8 @@ class PriorSignalSettings(FedAvgProblemSettings):
     with ``tau`` local steps for ``rounds`` rounds on it (:class:`replearn.theory.fedavg_problems.
     FedAvgProblemSettings`; paper profile: d = 100, k = 5, M = 40, 1000 rounds)."""
 
+    WORDS = {"M": "clients M", "alpha": "step size α", "tau": "FedAvg's local steps τ"}
+
 
 def decomposition_errors(cfg: PriorSignalSettings, rounds: int = 100, device=None) -> dict:
     """Largest entry of |B_t P_t + B_* S_t - B_{t+1}| over ``rounds`` rounds of FedAvg(tau) on

@@ -41,6 +41,13 @@ class ConvergenceSettings(FedAvgProblemSettings):
     instances needs more than 600 (it is at dist 9e-3 after 600 rounds, 2e-5 after 1000).
     """
 
+    WORDS = {"M": "clients M", "alpha": "step size α", "tau": "FedAvg's local steps τ",
+             "seeds": "problem instances averaged", "taus": "rate sweep: local steps τ",
+             "conds": "rate sweep: condition numbers of the heads",
+             "diversity_tau": "rate sweep over conditions: local steps τ",
+             "delta0": "rate sweep: starting distance from B* (δ₀)", "sweep_rounds": "rate sweep: rounds",
+             "sweep_seeds": "rate sweep: instances", "fractions": "participation: fractions of clients per round"}
+
     rounds: int = 1000
     seeds: int = 3
     taus: tuple = (1, 2, 3, 5, 10)

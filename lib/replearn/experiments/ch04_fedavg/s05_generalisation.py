@@ -49,6 +49,11 @@ class GeneralisationSettings(Settings):
     ``clients`` new clients per run and sample size), fine-tuning (``ft_steps`` GD steps with
     step size the fraction ``ft_lr`` of :func:`replearn.theory.linear.stable_finetune_step`) and the seed."""
 
+    WORDS = {"M": "training clients M", "alpha": "step size α", "tau": "FedAvg's local steps τ",
+             "rounds": "rounds (both methods)", "ns": "new clients' sample sizes n",
+             "clients": "new clients per run and sample size", "ft_steps": "fine-tuning: gradient steps",
+             "ft_lr": "fine-tuning: step as a fraction of the stability limit"}
+
     d: int = 50
     k: int = 5
     M: int = 20
@@ -199,13 +204,18 @@ def gradient_table(res: GeneralisationResult, cfg: GeneralisationSettings) -> st
     start, whether it fell by six orders of magnitude, FedAvg's final one per run, and the final
     distance to B_* per run."""
     g = res.grad_norm
+
+    def listed(xs, digits: int) -> str:
+        return ", ".join(f"{float(x):.{digits}f}" for x in xs)
+
     lines = [f"runs: {cfg.runs}, rounds: {cfg.rounds}, step alpha = {cfg.alpha}"]
     for m in METHODS:
-        lines.append(f"{m:6s}: median |grad| at t = 0: {float(g[m][:, 0].median()):.3f};  largest final/initial "
-                     f"ratio over runs below 1e-6: {bool((g[m][:, -1] / g[m][:, 0]).max() < 1e-6)}")
-    lines += [f"FedAvg: final |grad| per run: {[round(float(x), 3) for x in g['FedAvg'][:, -1]]}",
-              f"dist(B_T, B*) per run:  FedAvg {[round(float(x), 4) for x in res.dist['FedAvg']]}",
-              f"                        D-GD   {[round(float(x), 4) for x in res.dist['D-GD']]}"]
+        below = bool((g[m][:, -1] / g[m][:, 0]).max() < 1e-6)
+        lines.append(f"{m:6s}: median |grad| at t = 0: {float(g[m][:, 0].median()):.3f}; final/initial |grad| "
+                     f"below 1e-6 {'in every run' if below else 'not in every run'}")
+    lines += [f"FedAvg: final |grad| per run: {listed(g['FedAvg'][:, -1], 3)}",
+              f"dist(B_T, B*) per run:  FedAvg {listed(res.dist['FedAvg'], 4)}",
+              f"                        D-GD   {listed(res.dist['D-GD'], 4)}"]
     return "\n".join(lines)
 
 

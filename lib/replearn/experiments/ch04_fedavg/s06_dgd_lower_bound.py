@@ -30,6 +30,12 @@ class DgdLowerBoundSettings(Settings):
     condition number log-uniform on [1, ``cond_max``], ``rounds`` of D-GD and of FedAvg with
     ``tau`` local steps, both with step size ``alpha``, and the seed."""
 
+    WORDS = {"instances": "random instances", "d_range": "range of the dimension d (lowest, highest)",
+             "k_range": "range of the representation size k (lowest, highest)", "clients": "clients M",
+             "sizes": "range of the samples per client (lowest, highest)", "tau": "FedAvg's local steps τ",
+             "mean_norm_max": "largest norm of the heads' mean",
+             "cond_max": "largest condition number of the heads", "alpha": "step size α"}
+
     instances: int = 40
     d_range: tuple[int, int] = (10, 30)
     k_range: tuple[int, int] = (2, 5)

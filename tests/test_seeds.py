@@ -86,6 +86,7 @@ def test_every_printed_bound_shows_its_sign():
         assert ("holds" if float(numbers[1]) > 0 else "opposite" if float(numbers[2]) < 0
                 else "not separated") == c.outcome
     assert S.compare([0.2, 0.2], [0.2, 0.2]).text == "0 [0, 0]"                 # an exact zero is "0"
+    assert S.Comparison(3, 1e-17, -1e-17, 3e-17).text == "0 [0, 0]"             # rounding noise too
 
 
 def test_joint_comparisons():

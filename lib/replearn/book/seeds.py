@@ -102,8 +102,9 @@ MOST_DECIMALS = 12
 
 
 def _signed(x: float, d: int) -> str:
-    """``x`` with ``d`` decimals and an explicit sign; an exact zero is ``"0"`` (no sign)."""
-    return "0" if x == 0 else f"{x:+.{d}f}"
+    """``x`` with ``d`` decimals and an explicit sign; a number that rounds to zero even then (an exact
+    zero, or rounding noise below :data:`MOST_DECIMALS`) is ``"0"``, with no sign."""
+    return "0" if float(f"{x:.{d}f}") == 0 else f"{x:+.{d}f}"
 
 
 @dataclass(frozen=True)

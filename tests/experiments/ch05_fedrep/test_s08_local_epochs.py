@@ -37,6 +37,33 @@ def test_federation_is_the_network_and_data_of_the_runs():
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), again.parameters()))
 
 
+def test_a_round_by_hand_is_the_librarys():
+    """The page's hand-written FedRep round (plan_round, LocalSGD.train on the head then the body,
+    the size-weighted mean of the bodies) gives the body of algorithms.run's first round."""
+    from replearn import neural
+    from replearn.backend import make_generator
+    from replearn.neural import algorithms
+
+    s = s08.EpochSettings(epochs=(1, 2), **TINY)
+    model, clients = s08.federation(s, fake_cifar())
+    one = s.config(rounds=1, head_epochs=2)
+    body, head = neural.split_body_head(model)
+    phases = [neural.Phase(head, None, one.head_epochs), neural.Phase(body, None, one.local_epochs)]
+    server = {n: p.detach() for n, p in model.named_parameters()}
+    plan = neural.plan_round(clients.train_sizes.tolist(), phases, one, make_generator(one.seed))
+    sgd, total, mean_body = neural.LocalSGD(model), 0, {n: 0 for n in body}
+    for i in plan.clients:
+        p, x, y = dict(server), clients.x_train[i], clients.y_train[i]
+        for phase, batches in zip(phases, plan.batches[i]):
+            p.update(sgd.train(p, phase.trainable, x, y, batches, one)[0])
+        mean_body = {n: mean_body[n] + len(y) * p[n] for n in body}
+        total += len(y)
+    lib = algorithms.run("FedRep", model, clients, one)
+    assert len(plan.clients) == 2    # participation 0.4 of 5 clients
+    assert all(torch.allclose(mean_body[n] / total, lib.state[n], rtol=0, atol=1e-12) for n in body)
+    assert not all(torch.allclose(mean_body[n] / total, server[n], atol=1e-6) for n in body)   # it moved
+
+
 def test_bad_settings_raise_at_construction():
     s = s08.EpochSettings(epochs=(1, 2), **TINY)
     with pytest.raises(ValueError, match="distinct"):

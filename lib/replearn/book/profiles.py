@@ -204,7 +204,9 @@ def setting_value(value) -> str:
     """A setting's value as the settings table shows it: a real number with 3 significant digits
     (powers of ten written out, ``0.0316`` not ``0.03162277660168379``), integers exactly, a
     bool as "yes" / "no", None as "—", a string as it is, a tuple or list as its entries
-    separated by commas, a torch dtype by its name."""
+    separated by commas (a tuple of tuples: by semicolons; an empty one: "none"), a dict as
+    "key: value" separated by semicolons, a dataclass (e.g. a method's options) as "field value"
+    pairs, a torch dtype by its name."""
     if value is None:
         return "—"
     if isinstance(value, bool):
@@ -224,7 +226,12 @@ def setting_value(value) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, (tuple, list)):
-        return ", ".join(setting_value(v) for v in value)
+        return "; ".join(setting_value(v) for v in value) if value and all(
+            isinstance(v, (tuple, list)) for v in value) else ", ".join(setting_value(v) for v in value) or "none"
+    if isinstance(value, dict):   # e.g. per-method options: "FedProx: mu 0.1; Ditto: lam 1"
+        return "; ".join(f"{k}: {setting_value(v)}" for k, v in value.items()) or "none"
+    if is_dataclass(value) and not isinstance(value, type):
+        return ", ".join(f"{f.name.replace('_', ' ')} {setting_value(getattr(value, f.name))}" for f in fields(value))
     if type(value).__module__ == "torch" and type(value).__name__ == "dtype":
         return str(value).removeprefix("torch.")
     raise ValueError(f"setting_value: no words for a {type(value).__name__} ({value!r}); "

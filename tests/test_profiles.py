@@ -89,8 +89,10 @@ def test_settings_show_as_a_table_in_words(monkeypatch):
         Worded().table("")
     assert [setting_value(v) for v in (1e-5, 2.5e6, None, True, "ANIL", 3, -0.25)] == \
         ["0.00001", "2500000", "—", "yes", "ANIL", "3", "-0.25"]
-    with pytest.raises(ValueError, match="no words for a dict"):
-        setting_value({"a": 1})
+    assert setting_value({"FedProx": Demo(d=3), "Local only": 2.5e-3}) == "FedProx: d 3, T 5; Local only: 0.0025"
+    assert setting_value({}) == "none" and setting_value(((1, 2), (3, 4))) == "1, 2; 3, 4"
+    with pytest.raises(ValueError, match="no words for a set"):
+        setting_value({1, 2})
 
 
 @pytest.mark.parametrize("chapter", ["ch01_arm", "ch02_maml_anil", "ch03_aruba"])

@@ -35,13 +35,15 @@ def nonfinite(node, where: str = "") -> list[str]:
 
 def default_root() -> Path:
     """The folder holding ``<profile>/<section>.json``: ``$REPLEARN_RESULTS`` when set, else the
-    first of ``./results``, ``../results`` and ``./book/results`` that exists (a notebook runs in
-    its chapter folder, next to ``book/results``), else ``../results``."""
+    first of ``./results``, ``../results``, ``../../results`` and ``./book/results`` that exists (a
+    notebook runs in its own folder: a chapter's, next to ``book/results``, or an appendix page's
+    ``book/appendix/reproduction``), else ``../results``."""
     env = os.environ.get("REPLEARN_RESULTS")
     if env:
         return Path(env).expanduser()
     here = Path.cwd()
-    for candidate in (here / "results", here.parent / "results", here / "book" / "results"):
+    for candidate in (here / "results", here.parent / "results", here.parent.parent / "results",
+                      here / "book" / "results"):
         if candidate.is_dir():
             return candidate
     return here.parent / "results"

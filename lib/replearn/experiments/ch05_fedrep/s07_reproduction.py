@@ -12,20 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import matplotlib.pyplot as plt
-import numpy as np
 from scipy.stats import spearmanr
 
-from replearn.book import seeds
+from replearn.book import results, seeds
 from replearn.book.claims import compared, fmt, glue_pm, glue_text
 from replearn.book.plotting import Table
-from replearn.book.seeds import compare, mean_sd
-from replearn.book import results
+from replearn.book.seeds import compare
 from replearn.experiments.ch05_fedrep.s07_cifar_personalisation import (
     AUTHORS_OPTIONS, AUTHORS_TRAIN, AUTHORS_VARIANTS, GLOBAL, PAIRS, PAPER_OPTIM, PAPER_TABLE1, column_key,
-    column_label, column_slug, method_color, paper_reference, slug)
+    column_label, column_slug, paper_reference, slug)
 from replearn.neural import algorithms
-from replearn.neural import data as D
 
 
 def rank(values: dict) -> dict:
@@ -69,123 +65,11 @@ def read_long(long) -> LongTable:
     return LongTable(part, label, key, paper, methods, seed, acc, client)
 
 
-def glue_long_settings(settings: dict, cifar: D.CifarData, n: int) -> None:
-    """Glue the near-paper run's settings the prose quotes, from its results file's ``settings``
-    and the data it ran on (``cifar``, ``n`` clients): images per client (``t1-long-train``,
-    ``t1-long-test``), rounds, visits per client and evaluation schedule (``t1-long-rounds``,
-    ``t1-long-visits``, ``t1-long-schedule``) and Local only's epochs (``t1-long-local-epochs``)."""
-
-    t = settings["train"]
-    glue_text("t1-long-train", str(len(cifar.y_train) // n))
-    glue_text("t1-long-test", str(len(cifar.y_test) // n))
-    glue_text("t1-long-rounds", str(t["rounds"]))
-    glue_text("t1-long-visits", fmt(t["rounds"] * t["participation"], ".2g"))
-    glue_text("t1-long-schedule", "after every round" if t["eval_every"] == 1 else f"every {t['eval_every']} rounds")
-    local = settings.get("options", {}).get("Local only", {})
-    glue_text("t1-long-local-epochs", str(local.get("epochs", algorithms.get("Local only").Options().epochs)))
-
-
-def glue_long_accuracies(lv: LongTable) -> tuple[dict, dict]:
-    """Glue what the prose says of the near-paper run: every method's accuracy
-    (``t1-long-<slug>``), FedRep's rank here and in the paper (``t1-long-rank-fedrep``,
-    ``t1-paper-rank-fedrep``) and the Spearman correlation with the paper's column
-    (``t1-long-spearman``); returns the ranks ``(ours, the paper's)``."""
-
-
-    lrank, prank = rank(lv.acc), rank({m: lv.paper[m] for m in lv.methods})
-    for m in lv.methods:
-        glue_text(f"t1-long-{slug(m)}", fmt(lv.acc[m], ".1f"))
-    glue_text("t1-long-rank-fedrep", ordinal(lrank["FedRep"]))
-    glue_text("t1-paper-rank-fedrep", ordinal(prank["FedRep"]))
-    rho = spearmanr([lv.acc[m] for m in lv.methods], [lv.paper[m] for m in lv.methods]).statistic
-    glue_text("t1-long-spearman", fmt(rho, ".2f"))
-    return lrank, prank
-
-
-def long_table(lv: LongTable, ranks: tuple[dict, dict], shown: dict, part, n_seeds: int):
-    """Table 1's column: the paper, our CPU default (``shown``: its strings, on ``part`` over
-    ``n_seeds`` seeds; "not run" for the methods it lacks) and the near-paper run with the ranks
-    and the spread over clients."""
-
-    lrank, prank = ranks
-    rows = [[m, fmt(lv.paper[m], ".2f"), str(prank[m]), shown[m].text if m in shown else "not run",
-             fmt(lv.acc[m], ".1f"), str(lrank[m]), fmt(mean_sd(lv.client[m])[1], ".0f")] for m in lv.methods]
-    return Table(["method", "paper %", "rank", f"CPU default % ({n_seeds} seeds)", "near-paper %", "rank",
-                  "sd over clients"], rows, align="lrrrrrr",
-                 caption=f"Table 1, column {column_label(lv.key)}: the paper, our CPU default ({column_label(part)}, "
-                         f"mean ± sd over seeds) and the near-paper long run ({column_label(lv.part)}, one seed; "
-                         f"'sd over clients': of the final per-client accuracies)")
-
-
-def long_checks(lv: LongTable) -> list[tuple[str, str, object, dict]]:
-    """The near-paper run's verdicts on Table 1, paired over clients: FedRep above FedAvg, and
-    every +FT method above its global model, beyond the spread over clients."""
-
-    c = lv.client
-    return [("t1-long-v-fedrep-fedavg", "near-paper run: FedRep above FedAvg beyond the spread over clients",
-             seeds.separated(c["FedRep"], c["FedAvg"]),
-             dict(holds="is above FedAvg's beyond the spread over clients",
-                  fails="is not above FedAvg's beyond the spread over clients",
-                  paper="Table 1: FedRep far above FedAvg without fine-tuning", scale="long",
-                  paper_difference=lv.paper["FedRep"] - lv.paper["FedAvg"])),
-            ("t1-long-v-ft", "near-paper run: every +FT method above its global model beyond the spread over clients",
-             all(seeds.separated(c[f"{g}+FT"], c[g]) for g in GLOBAL),
-             dict(holds="lifts all three global models beyond the spread over clients",
-                  fails="does not lift all three global models beyond the spread over clients",
-                  paper="Table 1: fine-tuning a head (+FT) lifts FedAvg, FedProx and SCAFFOLD", scale="long"))]
-
-
-def above_all_global(lv: LongTable) -> list[str]:
-    """The methods with a personal part that are above each of :data:`GLOBAL` beyond the spread
-    over clients, glued as ``"<k> of <all>"`` (``t1-long-n-personal``)."""
-
-    c = lv.client
-    above = [m for m in lv.methods if m not in GLOBAL and all(seeds.separated(c[m], c[g]) for g in GLOBAL)]
-    glue_text("t1-long-n-personal", f"{len(above)} of {len(lv.methods) - len(GLOBAL)}")
-    return above
-
-
 def paper_word(paper: dict, a: str, b: str) -> str:
     """How the paper's column ``paper`` orders ``a`` and ``b``: ``"higher (+2.09)"``."""
 
     d = paper[a] - paper[b]
     return f"{'higher' if d > 0 else 'lower'} ({fmt(d, '+.2f')})"
-
-
-def pairs_table(acc: dict, lv: LongTable):
-    """The paper's pairwise claims (:data:`PAIRS`) beside the CPU default (``acc``: fractions
-    per seed, paired over seeds; "not run" for methods it lacks) and the near-paper run (paired
-    over its clients), in points."""
-
-    def pts(v):
-        return [100 * x for x in v]
-
-    rows = [[f"{a} vs {b}", paper_word(lv.paper, a, b),
-             compared(pts(acc[a]), pts(acc[b])) if a in acc and b in acc else "not run",
-             compared(lv.client[a], lv.client[b])] for a, b in PAIRS]
-    return Table(["claim", f"paper (Table 1, {column_label(lv.key)})", f"CPU default ({len(acc['FedRep'])} seeds)",
-                  f"near-paper (1 seed, {len(lv.client['FedRep'])} clients)"], rows, align="llll",
-                 caption="first minus second method, in points: the paired mean difference over seeds (CPU default) "
-                         "or over clients (near-paper) with its 95% interval; 'beyond the spread': the 95% interval "
-                         "of the paired difference excludes 0")
-
-
-def plot_long(lv: LongTable, rounds: int):
-    """Every method of the near-paper run (``rounds`` rounds) beside the paper's Table 1, one
-    pair of bars per method in the paper's order, with the floor 1/S. Returns the figure."""
-
-    name, n, S = lv.part
-    y = np.arange(len(lv.methods))[::-1]   # the paper's order, top to bottom
-    fig, ax = plt.subplots(figsize=(7.5, 5.2))
-    ax.barh(y + 0.2, [lv.paper[m] for m in lv.methods], height=0.4, color="#bbbbbb")   # upper bar: the paper
-    ax.barh(y - 0.2, [lv.acc[m] for m in lv.methods], height=0.4, color=[method_color(m) for m in lv.methods])
-    ax.axvline(100 / S, color="k", ls=":", lw=1, label="floor 1/S of a personal head")
-    ax.set(yticks=y, yticklabels=lv.methods, xlim=(0, 100), xlabel="personalised test accuracy (%)",
-           title=f"all {len(lv.methods)} methods, {name.upper().replace('CIFAR', 'CIFAR-')}, n = {n}, S = {S}: "
-                 f"grey the paper's Table 1 (T = 100),\ncoloured ours (near-paper run, T = {rounds}, one seed)")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)   # beside the axes
-    plt.tight_layout()
-    return fig
 
 
 def seed_accuracies(more, lv: LongTable) -> dict[str, list[float]]:
@@ -222,18 +106,18 @@ def seed_checks(sacc: dict, paper: dict) -> list[tuple[str, str, object, dict]]:
 
     label = "near-paper run, three seeds: FedRep above {} beyond the spread over seeds"
     near = dict(holds="is above it beyond the spread over seeds", fails="is not separated from it by the spread over seeds")
-    reverse = seeds.separated(sacc["FedRep"], sacc["Local only"])
-    return [("t1-seeds-v-fedrep-fedavg", label.format("FedAvg"), seeds.separated(sacc["FedRep"], sacc["FedAvg"]),
+    reverse = seeds.separated(sacc["FedRep"], sacc["Local only"], unit="points")
+    return [("t1-seeds-v-fedrep-fedavg", label.format("FedAvg"), seeds.separated(sacc["FedRep"], sacc["FedAvg"], unit="points"),
              dict(holds="is above FedAvg's beyond the spread over seeds",
                   fails="is not above FedAvg's beyond the spread over seeds",
                   paper="Table 1: FedRep far above FedAvg without fine-tuning", **diff("FedRep", "FedAvg"))),
-            ("t1-seeds-v-fedrep-fedper", label.format("FedPer"), seeds.separated(sacc["FedRep"], sacc["FedPer"]),
+            ("t1-seeds-v-fedrep-fedper", label.format("FedPer"), seeds.separated(sacc["FedRep"], sacc["FedPer"], unit="points"),
              dict(**near, paper="Table 1: FedRep above FedPer (+0.57 points)", **diff("FedRep", "FedPer"))),
-            ("t1-seeds-v-fedrep-lg", label.format("LG-FedAvg"), seeds.separated(sacc["FedRep"], sacc["LG-FedAvg"]),
+            ("t1-seeds-v-fedrep-lg", label.format("LG-FedAvg"), seeds.separated(sacc["FedRep"], sacc["LG-FedAvg"], unit="points"),
              dict(**near, paper="Table 1: FedRep above LG-FedAvg (+3.56 points)", **diff("FedRep", "LG-FedAvg"))),
             ("t1-seeds-v-fedrep-local", "near-paper run, three seeds: FedRep and Local only ordered as in the paper "
                                         "(Local only above) beyond the spread over seeds",
-             seeds.separated(sacc["Local only"], sacc["FedRep"]),
+             seeds.separated(sacc["Local only"], sacc["FedRep"], unit="points"),
              dict(holds="is below it beyond the spread over seeds, as in the paper",
                   fails=("is above it beyond the spread over seeds, the reverse of the paper's order" if reverse
                          else "is not separated from it by the spread over seeds, unlike the paper"),
@@ -412,15 +296,18 @@ def column_claims(lv: LongTable) -> dict:
     """The paper's three claims on one column, paired over its clients (:mod:`replearn.book.seeds`):
     ``best``: FedRep above, or not separated from, the best other row of Table 1 (the paper: best or
     close to the best); ``head``: FedAvg+FT above FedAvg (a personal head rescues a global model);
-    ``personal``: every row with a personal part above each global model (:data:`GLOBAL`). Each is
-    a :class:`replearn.book.seeds.Comparison` or ``Joint``."""
+    ``personal``: every row with a personal part above each global model (:data:`GLOBAL`), judged by
+    the weakest pair (the smallest lower bound: all pairs hold when it does). Each is a
+    :class:`replearn.book.seeds.Comparison` in points, with the pair or the best row it concerns."""
     c = {m: [x / 100 for x in v] for m, v in lv.client.items()}
     others = [m for m in lv.methods if m != "FedRep" and m not in AUTHORS_VARIANTS]
     best = max(others, key=lambda m: lv.acc[m])
     personal = [m for m in lv.methods if m not in GLOBAL and m not in AUTHORS_VARIANTS]
+    pairs = {(m, g): seeds.points(c[m], c[g]) for m in personal for g in GLOBAL}
+    weakest = min(pairs, key=lambda pair: pairs[pair].lo)   # every pair holds when this one does
     return {"best": (best, seeds.points(c["FedRep"], c[best])),
             "head": seeds.points(c["FedAvg+FT"], c["FedAvg"]),
-            "personal": seeds.every(seeds.points(c[m], c[g]) for m in personal for g in GLOBAL)}
+            "personal": (weakest, pairs[weakest])}
 
 
 def best_word(comparison) -> str:
@@ -444,7 +331,9 @@ def columns_summary(runs: dict):
         rows.append([column_label(col), f"{ordinal(ours['FedRep'])} (paper: {ordinal(paper['FedRep'])})", fmt(rho, ".2f"),
                      f"{len([m for m in spread_gaps(lv) if m in table_rows])} of {len(table_rows)}",
                      f"{best_word(vs_best)}: FedRep minus {best} {vs_best.text}",
-                     f"{claims['head'].word}: {claims['head'].text}", claims["personal"].word])
+                     f"{claims['head'].word}: {claims['head'].text}",
+                     f"{claims['personal'][1].word}: weakest pair {' minus '.join(claims['personal'][0])} "
+                     f"{claims['personal'][1].text}"])
     return Table(["column", "FedRep's rank", "Spearman with the paper", "rows beyond the spread from the paper",
                   "FedRep best or close to the best", "FedAvg+FT minus FedAvg", "every personal row above every global one"],
                  rows, align="lllllll",
@@ -495,3 +384,26 @@ def local_budget(ten: LongTable, hundred: LongTable):
                    fmt(hundred.paper["Local only"], ".2f")],
                   ["100 minus 10 epochs, paired over clients", c.text, c.word]], align="lrr",
                  caption=f"Local only on {column_label(ten.part)} clients of 500 training images each, one seed")
+
+
+def column_verdicts(lv: LongTable) -> list[tuple[str, str, object, dict]]:
+    """The paper's three claims on the column of ``lv`` (:func:`column_claims`) as ``(name, label,
+    condition, options)`` for :func:`replearn.book.claims.verdict`, at scale ``"long"``; names
+    ``t1a-<column slug>-best``, ``-head`` and ``-personal``."""
+    claims, key = column_claims(lv), f"t1a-{column_slug(lv.part)}"
+    best, vs_best = claims["best"]
+    where = column_label(lv.part)
+    return [(f"{key}-best", f"{where}: FedRep not below the best other method ({best}) beyond the spread",
+             vs_best.hi >= 0, dict(holds="is not below it", fails="is below it", absence=True,
+                                   paper="Table 1: FedRep the best method or close to it", scale="long",
+                                   fedrep_minus_best=vs_best.full)),
+            (f"{key}-head", f"{where}: FedAvg+FT above FedAvg", claims["head"],
+             dict(holds="is above it", fails="is not separated from it", opposite="is below it",
+                  paper="Table 1: a personal head rescues a global model", scale="long",
+                  paper_difference=lv.paper["FedAvg+FT"] - lv.paper["FedAvg"])),
+            (f"{key}-personal", f"{where}: every method with a personal part above each global model "
+                                f"(the weakest pair, {' vs '.join(claims['personal'][0])}, decides)",
+             claims["personal"][1], dict(holds="all are above", fails="not all are separated from them",
+                                      opposite="one is below a global model",
+                                      paper="Table 1: every personalised method above FedAvg, FedProx and SCAFFOLD",
+                                      scale="long"))]

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from cifar_fixtures import RESULTS, fake_cifar
+from cifar_fixtures import fake_cifar
 
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s07
 from replearn.neural import TrainConfig
@@ -95,26 +95,63 @@ def test_cpu_default_and_paper_profile():
     assert m.head.weight.dtype == torch.float64 and m.body.conv1.out_channels == 16
     mp = p.network("cifar10", 10, 0, "cpu")
     assert mp.head.weight.dtype == torch.float32 and mp.body.conv1.out_channels == 64
-    assert p.train == PAPER_OPTIM["train"]
+    assert p.train == replace(PAPER_OPTIM["train"], first_visit="average")   # the authors' shared memory
     assert (p.train.batch_size, p.train.lr, p.train.local_steps, p.train.head_steps, p.train.head_epochs) == \
         (10, 0.01, None, None, 10)
     assert (p.train_per_client, p.test_per_client, p.ft_epochs) == (None, None, 10)
-    long = s07.TableSettings.long()  # near-paper: the paper profile with fewer rounds, one partition and seed
+    long = s07.TableSettings.long()  # near-paper: the authors' values on the first column, one seed
     # the authors' protocol (their split, weight decay and augmentation), as in the paper profile
     assert p.split == "authors" and p.train.weight_decay == 1e-4 and p.train.augment
     assert long.split == p.split and long.train.weight_decay == p.train.weight_decay and long.train.augment
-    assert long.local_only_epochs == p.local_only_epochs == 10 and long.lg_shared_layers == p.lg_shared_layers == 2
+    assert long.options_for("Local only").epochs == p.options_for("Local only").epochs == 100
+    assert long.options_for("LG-FedAvg") is None and long.train.first_visit == p.train.first_visit == "average"
     # the paper's rounds and evaluation schedule (T = 100, every round, the last 10 averaged)
-    assert replace(long, partitions=p.partitions, seeds=p.seeds, full_data=True) == p
-    assert long.partitions == (("cifar10", 100, 2),) and long.methods == algorithms.table1() and long.seeds == (0,)
     assert (long.train.rounds, long.train.eval_every, long.train.last_rounds) == (100, 1, 10)
+    assert long.partitions == (("cifar10", 100, 2),) and long.seeds == (0,) and not long.full_data
+    assert long.methods == (*algorithms.table1(), *s07.AUTHORS_VARIANTS)
+    assert s07.TableSettings.column(("cifar10", 100, 2), "paper") == replace(long, seeds=p.seeds, full_data=True)
+
+
+def test_options_are_validated_per_row():
+    s = s07.TableSettings(**TINY)
+    assert s.options_for("FedRep") is None and s.config_for("FedRep", s.partitions[0]) == s.config()
+    with pytest.raises(ValueError, match="FedProxOptions"):
+        replace(s, methods=("FedProx",), options={"FedProx": algorithms.get("Ditto").Options()})
+    with pytest.raises(ValueError, match="neither a method"):
+        replace(s, options={"FedProxx": algorithms.get("FedProx").Options()})
+    with pytest.raises(ValueError, match="not a TrainConfig field"):
+        replace(s, train_overrides=(("FedRep", "*", "mu", 0.1),))
+    with pytest.raises(ValueError, match="column"):
+        replace(s, train_overrides=(("FedRep", "cifar10/100/3", "local_epochs", 5),))
+    with pytest.raises(ValueError, match="local_epochs"):
+        replace(s, train_overrides=(("FedRep", "*", "local_epochs", 0),))
+    with pytest.raises(ValueError, match="variants"):
+        replace(s, variants={"FedRep": "FedRep"})
+    over = replace(s, train_overrides=(("*", "*", "local_epochs", 2), ("FedRep", "*", "local_epochs", 3)))
+    assert over.config_for("FedRep", s.partitions[0]).local_epochs == 3
+    assert over.config_for("FedAvg+FT", s.partitions[0]).local_epochs == 2   # +FT rows train as their base
+
+
+def test_a_variant_row_runs_its_method_with_its_options():
+    row = "Per-FedAvg (authors' code)"
+    s = s07.TableSettings(**dict(TINY, methods=("FedAvg", row), variants={row: "Per-FedAvg"},
+                                 options={row: algorithms.get("Per-FedAvg").Options(variant="authors")}))
+    r = s07.run_table(s, cifar={"cifar10": fake_cifar()})
+    assert set(r.accuracy[s.partitions[0]]) == {"FedAvg", row}
+
+
+def test_the_authors_values_are_stated_once_with_their_source():
+    rows = {(row, option) for row, option, _, _ in s07.AUTHORS_OPTIONS}
+    assert len(rows) == len(s07.AUTHORS_OPTIONS) and all(where for *_, where in s07.AUTHORS_OPTIONS)
+    built = s07.authors_options((*algorithms.table1(), *s07.AUTHORS_VARIANTS))
+    for row, option, value, _ in s07.AUTHORS_OPTIONS:
+        assert getattr(built[row], option) == value
+    assert ("FedProx", "mu") in rows and ("Ditto", "lam") in rows and ("SCAFFOLD", "global_lr") in rows
 
 
 # --------------------------------------------------------------------------- what the page shows
 
 from types import SimpleNamespace
-
-from replearn.book import results
 
 PART = ("cifar10", 5, 2)
 
@@ -123,15 +160,6 @@ def _runs(n=3):
     level = {"Local only": 0.7, "FedAvg": 0.3, "FedAvg+FT": 0.85, "FedPer": 0.8, "LG-FedAvg": 0.75, "FedRep": 0.86}
     return [SimpleNamespace(accuracy={PART: {m: v + 0.01 * ((seed * (i + 1)) % 3) for i, (m, v) in
                                              enumerate(level.items())}}) for seed in range(n)]
-
-
-def test_names_ranks_and_words():
-    assert [s07.slug(m) for m in ("FedAvg+FT", "LG-FedAvg", "Local only")] == ["fedavgft", "lgfedavg", "localonly"]
-    assert s07.method_color("FedAvg+FT") == s07.method_color("FedAvg") and s07.method_color("Ditto") == "#8c564b"
-    assert s07.rank({"a": 3.0, "b": 1.0, "c": 3.0}) == {"a": 1, "b": 3, "c": 1}
-    assert [s07.ordinal(k) for k in (1, 2, 3, 7)] == ["first", "second", "third", "7th"]
-    assert s07.paper_word({"a": 80.0, "b": 82.09}, "a", "b") == "lower (-2.09)"
-    assert "FedAvg" not in s07.PERSONAL and "FedRep" not in s07.PERSONAL
 
 
 def test_cpu_tables_and_checks(glued):
@@ -146,39 +174,7 @@ def test_cpu_tables_and_checks(glued):
     assert [c[0] for c in checks] == ["t1-v-fedrep-fedavg", "t1-v-ft", "t1-v-fedavg-floor", "t1-v-floor", "t1-v-rank"]
     assert checks[0][3]["require"] and checks[0][3]["fedrep"] == shown["FedRep"].text
     assert checks[2][2] is True and checks[3][2] is True   # FedAvg below 1/S, the others above
-
-
-def test_long_run_helpers_read_the_committed_files(glued):
-    long = results.load("5.7", "long", root=RESULTS)
-    lv = s07.read_long(long)
-    assert lv.methods == list(long.settings["methods"]) and lv.label == "/".join(map(str, lv.part))
-    assert lv.acc["FedRep"] == 100 * long.values("accuracy", lv.label, "FedRep")[0]
-    ranks = s07.glue_long_accuracies(lv)
-    assert glued["t1-long-rank-fedrep"] == s07.ordinal(ranks[0]["FedRep"]) and "t1-long-spearman" in glued
-    runs = _runs()
-    acc = s07.accuracies(runs, PART)
-    shown, _ = s07.glue_tables(acc, PART, *s07.paper_reference(PART))
-    table = s07.long_table(lv, ranks, shown, PART, len(runs))
-    assert len(table.rows) == len(lv.methods) and "not run" in {row[3] for row in table.rows}
-    assert [c[0] for c in s07.long_checks(lv)] == ["t1-long-v-fedrep-fedavg", "t1-long-v-ft"]
-    above = s07.above_all_global(lv)
-    assert glued["t1-long-n-personal"] == f"{len(above)} of {len(lv.methods) - 3}"
-    pairs = s07.pairs_table(acc, lv)
-    assert [row[0] for row in pairs.rows] == [f"{a} vs {b}" for a, b in s07.PAIRS]
-    more = results.load("5.7-seeds", "long", root=RESULTS)
-    sacc = s07.seed_accuracies(more, lv)
-    assert list(sacc) == list(more.settings["methods"]) and sacc["FedRep"][0] == lv.acc["FedRep"]
-    per_seed, claims = s07.seed_tables(sacc, lv, (lv.seed,) + more.seeds, rounds=10)
-    assert "t1-seeds-fedrep-sd" in glued and len(per_seed.rows) == len(sacc)
-    assert [c[0] for c in s07.seed_checks(sacc, lv.paper)][-1] == "t1-seeds-v-fedrep-local"
-    gaps, beyond = s07.paper_gaps(lv)
-    assert len(gaps.rows) == len(lv.methods) and glued["t1-long-n-gaps"] == f"{len(beyond)} of {len(lv.methods)}"
-    small, big = s07.read_data_gap(*(results.load(f"5.7-m{m}", "long", root=RESULTS) for m in (200, 500)))
-    assert small.part == big.part == ("cifar10", s07.DATA_CLIENTS, 2) and small.methods == list(s07.DATA_METHODS)
-    table = s07.data_gap_table(small, big, lv)
-    assert len(table.rows) == len(s07.DATA_METHODS) and "t1-mgain-fedrep" in glued
-    s07.fedavg_local(results.load("5.7-fedavg-local", "long", root=RESULTS), long, lv)
-    assert "t1-fedavg-local" in glued
+    assert checks[0][2].unit == "points"   # verdicts in the unit of the table beside them
 
 
 def test_figures_count_the_methods_from_the_run():
@@ -189,17 +185,13 @@ def test_figures_count_the_methods_from_the_run():
     fig = s07.plot_table(acc, paper, PART, key, rounds=20)
     assert len(fig.axes) == 2 and "3 seeds" in fig.axes[0].get_title()
     plt.close(fig)
-    lv = s07.read_long(results.load("5.7", "long", root=RESULTS))
-    fig = s07.plot_long(lv, rounds=10)
-    assert fig.axes[0].get_title().startswith(f"all {len(lv.methods)} methods")
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- data per client
 
 def test_the_data_per_client_runs_differ_only_in_the_images_each_client_keeps():
     small, big = (s07.TableSettings.per_client_images(m) for m in (200, 500))
-    long = s07.TableSettings.long()
+    long = s07.TableSettings.earlier_protocol()
     assert replace(small, kept_per_client=None) == big and small.kept_per_client == 200
     assert big.partitions == (("cifar10", s07.DATA_CLIENTS, 2),) and big.train_per_client == 500
     assert big.methods == s07.DATA_METHODS and set(s07.DATA_METHODS) <= set(long.methods)
@@ -223,71 +215,3 @@ def test_kept_per_client_keeps_the_label_sets_and_test_sets():
     cl = fed.clients.take_train(12, seed=0)
     assert all(set(a.tolist()) >= set(b.tolist()) for a, b in zip(fed.clients.y_train, cl.y_train))
     assert full.accuracy[p] != kept.accuracy[p]
-
-
-def _long_table(acc: dict, client: dict, n=40):
-    part = ("cifar10", n, 2)
-    key, paper = s07.paper_reference(part)
-    return s07.LongTable(part, "/".join(map(str, part)), key, paper, list(acc), 0, acc, client)
-
-
-def test_the_data_gap_table_pairs_the_clients_and_glues_what_the_page_says(glued):
-    small = _long_table({"FedAvg": 30.0, "FedRep": 80.0},
-                        {"FedAvg": [30.0, 31, 29, 30], "FedRep": [80.0, 79, 81, 80]})
-    big = _long_table({"FedAvg": 31.0, "FedRep": 85.0},
-                      {"FedAvg": [31.0, 29, 31, 30], "FedRep": [85.0, 84, 86, 85]})
-    near = _long_table({"FedAvg": 29.0, "FedRep": 81.0, "Local only": 75.0}, {}, n=100)
-    table = s07.data_gap_table(small, big, near)
-    assert [row[0] for row in table.rows] == ["FedAvg", "FedRep"] and table.rows[1][2] == "81.0"
-    assert glued["t1-m500-fedrep"] == "85.0" and glued["t1-m200-fedrep"] == "80.0"
-    assert glued["t1-mgain-fedrep"].startswith("higher beyond the spread (+5")       # paired over the clients
-    assert glued["t1-mgain-fedavg"].startswith("not separated")
-    assert glued["t1-mdiff-fedrep"].startswith("+5") and " [+5" in glued["t1-mdiff-fedrep"]
-    assert glued["t1-mleft-fedrep"] == f"{s07.PAPER_TABLE1[('cifar10', 100, 2)]['FedRep'] - 85:+.1f}"
-
-
-def test_read_data_gap_refuses_runs_that_differ_in_more_than_the_data():
-    def file(kept, **extra):
-        settings = {"partitions": [["cifar10", 40, 2]], "methods": ["FedRep"], "kept_per_client": kept, **extra}
-        return SimpleNamespace(settings=settings, seeds=(0,), values=lambda *a: [0.8],
-                               results={"0": {"client_accuracy": {"cifar10/40/2": {"FedRep": [0.8, 0.9]}}}})
-    small, big = s07.read_data_gap(file(200), file(None))
-    assert small.acc["FedRep"] == big.acc["FedRep"] == 80.0
-    with pytest.raises(ValueError, match="rounds"):
-        s07.read_data_gap(file(200, rounds=50), file(None, rounds=100))
-
-
-def test_paper_gaps_count_a_gap_beyond_the_spread_over_clients(glued):
-    paper = s07.PAPER_TABLE1[("cifar10", 100, 2)]
-    near = _long_table({"FedAvg": paper["FedAvg"] - 20, "FedRep": paper["FedRep"] - 0.5},
-                       {"FedAvg": [paper["FedAvg"] - 20 + d for d in (-1, 0, 1, 0)],
-                        "FedRep": [paper["FedRep"] - 0.5 + d for d in (-5, 5, -5, 5)]}, n=100)
-    table, beyond = s07.paper_gaps(near)
-    assert beyond == ["FedAvg"] and glued["t1-long-n-gaps"] == "1 of 2"
-    assert glued["t1-long-gap-fedavg"] == "-20.0" and [row[-1] for row in table.rows] == \
-        ["beyond the spread", "within the spread"]
-
-
-def test_glue_long_settings_quotes_the_results_file(glued):
-    settings = {"train": {"rounds": 100, "participation": 0.1, "eval_every": 1}, "local_only_epochs": 10}
-    s07.glue_long_settings(settings, fake_cifar(train=40, test=20), 4)   # 400 and 200 images over 4 clients
-    assert (glued["t1-long-train"], glued["t1-long-test"], glued["t1-long-visits"]) == ("100", "50", "10")
-    assert glued["t1-long-schedule"] == "after every round" and glued["t1-long-local-epochs"] == "10"
-    s07.glue_long_settings({**settings, "train": {**settings["train"], "eval_every": 5}}, fake_cifar(), 4)
-    assert glued["t1-long-schedule"] == "every 5 rounds"
-
-
-def test_fedavg_local_is_checked_against_5_7s_run_and_paired_over_clients(glued):
-    def file(evaluate, accs, **extra):
-        settings = {"partitions": [["cifar10", 4, 2]], "methods": ["FedAvg"], "fedavg_evaluate": evaluate,
-                    "rounds": 100, **extra}
-        return SimpleNamespace(settings=settings, seeds=(0,), values=lambda *a: [sum(accs) / len(accs)],
-                               results={"0": {"client_accuracy": {"cifar10/4/2": {"FedAvg": accs}}}})
-    long = file("global", [0.2, 0.3, 0.25, 0.25])
-    lv = s07.read_long(long)
-    text = s07.fedavg_local(file("local", [0.6, 0.7, 0.65, 0.66]), long, lv)
-    assert glued["t1-fedavg-local"] == "65.2" and text.startswith("higher beyond the spread (+40")
-    with pytest.raises(ValueError, match="rounds"):
-        s07.fedavg_local(file("local", [0.6] * 4, rounds=50), long, lv)
-    with pytest.raises(ValueError, match="fedavg_evaluate"):
-        s07.fedavg_local(file("global", [0.6] * 4), long, lv)

@@ -126,3 +126,15 @@ def test_a_failed_sanity_check_fails_the_bench(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "DIFFER" in out and "FAILED" in out and "MET" not in out and "MISSED" not in out
     assert "0/1 met; sanity check failed (not timed): FedAvg" in out and "sanity check failed: FedAvg (float64)" in out
+
+
+def test_a_table1_row_without_its_numbers_is_refused_at_registration():
+    from replearn.neural import algorithms
+    from replearn.neural.algorithms.base import Algorithm
+
+    class Half(Algorithm):
+        name, table1_row = "Half a row", 3
+
+    with pytest.raises(ValueError, match="Half a row: table1_row = 3 .* lacks the columns"):
+        algorithms.register(Half())
+    assert "Half a row" not in algorithms.names()

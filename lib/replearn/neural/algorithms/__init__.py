@@ -62,11 +62,26 @@ def register(algorithm: Algorithm) -> Algorithm:
         raise TypeError(f"register needs a named replearn.neural.algorithms.base.Algorithm, got {algorithm!r}")
     if algorithm.name in REGISTRY:
         raise ValueError(f"an algorithm named {algorithm.name!r} is already registered ({REGISTRY[algorithm.name].module})")
+    check_table1_row(algorithm)
     algorithm.module = type(algorithm).__module__
     items = sorted([*REGISTRY.items(), (algorithm.name, algorithm)], key=lambda kv: _order(kv[1]))
     REGISTRY.clear()
     REGISTRY.update(items)
     return algorithm
+
+
+def check_table1_row(algorithm: Algorithm) -> None:
+    """A method with a ``table1_row`` must carry its Table 1 numbers for every column of
+    :data:`TABLE1_COLUMNS` (``paper_accuracy``, :func:`~replearn.neural.algorithms.base.table1_accuracy`),
+    since :func:`paper_table1` and the book's tables read them; ``ValueError`` naming the method
+    and the columns it lacks otherwise."""
+    if algorithm.table1_row is None:
+        return
+    missing = [col for col in TABLE1_COLUMNS if col not in (algorithm.paper_accuracy or {})]
+    if missing:
+        raise ValueError(f"{algorithm.name}: table1_row = {algorithm.table1_row} says it is a row of Table 1, but its "
+                         f"paper_accuracy lacks the columns {missing}; give it table1_accuracy(...) with one number "
+                         f"per column of TABLE1_COLUMNS, or leave table1_row = None for a method outside Table 1")
 
 
 def unregister(name: str) -> None:

@@ -90,6 +90,7 @@ def test_settings_show_as_a_table_in_words(monkeypatch):
     assert [setting_value(v) for v in (1e-5, 2.5e6, None, True, "ANIL", 3, -0.25)] == \
         ["0.00001", "2500000", "—", "yes", "ANIL", "3", "-0.25"]
     assert setting_value({"FedProx": Demo(d=3), "Local only": 2.5e-3}) == "FedProx: d 3, T 5; Local only: 0.0025"
+    assert setting_value(1e-12) == "10⁻¹²" and setting_value(2.5e-9) == "2.5 × 10⁻⁹"
     assert setting_value({}) == "none" and setting_value(((1, 2), (3, 4))) == "1, 2; 3, 4"
     with pytest.raises(ValueError, match="no words for a set"):
         setting_value({1, 2})

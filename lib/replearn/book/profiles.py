@@ -200,6 +200,10 @@ COMMON_WORDS = {
 }
 
 
+#: digits and the minus sign as superscripts, for powers of ten
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
 def setting_value(value) -> str:
     """A setting's value as the settings table shows it: a real number with 3 significant digits
     (powers of ten written out, ``0.0316`` not ``0.03162277660168379``), integers exactly, a
@@ -218,6 +222,10 @@ def setting_value(value) -> str:
         if x == 0 or not math.isfinite(x):
             return "0" if x == 0 else str(x)
         text = f"{x:.3g}"
+        if abs(x) < 1e-6:   # 1e-12 -> "10⁻¹²", 2.5e-09 -> "2.5 × 10⁻⁹": a run of zeros is unreadable
+            mantissa, exponent = text.split("e")
+            power = "10" + exponent.replace("+", "").replace("-0", "-").translate(SUPERSCRIPT)
+            return power if mantissa == "1" else f"{mantissa} × {power}"
         if "e" in text:   # 1e-05 -> 0.00001, 1.5e+06 -> 1500000: no exponent notation on the page
             digits = 2 - math.floor(math.log10(abs(x)))
             text = f"{round(x, digits):.{max(digits, 0)}f}"

@@ -17,6 +17,7 @@ from dataclasses import fields, is_dataclass
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from replearn.book.profiles import setting_value
 from replearn.checks import check_int
 
 __all__ = ["OperatorCount", "TRAIN_IMAGES", "batching", "combine", "federated_steps", "launch_estimate", "require_data", "require_images", "settings_table"]
@@ -205,21 +206,18 @@ def _differs(ours, theirs) -> bool:
 
 
 def show_value(v) -> str:
-    """A settings value as the table shows it: floats in ``g`` format, a tuple
-    of partitions as ``cifar10 (100, 2)``-style items, other tuples comma-separated."""
+    """A settings value as the comparison tables show it: None (a count or choice left to its
+    default: the whole dataset, the authors' widths, epochs instead of steps) as "unset", a tuple
+    of partitions as ``cifar10 (100, 2)``-style items, a tuple of more than eight entries by its
+    length, anything else in words by :func:`replearn.book.profiles.setting_value`."""
     if v is None:
-        return "None"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:g}"
-    if isinstance(v, int):
-        return f"{v:,}"
+        return "unset"
     if isinstance(v, (tuple, list)):
         if v and all(isinstance(p, (tuple, list)) and len(p) == 3 and isinstance(p[0], str) for p in v):
             return "; ".join(f"{p[0]} ({p[1]:,}, {p[2]})" for p in v)
-        return ", ".join(show_value(x) for x in v) if len(v) <= 8 else f"{len(v)} entries"
-    return str(v)
+        if len(v) > 8:
+            return f"{len(v)} entries"
+    return setting_value(v)
 
 
 def settings_display(cls, paper_values: dict, caption: str, *, code_values: dict | None = None):

@@ -72,14 +72,17 @@ def leaves(params):
     return {n: p.detach().clone().requires_grad_(True) for n, p in params.items()}
 
 
-def sgd(params, objective, steps, cfg=CFG, lr=None):
-    """``steps`` steps of torch.optim.SGD (momentum, weight decay) on ``objective(params)``."""
+def sgd(params, objective, steps, cfg=CFG, lr=None, clip=None):
+    """``steps`` steps of torch.optim.SGD (momentum, weight decay) on ``objective(params)``,
+    with ``clip_grad_norm_(max_norm=clip)`` between ``backward()`` and ``step()`` when set."""
     p = leaves(params)
     opt = authors_sgd(list(p.values()), lr=cfg.lr if lr is None else lr, momentum=cfg.momentum,
                           weight_decay=cfg.weight_decay)
     for _ in range(steps):
         opt.zero_grad()
         objective(p).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(list(p.values()), max_norm=clip)
         opt.step()
     return {n: t.detach() for n, t in p.items()}
 
@@ -132,10 +135,14 @@ def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit():
     assert torch.equal(a.train_loss, b.train_loss) and torch.equal(a.final.accuracy, b.final.accuracy)
 
 
-def test_scaffold_option_ii_control_variates_and_global_step():
+@pytest.mark.parametrize("clip", [None, 0.3])
+def test_scaffold_option_ii_control_variates_and_global_step(clip):
+    """SCAFFOLD's Alg. 1 (option II); with ``max_grad_norm`` (0.3: below this problem's gradient
+    norms, so most steps are clipped) the corrected gradient goes through ``clip_grad_norm_``
+    before the step, as in the FedRep authors' ``LocalUpdateScaffold``."""
     eta_g = 0.7
     cfg = neural.TrainConfig(**{**CFG.__dict__, "rounds": 3, "participation": 0.5})
-    r = run("SCAFFOLD", A.get("SCAFFOLD").Options(global_lr=eta_g), cfg=cfg)
+    r = run("SCAFFOLD", A.get("SCAFFOLD").Options(global_lr=eta_g, max_grad_norm=clip), cfg=cfg)
     x = init()
     zeros = {n: torch.zeros_like(p) for n, p in x.items()}
     c, ci = dict(zeros), {i: dict(zeros) for i in range(CLIENTS.n_clients)}
@@ -144,7 +151,8 @@ def test_scaffold_option_ii_control_variates_and_global_step():
         ys, dcs = {}, {}
         for i in sel:
             corr = {n: c[n] - ci[i][n] for n in x}
-            ys[i] = sgd(x, lambda p, i=i, corr=corr: ce(p, i) + sum((corr[n] * p[n]).sum() for n in p), K, cfg)
+            ys[i] = sgd(x, lambda p, i=i, corr=corr: ce(p, i) + sum((corr[n] * p[n]).sum() for n in p), K, cfg,
+                        clip=clip)
             new_ci = {n: ci[i][n] - c[n] + (x[n] - ys[i][n]) / (K * cfg.lr) for n in x}
             dcs[i] = {n: new_ci[n] - ci[i][n] for n in x}
             ci[i] = new_ci
@@ -156,6 +164,18 @@ def test_scaffold_option_ii_control_variates_and_global_step():
     assert_close(r.extras["server"]["c"], c)
     for i, state in r.extras["clients"].items():
         assert_close(state["c"], ci[i])
+    if clip is not None:  # the clipping changed the run
+        plain = run("SCAFFOLD", A.get("SCAFFOLD").Options(global_lr=eta_g), cfg=cfg)
+        assert max((plain.state[n] - r.state[n]).abs().max().item() for n in x) > 1e-3
+
+
+def test_scaffold_clipping_on_the_batched_path_gives_the_per_client_iterates():
+    opts = A.get("SCAFFOLD").Options(max_grad_norm=0.3)
+    one = A.run("SCAFFOLD", tiny(), EQUAL, MINIBATCH, opts, workers=1)
+    batched = A.run("SCAFFOLD", tiny(), EQUAL, replace(MINIBATCH, vmap_clients=3), opts, workers=1)
+    assert_close(batched.state, one.state, tol=1e-13)
+    plain = A.run("SCAFFOLD", tiny(), EQUAL, MINIBATCH, workers=1)
+    assert max((plain.state[n] - one.state[n]).abs().max().item() for n in one.state) > 1e-3  # it clipped
 
 
 def test_ditto_personal_models_are_pulled_toward_the_global_model():

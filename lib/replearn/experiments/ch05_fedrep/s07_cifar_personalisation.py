@@ -97,6 +97,8 @@ AUTHORS_OPTIONS = (
     ("Local only", "epochs", 100, "scripts/*.sh (--epochs 100, which main_local.py reads as each client's epochs)"),
     ("FedProx", "mu", 0.1, "utils/options.py (--mu 0.1)"),
     ("SCAFFOLD", "global_lr", 0.1, "utils/options.py (--lr_g 0.1)"),
+    ("SCAFFOLD", "max_grad_norm", 10.0, "models/Update.py (LocalUpdateScaffold: clip_grad_norm_(max_norm=10) "
+                                        "after backward())"),
     ("Ditto", "lam", 1.0, "utils/options.py (--lam_ditto 1)"),
     ("APFL", "alpha", 0.75, "utils/options.py (--alpha_apfl 0.75)"),
     ("APFL", "adapt_alpha", False, "main_apfl.py (alpha is never updated)"),

@@ -39,6 +39,18 @@ def foreach_mul(xs: Sequence[torch.Tensor], scalar: float) -> list[torch.Tensor]
     return torch._foreach_mul(xs, scalar)
 
 
+def clip_total_norm(grads: Sequence[torch.Tensor], max_norm: float) -> list[torch.Tensor]:
+    """``grads`` scaled by ``min(1, max_norm / (||grads|| + 1e-6))``, where ``||grads||`` is the
+    Euclidean norm of all of them together: ``torch.nn.utils.clip_grad_norm_``'s arithmetic
+    (new tensors; the factor is applied even when it is 1, as there, so an unclipped step is
+    bit for bit the unclipped gradient). No Python decision on a tensor, so it also runs under
+    ``torch.func.vmap`` (one factor per client)."""
+    grads = list(grads)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    factor = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    return [g * factor for g in grads]
+
+
 def decays(p: torch.Tensor) -> bool:
     """Whether weight decay applies to parameter ``p``: to weights (matrices, convolution
     kernels), not to biases (vectors), as the FedRep authors' optimiser does (``models/Update.py``

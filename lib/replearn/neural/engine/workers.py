@@ -13,7 +13,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 
 from replearn.neural.engine.config import TrainConfig
-from replearn.neural.engine.sgd import Momentum, add_weight_decay, foreach_add
+from replearn.neural.engine.sgd import Momentum, add_weight_decay, clip_total_norm, foreach_add
 
 Params = dict[str, torch.Tensor]
 
@@ -152,8 +152,8 @@ class LocalSGD:
     def train(self, params: Params, trainable: Sequence[str], x: torch.Tensor, y: torch.Tensor,
               batches: Sequence[torch.Tensor], cfg: TrainConfig,
               generator: torch.Generator | None = None, *,
-              extra_grad: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]] | None = None
-              ) -> tuple[Params, torch.Tensor]:
+              extra_grad: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]] | None = None,
+              max_grad_norm: float | None = None) -> tuple[Params, torch.Tensor]:
         """One local phase on one client: SGD on the mean cross-entropy of each index batch
         of ``batches`` (rows of ``x``, ``y``), updating only the names in ``trainable``
         (``params`` gives every parameter's starting value), with ``torch.optim.SGD``
@@ -163,6 +163,10 @@ class LocalSGD:
         ``extra_grad(theta)``: terms added to the minibatch gradient at every step, given the
         current trainable tensors in ``trainable``'s order (an objective's extra terms, e.g.
         FedProx's ``mu (theta - theta_global)``); ``g <- grad + extra + weight_decay * theta``.
+        ``max_grad_norm``: when set, ``grad + extra`` is scaled to at most this Euclidean norm
+        (all trainable tensors together, :func:`~replearn.neural.engine.sgd.clip_total_norm`)
+        before the weight decay is added, as ``clip_grad_norm_`` between ``backward()`` and
+        ``optimizer.step()`` does (the FedRep authors' SCAFFOLD).
         Returns the trained parameters (copies, names in ``trainable``) and the summed
         minibatch loss (a 0-d tensor)."""
         with torch.no_grad():
@@ -194,6 +198,8 @@ class LocalSGD:
                 grads = [p.grad for p in tp]
                 if extra_grad is not None:
                     grads = torch._foreach_add(grads, list(extra_grad(tp)))
+                if max_grad_norm is not None:
+                    grads = clip_total_norm(grads, max_grad_norm)
                 if cfg.weight_decay:
                     grads = add_weight_decay(grads, tp, cfg.weight_decay)
                 if cfg.momentum:
@@ -261,9 +267,9 @@ class FunctionalSGD:
     def train(self, params: Params, trainable: Sequence[str], x: torch.Tensor, y: torch.Tensor,
               batches: Sequence[torch.Tensor], cfg: TrainConfig,
               generator: torch.Generator | None = None, *,
-              extra_grad: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]] | None = None
-              ) -> tuple[Params, torch.Tensor]:
-        """As :meth:`LocalSGD.train`: ``g <- grad + extra + weight_decay * theta``; ``buf <- g``
+              extra_grad: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]] | None = None,
+              max_grad_norm: float | None = None) -> tuple[Params, torch.Tensor]:
+        """As :meth:`LocalSGD.train`: ``g <- clip(grad + extra) + weight_decay * theta``; ``buf <- g``
         at the first step, else ``momentum * buf + g``; ``theta <- theta - lr * buf``."""
         self._check(cfg)
         names = list(trainable)
@@ -279,6 +285,8 @@ class FunctionalSGD:
             grads = [g[n] for n in names]
             if extra_grad is not None:
                 grads = foreach_add(grads, list(extra_grad(theta)))
+            if max_grad_norm is not None:
+                grads = clip_total_norm(grads, max_grad_norm)
             theta = sgd.step(theta, grads, cfg.lr)
         return dict(zip(names, theta)), loss_sum
 

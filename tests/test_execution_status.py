@@ -294,3 +294,25 @@ def test_consecutive_prints_are_merged_but_not_across_a_figure_or_another_stream
     nb = _notebook("print(1)", outputs[:2])
     script.normalise(nb)
     assert nb.cells[1].outputs == [out("stream", name="stdout", text="a\nb\n")]
+
+
+def test_results_rows_read_each_files_provenance(tmp_path):
+    folder = tmp_path / "long"
+    folder.mkdir()
+    prov = {"commit": "0123456789abcdef", "device": "cpu", "cpu": "AMD EPYC", "threads": 1,
+            "date": "2026-12-06T01:54:18+00:00", "wall_s": 3027.1}
+    (folder / "5.7.json").write_text(json.dumps({"seeds": [0, 1], "provenance": prov}))
+    (folder / "4.7.json").write_text(json.dumps({"seeds": [2], "provenance": {**prov, "device": "cuda:0",
+                                                                              "wall_s": 30}}))
+    assert es.results_rows(tmp_path) == [
+        ("long", "4.7", "0123456789ab", "2026-12-06", "cuda:0", "2", "30 s"),
+        ("long", "5.7", "0123456789ab", "2026-12-06", "AMD EPYC, 1 thread", "0, 1", "50 min 27 s")]
+    (folder / "5.8.json").write_text('{"seeds": [0]')
+    with pytest.raises(ValueError, match="5.8.json: not a results file"):
+        es.results_rows(tmp_path)
+
+
+def test_the_committed_results_files_all_have_rows():
+    assert {(r[0], r[1]) for r in es.results_rows()} == {
+        (p.parent.name, p.stem) for p in es.RESULTS.glob("*/*.json")}
+    assert all(len(r[2]) == 12 for r in es.results_rows())  # every file names its commit

@@ -26,7 +26,13 @@ sections recorded" while some notebook has no record), ``slowest`` (the slowest 
 linked), ``machine`` (the CPU and threads; with the sections each ran where there were several)
 or ``count``; so that no run time is typed by hand.
 
-Both are filled in after all documents were read (``doctree-resolved``: every title is known then),
+**Results files.** The directive ``{results-status}`` becomes a table of the committed results of runs
+too long for the notebooks (``book/results/<profile>/<section>.json``, written by
+``scripts/run_results.py``): for each file its profile and section, the commit of the code that
+ran it, the date, the device (with the CPU and its threads), the seeds and the wall time, read from
+the file's provenance when the book is built (:func:`results_rows`).
+
+The first two are filled in after all documents were read (``doctree-resolved``: every title is known then),
 and every page that uses them depends on every notebook (rebuilt when one changes).
 """
 
@@ -257,6 +263,53 @@ def book_notebooks(env) -> list[tuple[str, str]]:
             if doc in env.found_docs and str(env.doc2path(doc)).endswith(".ipynb")]
 
 
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def results_rows(folder: Path = RESULTS) -> list[tuple[str, ...]]:
+    """One row per results file under ``folder`` (``<profile>/<section>.json``), sorted by profile
+    then section: profile, section, the run's commit (12 characters), its UTC day, device, seeds and
+    wall time, from the file's ``provenance``; a file that cannot be read as JSON is a ValueError
+    naming it (the book would otherwise show results nobody can trace)."""
+    rows = []
+    for path in sorted(folder.glob("*/*.json")):
+        try:
+            data = json.loads(path.read_text())
+            prov, seeds = data["provenance"], data["seeds"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}: not a results file of scripts/run_results.py ({err}); "
+                             f"re-run its section or delete the file") from err
+        device = prov.get("device", "?")
+        if device == "cpu" and prov.get("cpu"):
+            device = f"{prov['cpu']}, {prov.get('threads', '?')} thread{'s' * (prov.get('threads') != 1)}"
+        wall = prov.get("wall_s")
+        rows.append((path.parent.name, path.stem, str(prov.get("commit", "?"))[:12], str(prov.get("date", "?"))[:10],
+                     device, ", ".join(map(str, seeds)),
+                     format_duration(wall) if isinstance(wall, (int, float)) else NOT_RECORDED))
+    return rows
+
+
+class ResultsStatusDirective(SphinxDirective):
+    has_content = False
+
+    def run(self):
+        header = ("Profile", "Section", "Commit", "Date (UTC)", "Device", "Seeds", "Wall time")
+        tbl = nodes.table(classes=["execution-status"])
+        group = nodes.tgroup(cols=len(header))
+        tbl += group
+        for width in (8, 18, 14, 12, 30, 8, 10):
+            group += nodes.colspec(colwidth=width)
+        group += nodes.thead("", nodes.row("", *(entry(nodes.Text(h)) for h in header)))
+        body = nodes.tbody()
+        group += body
+        for path in sorted(RESULTS.glob("*/*.json")):
+            self.env.note_dependency(str(path))
+        for row in results_rows():
+            body += nodes.row("", *(entry(nodes.literal("", c) if i in (1, 2) else nodes.Text(c))
+                                    for i, c in enumerate(row)))
+        return [tbl]
+
+
 class execution_status_table(nodes.General, nodes.Element):
     """Placeholder of the status table, replaced when the document is resolved."""
 
@@ -359,6 +412,7 @@ def setup(app):
     app.add_node(execution_status_table)
     app.add_node(execution_statistic)
     app.add_directive("execution-status", ExecutionStatusDirective)
+    app.add_directive("results-status", ResultsStatusDirective)
     app.add_role("execution", ExecutionRole())
     app.connect("doctree-resolved", resolve)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -29,7 +29,8 @@ from replearn.neural.transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, la
 
 #: What the sources state of Fig. 2's setting, by settings field: (value, where it says so)
 #: (the paper defers the details to an appendix that our copy does not hold).
-PAPER_SETTINGS = {"tau": (50, "talk (FedAvg tau = 50)"),
+PAPER_SETTINGS = {"classes_per_client": (5, "FedAvg-FT paper, Fig. 2 caption (CIFAR-100 with 5 classes/client)"),
+                  "tau": (50, "talk (FedAvg tau = 50)"),
                   "total_steps": (125_000, "talk (T tau = 125,000)")}
 
 #: What the authors' code does: the FedAvg-FT paper (Collins et al., 2022) has no public code, so

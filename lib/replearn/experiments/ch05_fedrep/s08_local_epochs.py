@@ -24,6 +24,9 @@ from replearn.neural.personalisation import AUTHORS_PIPELINE, PAPER_OPTIM, Feder
 
 #: What the FedRep paper's text states of Fig. 5's setting, by settings field: (value, where).
 PAPER_SETTINGS = {"dataset": ("cifar10", "FedRep paper, Fig. 5 caption"),
+                  "clients": (100, "FedRep paper, Sec. 5.2 (Fig. 5: n = 100 clients)"),
+                  "classes_per_client": (2, "FedRep paper, Sec. 5.2 (Fig. 5: S = 2 classes each)"),
+                  "train.last_rounds": (10, "FedRep paper, Sec. 5.2 (accuracy averaged over the final 10 rounds)"),
                   "train_per_client": (None, "FedRep paper, Sec. 5.2 (50,000/n each)"),
                   "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)"),
                   "train.rounds": (100, "FedRep paper, Sec. 5.2 (T = 100 for CIFAR)")}

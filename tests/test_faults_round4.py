@@ -138,3 +138,27 @@ def test_a_table1_row_without_its_numbers_is_refused_at_registration():
     with pytest.raises(ValueError, match="Half a row: table1_row = 3 .* lacks the columns"):
         algorithms.register(Half())
     assert "Half a row" not in algorithms.names()
+
+
+# ------------------------------------------------------------------ class 4: a user's method at its hooks
+
+def test_a_python_decision_on_a_tensor_on_the_batched_path_names_the_method_and_the_way_out():
+    """A ``client_update`` that calls ``float()`` on a tensor cannot run under ``vmap``: the error
+    names the method and the hook and says what to do, instead of functorch's bare message."""
+
+    class Fussy(type(algorithms.get("FedAvg"))):
+        name, table1_row, paper_accuracy, batched = "Fussy", None, None, True
+
+        def client_update(self, ctx):
+            update = super().client_update(ctx)
+            if float(update.loss_sum) > 1e9:  # a Python decision on a tensor's value
+                raise AssertionError("unreachable")
+            return update
+
+    clients = tiny_clients(sizes=(12, 12, 12))
+    cfg = neural.TrainConfig(rounds=1, lr=0.05, batch_size=4, local_steps=2, participation=1.0, last_rounds=1,
+                             vmap_clients=3)
+    with pytest.raises(ValueError, match=r"^Fussy: its client_update .* batched = False, or run with "
+                                         r"TrainConfig.vmap_clients = 1"):
+        Fussy().run(tiny_model(), clients, cfg)
+    Fussy().run(tiny_model(), clients, neural.TrainConfig(**{**cfg.__dict__, "vmap_clients": 1}))  # one at a time: runs

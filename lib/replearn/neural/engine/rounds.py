@@ -370,7 +370,16 @@ def _train_group(algorithm, model: nn.Module, clients: ClientData, group: Sequen
         peak = zero if worker.peak_loss is None else worker.peak_loss
         return update.upload, update.state, update.loss_sum + zero, first, peak
 
-    upload, state, loss_sum, first, peak = vmap(one)(_stack_states([states[i] for i in group]), xs, ys, batches)
+    try:
+        upload, state, loss_sum, first, peak = vmap(one)(_stack_states([states[i] for i in group]), xs, ys, batches)
+    except RuntimeError as err:
+        if not str(err).startswith("vmap"):
+            raise
+        raise ValueError(
+            f"{algorithm.name}: its client_update (or a hook it calls) cannot run batched, under torch.func.vmap, "
+            f"for clients {list(group)}: {err} A Python decision on a tensor's value (float(), .item(), bool(), "
+            f"'if' on a tensor) has no batched form; compute with tensor operations (torch.where, torch.clamp), "
+            f"or declare the method batched = False, or run with TrainConfig.vmap_clients = 1") from err
     named = update_tensors(upload, state)  # stacked along the group
     norms = [x.reshape(len(group), -1).norm(dim=1) if x.is_floating_point() else loss_sum.new_zeros(len(group))
              for _, x in named]

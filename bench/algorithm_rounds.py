@@ -125,7 +125,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from replearn.neural import algorithms, models, personalisation
+from replearn.experiments.ch05_fedrep import cifar_federation as personalisation
+from replearn.neural import algorithms, models
 from replearn import neural
 from replearn.backend import derive_seed, make_generator
 from replearn.neural.specs import FEDREP_WIDTHS

@@ -17,7 +17,7 @@ on the same model, initial weights and images:
 
 Three settings, 10 clients x 200 images, tau = 10 local steps, momentum 0.5:
 
-- ``book``: the book's CPU default, read from :class:`replearn.neural.personalisation.FederationSettings`
+- ``book``: the book's CPU default, read from :class:`replearn.experiments.ch05_fedrep.cifar_federation.FederationSettings`
   (the FedRep CNN with the narrow 16/32-channel body, batch 10); target >= 2x ``pfllib``;
 - ``narrow50``: the same network at batch 50 (the larger batch the issue proposed); target >= 2x;
 - ``cifar10``: the authors' FedRep CNN (64/64 channels) with batch 10; targets >= 1.2x
@@ -54,7 +54,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torch.utils.flop_counter import FlopCounterMode
 
-from replearn.neural import algorithms, models, personalisation
+from replearn.experiments.ch05_fedrep import cifar_federation as personalisation
+from replearn.neural import algorithms, models
 from replearn import neural
 from replearn.book import scales
 from replearn.neural.specs import FEDREP_WIDTHS
@@ -288,7 +289,7 @@ def bench_setting(name, dtype, x, y, args):
     runs = {
         "pfllib": lambda: pfllib_fedavg(copy.deepcopy(model), pfl_clients, rounds=rounds, tau=tau),
         "previous": lambda: previous_fedavg(model, clients, cfg),
-        "ours": lambda: neural.run("FedAvg", model, clients, cfg),
+        "ours": lambda: neural.run(algorithms.get("FedAvg"), model, clients, cfg),
     }
     times = {k: [] for k in runs}
     gemms, ceilings = [], []

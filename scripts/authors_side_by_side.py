@@ -232,7 +232,7 @@ IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 def partition(cifar: D.CifarData, clients: int, classes: int, train_per_client: int, seed: int):
     """``(train_parts, test_parts)``: each client's indices into ``cifar``'s training and test
-    arrays, as :func:`replearn.neural.personalisation.make_federation` (all classes, the authors' shard
+    arrays, as :func:`replearn.experiments.ch05_fedrep.cifar_federation.make_federation` (all classes, the authors' shard
     split, ``train_per_client`` images per client, the whole test set spread) builds them, with
     the same seeds (``derive_seed(seed, 10 | 11 | 12)``)."""
     k = cifar.n_classes

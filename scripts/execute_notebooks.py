@@ -91,7 +91,7 @@ def run_environment() -> dict:
     """The profile and torch's thread count the kernels run with (they inherit this environment)."""
     import torch
 
-    from replearn.book.profiles import profile_name
+    from replearn.settings import profile_name
 
     return {"profile": profile_name(), "threads": torch.get_num_threads()}
 

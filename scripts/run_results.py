@@ -8,7 +8,7 @@
     python scripts/run_results.py --profile long 5.7-fedavg-local    # 5.7's FedAvg tested with the local copies
 
 ``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
-the profile's settings (:meth:`replearn.book.profiles.Settings.profile`); every finished seed is
+the profile's settings (:meth:`replearn.settings.Settings.profile`); every finished seed is
 checkpointed under ``<out>/<profile>/.checkpoints/``, so an interrupted run resumes where it
 stopped; within a seed, every finished engine run is stored there too
 (:func:`replearn.neural.checkpoints.resumable`), so a seed cut short resumes from the runs it finished

@@ -19,7 +19,7 @@ import pytest
 
 from replearn import experiments
 from replearn.neural import TrainConfig
-from replearn.book.profiles import Settings, _annotated_kinds
+from replearn.settings import Settings, _annotated_kinds
 
 #: The TrainConfig fields a settings class must not re-declare. ``seed`` is the exception: a
 #: settings' ``seed`` is the experiment's seed (partition, initial network, new clients), from which
@@ -28,9 +28,9 @@ TRAIN_FIELDS = frozenset(f.name for f in dataclasses.fields(TrainConfig)) - {"se
 
 
 def settings_with_train() -> set[type]:
-    """Every :class:`~replearn.book.profiles.Settings` subclass with a field named ``train`` in the
+    """Every :class:`~replearn.settings.Settings` subclass with a field named ``train`` in the
     library's CIFAR modules and in the drivers (``replearn.experiments``, subpackages included)."""
-    names = ["replearn.neural.transfer", "replearn.neural.personalisation"]
+    names = ["replearn.experiments.ch04_fedavg.cifar_transfer", "replearn.experiments.ch05_fedrep.cifar_federation"]
     names += [info.name for info in pkgutil.walk_packages(experiments.__path__, "replearn.experiments.")]
     found = set()
     for name in names:

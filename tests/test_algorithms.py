@@ -18,7 +18,7 @@ from torch.func import functional_call
 from replearn.neural.engine import evaluation, rounds
 from replearn.neural import algorithms as A
 from replearn import neural
-from replearn.neural import personalisation
+from replearn.experiments.ch05_fedrep import cifar_federation as personalisation
 from replearn.backend import derive_seed, make_generator
 
 from tiny_net import Tiny, authors_sgd

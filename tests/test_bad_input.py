@@ -28,7 +28,7 @@ from replearn.experiments.ch05_fedrep import (s01_personalisation, s02_fedrep, s
 from replearn.experiments.ch03_aruba import (s01_online_learning, s02_meta_initialisation, s03_framework,
                                              s04_adaptive_rates, s05_neural)
 from replearn.experiments import settings_classes
-from replearn.book.profiles import _annotated_kinds
+from replearn.settings import _annotated_kinds
 from replearn.theory.trajectory import Trajectory
 from engine_calls import finetune, run_key
 from replearn.neural import algorithms

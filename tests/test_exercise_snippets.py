@@ -41,7 +41,7 @@ CODE_BLOCK = re.compile(r"^[ \t]*(`{3,})(?:python|\{code-cell\}[^\n]*|\{code-blo
                         re.S | re.M)
 INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 SETUP_NAMES = {"cfg", "cifar", "cifar10", "cifar100"}
-HEAVY_MODULES = ("replearn.neural", "replearn.neural.transfer", "replearn.neural.personalisation")
+HEAVY_MODULES = ("replearn.neural", "replearn.experiments.ch04_fedavg.cifar_transfer", "replearn.experiments.ch05_fedrep.cifar_federation")
 
 
 class Placeholder:

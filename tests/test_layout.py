@@ -40,12 +40,29 @@ def test_every_section_has_its_driver_and_tests(sec):
     assert (ROOT / sec["driver"]).is_file(), f"section {sec['number']}: no driver at {sec['driver']}"
     assert (ROOT / sec["test"]).is_file(), f"section {sec['number']}: no tests at {sec['test']}"
     imported = notebook_imports(ROOT / sec["notebook"])
-    assert imported == {sec["module"]}, f"{sec['notebook']} must import exactly its own driver {sec['module']}, " \
-                                        f"imports {sorted(imported)}"
+    drivers = {m for m in imported if is_driver(m)}
+    assert drivers == {sec["module"]}, f"{sec['notebook']} must import exactly its own driver {sec['module']}, " \
+                                       f"imports {sorted(drivers)}"
+    chapter = sec["module"].rsplit(".", 1)[0]
+    assert all(m.rsplit(".", 1)[0] == chapter for m in imported - drivers), \
+        f"{sec['notebook']} imports another chapter's set-up: {sorted(imported - drivers)}"
+
+
+def is_driver(module: str) -> bool:
+    """A section's driver (``...chNN_chapter.sMM_section``), not a set-up its chapter's drivers share."""
+    return re.fullmatch(r"s\d\d_\w+", module.rsplit(".", 1)[-1]) is not None
+
+
+def setups() -> dict[str, Path]:
+    """The chapters' shared set-ups (e.g. ``ch05_fedrep/cifar_federation.py``, the CIFAR federation
+    that 5.7-5.9 run): modules of a chapter folder that are not drivers, by dotted name."""
+    return {f"replearn.{'.'.join(p.relative_to(LIB).with_suffix('').parts)}": p
+            for p in (LIB / "experiments").glob("ch*/*.py") if p.name != "__init__.py" and not is_driver(p.stem)}
 
 
 def test_no_driver_without_a_section():
-    drivers = {str(p.relative_to(ROOT)) for p in (LIB / "experiments").rglob("*.py") if p.name != "__init__.py"}
+    drivers = {str(p.relative_to(ROOT)) for p in (LIB / "experiments").rglob("*.py")
+               if p.name != "__init__.py" and is_driver(p.stem)}
     assert drivers == {s["driver"] for s in SECTIONS}, "drivers must sit at chNN_chapter/sMM_section.py of a notebook"
     tests = {str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "experiments").rglob("test_*.py")}
     assert tests == {s["test"] for s in SECTIONS}
@@ -76,15 +93,60 @@ def test_no_private_names_across_modules():
     assert bad == []
 
 
+def _imported(node) -> list[str]:
+    """The dotted modules an import statement names (``from a import b`` gives ``a`` and ``a.b``)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module:
+        return [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    return []
+
+
 def test_drivers_import_no_other_driver():
+    """A driver imports the library and its chapter's set-ups, never another driver; a set-up imports
+    no driver."""
     bad = []
-    for p in sorted((LIB / "experiments").rglob("s*.py")):
+    for p in sorted((LIB / "experiments").glob("ch*/*.py")):
         for node in ast.walk(ast.parse(p.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-                bad.append(f"{p.relative_to(LIB)} imports .{node.module}")
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("replearn.experiments"):
-                bad.append(f"{p.relative_to(LIB)} imports {node.module}")
-    assert bad == [], "code shared by sections belongs in the library proper"
+            if isinstance(node, ast.ImportFrom) and node.level:
+                bad.append(f"{p.relative_to(LIB)} imports .{node.module} (relative)")
+            for m in _imported(node):
+                if m.startswith("replearn.experiments.ch") and m.count(".") == 3 and is_driver(m):
+                    bad.append(f"{p.relative_to(LIB)} imports {m}")
+    assert bad == [], "code shared by sections belongs in a set-up of the chapter or in the library proper"
+
+
+def test_every_setup_serves_its_chapters_drivers():
+    used = {m for p in (LIB / "experiments").glob("ch*/s[0-9][0-9]_*.py")
+            for node in ast.walk(ast.parse(p.read_text())) for m in _imported(node)}
+    assert setups() and all(name in used for name in setups()), f"unused set-ups: {sorted(set(setups()) - used)}"
+
+
+#: The library below the book: what learns (``theory``, ``neural``) and the settings and tables it is
+#: configured and shown with import nothing from the book's tooling or from the sections' drivers.
+BELOW_THE_BOOK = [p for p in sorted(LIB.rglob("*.py"))
+                  if p.relative_to(LIB).parts[0] in ("theory", "neural", "settings.py", "table.py", "checks.py",
+                                                     "backend.py")]
+
+
+@pytest.mark.parametrize("path", BELOW_THE_BOOK, ids=lambda p: str(p.relative_to(LIB)))
+def test_the_library_imports_nothing_from_the_book(path):
+    bad = [f"line {node.lineno}: {m}" for node in ast.walk(ast.parse(path.read_text())) for m in _imported(node)
+           if m.startswith(("replearn.book", "replearn.experiments"))
+           or (isinstance(node, ast.ImportFrom) and node.module == "replearn"
+               and any(a.name in ("book", "experiments") for a in node.names))]
+    assert bad == []
+
+
+@pytest.mark.parametrize("path", BELOW_THE_BOOK, ids=lambda p: str(p.relative_to(LIB)))
+def test_no_import_hides_in_a_function(path):
+    """Every dependency of a library module is at its top (none imported inside a function to
+    break a cycle)."""
+    tree = ast.parse(path.read_text())
+    hidden = [f"{fn.name}, line {node.lineno}" for fn in ast.walk(tree)
+              if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for node in ast.walk(fn) if any(m.startswith("replearn") for m in _imported(node))]
+    assert hidden == []
 
 
 def test_generated_inventories_are_up_to_date():

@@ -231,14 +231,14 @@ def test_client_threads_report_divergence_and_bad_settings():
     cfg = neural.TrainConfig(rounds=3, lr=1e4, momentum=0.0, batch_size=BIG, local_steps=5)
     threads = torch.get_num_threads()
     with pytest.raises(FloatingPointError, match=r"round \d+: client \d+.*lr = 10000"):
-        neural.run("FedAvg", tiny_model(), CLIENTS, cfg, workers=2)
+        neural.run(algorithms.get("FedAvg"), tiny_model(), CLIENTS, cfg, workers=2)
     assert torch.get_num_threads() == threads
     for workers in (0, 1.5, True):
         with pytest.raises(ValueError, match="workers"):
-            neural.run("FedAvg", tiny_model(), CLIENTS, cfg, workers=workers)
+            neural.run(algorithms.get("FedAvg"), tiny_model(), CLIENTS, cfg, workers=workers)
     for change in (dict(augment=True), dict(vmap_clients=2)):
         with pytest.raises(ValueError, match="workers=1"):
-            neural.run("FedAvg", tiny_model(), CLIENTS, replace(cfg, lr=0.1, **change), workers=2)
+            neural.run(algorithms.get("FedAvg"), tiny_model(), CLIENTS, replace(cfg, lr=0.1, **change), workers=2)
 
 
 def test_evaluate_matches_a_direct_computation_and_weights_by_test_size():
@@ -689,7 +689,7 @@ def test_finetune_and_fit_heads_batched_match_one_client_at_a_time(part, monkeyp
     """The batched path of fine-tuning and head fitting (``vmap_clients``, meant for a GPU) gives
     the per-client results to float64 rounding; clients of equal sizes are grouped, the others
     train alone, so any mix of sizes works."""
-    from replearn.neural.personalisation import fit_heads
+    from replearn.experiments.ch05_fedrep.cifar_federation import fit_heads
 
     model = tiny_model().double()
     clients = tiny_clients(sizes=(12, 12, 12, 8))

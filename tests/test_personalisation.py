@@ -1,4 +1,4 @@
-"""replearn.neural.personalisation: CIFAR federations, their settings and new clients' heads (the library
+"""replearn.experiments.ch05_fedrep.cifar_federation: CIFAR federations, their settings and new clients' heads (the library
 side of book 5.7-5.9; the section drivers are tested in tests/experiments/ch05_fedrep).
 
 Most tests run on the small synthetic stand-in of :func:`cifar_fixtures.fake_cifar`; the partition
@@ -12,13 +12,13 @@ from cifar_fixtures import fake_cifar
 from settings_checks import check_composes_train, check_fields_type_checked, settings_with_train
 
 from replearn import neural
-from replearn.neural import personalisation as P
+from replearn.experiments.ch05_fedrep import cifar_federation as P
 from replearn.backend import derive_seed
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
 from replearn.experiments.ch05_fedrep import s08_local_epochs as s58
 from replearn.experiments.ch05_fedrep import s09_new_clients_cifar as s59
-from replearn.book.profiles import differences
-from replearn.neural.transfer import MatchedTraining
+from replearn.settings import differences
+from replearn.experiments.ch04_fedavg.cifar_transfer import MatchedTraining
 from engine_calls import finetune
 
 

@@ -2,7 +2,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from replearn.book.profiles import Settings, profile_name
+from replearn.settings import Settings, profile_name
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def test_profile_switch(monkeypatch):
 
 
 def test_differences_lists_the_fields_the_paper_profile_changes():
-    from replearn.book.profiles import differences
+    from replearn.settings import differences
 
     assert differences(Demo) == [("d", 10, 100), ("T", 5, 500)]
     with pytest.raises(ValueError, match="Settings subclass"):
@@ -41,7 +41,7 @@ def test_differences_lists_the_fields_the_paper_profile_changes():
 
 def test_differences_look_inside_composed_configs():
     from replearn.neural import TrainConfig
-    from replearn.book.profiles import differences
+    from replearn.settings import differences
 
     @dataclass(frozen=True)
     class WithConfig(Settings):
@@ -57,7 +57,7 @@ def test_differences_look_inside_composed_configs():
 
 def test_every_experiment_has_a_distinct_paper_profile():
     from replearn.experiments import settings_classes
-    from replearn.book.profiles import differences
+    from replearn.settings import differences
 
     classes = settings_classes()
     assert "ch04_fedavg.s04_convergence.ConvergenceSettings" in classes and len(classes) >= 30
@@ -67,7 +67,7 @@ def test_every_experiment_has_a_distinct_paper_profile():
 
 def test_settings_show_as_a_table_in_words(monkeypatch):
     # issue 44: settings are shown as a short table of words and rounded values, not a dataclass dump
-    from replearn.book.profiles import setting_value
+    from replearn.settings import setting_value
 
     @dataclass(frozen=True)
     class Worded(Settings):
@@ -101,7 +101,7 @@ def test_every_setting_of_chapters_1_to_3_has_words(chapter):
     # a field without words would show its Python name on the page
     from dataclasses import fields, is_dataclass
 
-    from replearn.book.profiles import COMMON_WORDS
+    from replearn.settings import COMMON_WORDS
     from replearn.experiments import settings_classes
 
     for name, cls in settings_classes().items():

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import pytest
 
 from replearn.book import seeds as S
-from replearn.neural.transfer import MatchedTraining
+from replearn.experiments.ch04_fedavg.cifar_transfer import MatchedTraining
 
 
 def test_mean_sd_decimals_and_pm():

@@ -17,7 +17,7 @@ from cifar_fixtures import fake_cifar
 from torch import nn
 from torch.nn import functional as F
 
-from replearn.neural import personalisation
+from replearn.experiments.ch05_fedrep import cifar_federation as personalisation
 from replearn.neural.models import make_model
 from replearn.neural.specs import FEDREP_WIDTHS
 

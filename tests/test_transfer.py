@@ -1,4 +1,4 @@
-"""replearn.neural.transfer: matched FedAvg / D-SGD training, CIFAR-100 pre-training and new clients
+"""replearn.experiments.ch04_fedavg.cifar_transfer: matched FedAvg / D-SGD training, CIFAR-100 pre-training and new clients
 (the library side of book 4.7-4.9; the section drivers are tested in tests/experiments/ch04_fedavg)."""
 
 from dataclasses import replace
@@ -8,12 +8,12 @@ import torch
 from settings_checks import check_composes_train, check_fields_type_checked, settings_with_train
 
 from replearn.neural import data as D
-from replearn.neural import transfer as T
+from replearn.experiments.ch04_fedavg import cifar_transfer as T
 from replearn.experiments.ch04_fedavg import s07_feature_similarity as s07
 from replearn.experiments.ch04_fedavg import s08_transfer as s08
 from replearn.experiments.ch04_fedavg import s09_cka as s09
 from replearn.neural import TrainConfig
-from replearn.book.profiles import differences
+from replearn.settings import differences
 
 
 def test_method_names_and_dtypes():

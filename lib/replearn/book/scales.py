@@ -17,7 +17,7 @@ from dataclasses import fields, is_dataclass
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from replearn.book.profiles import setting_value
+from replearn.settings import setting_value
 from replearn.checks import check_int
 
 __all__ = ["OperatorCount", "TRAIN_IMAGES", "batching", "combine", "federated_steps", "launch_estimate", "require_data", "require_images", "settings_table"]
@@ -151,7 +151,7 @@ def _flat(s, prefix: str = "") -> dict:
 NO_PUBLIC_CODE = "no public code"
 
 
-def settings_table(cls, paper_values: dict, *, code_values: dict | None = None,
+def settings_table(cls, paper_values: dict, *, code_values: dict | None = None, departures: dict | None = None,
                    profiles=("paper", "long", "default"), skip=("seed",)) -> list[dict]:
     """One row per setting of the settings class ``cls``: the value the paper's text states
     (``stated``) and where (``source``; ``paper_values[field] = (value, source)``, a source like
@@ -161,12 +161,15 @@ def settings_table(cls, paper_values: dict, *, code_values: dict | None = None,
     ``code_values`` is None), beside the value of every profile in ``profiles`` (columns
     ``"paper()"``, ``"long()"``, ``"default()"``), whether ``paper()`` differs from the paper's
     value (``deviation``) and from the code's (``code_deviation``; a code value given as a
-    sentence, a ``str`` with a space, describes and is not compared). Rows are the fields that
+    sentence, a ``str`` with a space, describes and is not compared); ``departure``: why ``paper()``
+    departs from the paper on purpose (``departures[field]``, e.g. an analogue on another dataset;
+    "" otherwise). Rows are the fields that
     differ between profiles or that the paper or the code state, in declaration order; ``skip``
     fields are left out. The table Appendix B renders is built from this, so it cannot drift
     from the code."""
     values = {p: _flat(cls.profile(p)) for p in profiles}
-    for what, given in (("paper_values", paper_values), ("code_values", code_values or {})):
+    for what, given in (("paper_values", paper_values), ("code_values", code_values or {}),
+                        ("departures", departures or {})):
         unknown = sorted(set(given) - set(values[profiles[0]]))
         if unknown:
             raise ValueError(f"{cls.__name__} has no settings {unknown}; {what} must name its fields "
@@ -191,6 +194,7 @@ def settings_table(cls, paper_values: dict, *, code_values: dict | None = None,
         row["deviation"] = stated and "paper" in vals and _differs(vals["paper"], paper_value)
         comparable = in_code and not (isinstance(code_value, str) and " " in code_value)  # not a sentence
         row["code_deviation"] = comparable and "paper" in vals and _differs(vals["paper"], code_value)
+        row["departure"] = (departures or {}).get(name, "")
         rows.append(row)
     return rows
 
@@ -209,7 +213,7 @@ def show_value(v) -> str:
     """A settings value as the comparison tables show it: None (a count or choice left to its
     default: the whole dataset, the authors' widths, epochs instead of steps) as "unset", a tuple
     of partitions as ``cifar10 (100, 2)``-style items, a tuple of more than eight entries by its
-    length, anything else in words by :func:`replearn.book.profiles.setting_value`."""
+    length, anything else in words by :func:`replearn.settings.setting_value`."""
     if v is None:
         return "unset"
     if isinstance(v, (tuple, list)):
@@ -220,17 +224,20 @@ def show_value(v) -> str:
     return setting_value(v)
 
 
-def settings_display(cls, paper_values: dict, caption: str, *, code_values: dict | None = None):
+def settings_display(cls, paper_values: dict, caption: str, *, code_values: dict | None = None,
+                     departures: dict | None = None):
     """:func:`settings_table` as one :class:`replearn.book.plotting.Table`: what the paper's text
     states, what the authors' code does, ``paper()``, ``long()``, the CPU default, and last,
     where each source states it (the longest text, so that the values stand side by side); a
     ``paper()`` value that deviates from the paper's text or the authors' code is marked "≠", a
-    setting the code does not set shows "—"."""
+    setting the code does not set shows "—"; a departure on purpose (``departures``) says why in the
+    last column."""
     from replearn.book.plotting import Table
     rows = []
-    for r in settings_table(cls, paper_values, code_values=code_values):
+    for r in settings_table(cls, paper_values, code_values=code_values, departures=departures):
         where = [f"paper: {r['source']}" if r["source"] != "not stated" else "",
-                 f"code: {r['code_source']}" if r["code"] != "—" else ""]
+                 f"code: {r['code_source']}" if r["code"] != "—" else "",
+                 f"ours: {r['departure']}" if r["departure"] else ""]
         rows.append([r["setting"], show_value(r["stated"]) if r["source"] != "not stated" else "not stated",
                      show_value(r["code"]) if r["code"] != "—" else (
                          "—" if r["code_source"] == "not in the code" else r["code_source"]),

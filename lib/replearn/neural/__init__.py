@@ -2,10 +2,9 @@
 :mod:`~replearn.neural.specs`), the convolutional networks (:mod:`~replearn.neural.models`),
 the federated algorithms, one file each (:mod:`~replearn.neural.algorithms`), the round loop
 that runs them all (:mod:`~replearn.neural.engine`), Flower (:mod:`~replearn.neural.flower`),
-resumable runs (:mod:`~replearn.neural.checkpoints`), representation similarity
-(:mod:`~replearn.neural.similarity`) and the two CIFAR studies built on them
-(:mod:`~replearn.neural.transfer`, FedAvg against D-SGD; :mod:`~replearn.neural.personalisation`,
-Table 1).
+resumable runs (:mod:`~replearn.neural.checkpoints`) and representation similarity
+(:mod:`~replearn.neural.similarity`). It imports nothing from the book (:mod:`replearn.book`)
+or its sections (:mod:`replearn.experiments`, where the CIFAR studies built on it live).
 
 The engine's public names are re-exported here, so ``from replearn import neural`` then
 ``neural.TrainConfig``, ``neural.ClientData``, ``neural.run(...)``.

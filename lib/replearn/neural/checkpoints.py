@@ -40,6 +40,9 @@ from typing import Callable, Iterator
 
 import torch
 
+from replearn.neural.engine.config import TrainConfig
+from replearn.neural.engine.fed_result import Evaluation, FedResult
+
 __all__ = ["active", "algorithm_code", "cached", "code_digest", "digest", "record", "resumable"]
 
 FORMAT = "replearn.neural.checkpoints/3"  # what a stored file says it is
@@ -188,8 +191,7 @@ def record(run: dict[str, str], model, start, clients) -> dict[str, str]:
 
 def _stored_classes() -> dict[str, type]:
     """The dataclasses a stored run may hold, by name."""
-    from replearn import neural  # here: neural imports this module
-    return {c.__name__: c for c in (neural.FedResult, neural.Evaluation, neural.TrainConfig)}
+    return {c.__name__: c for c in (FedResult, Evaluation, TrainConfig)}
 
 
 def _encode(obj):
@@ -221,10 +223,9 @@ def _decode(obj):
 def _nonfinite(result, where: str = "") -> list[str]:
     """Where the parameters of ``result`` (``state`` and ``local`` of it and of every
     :class:`~replearn.neural.FedResult` in its ``extras``) hold NaN or infinite values."""
-    from replearn import neural  # here: neural imports this module
     if isinstance(result, dict):
         return [w for k, v in result.items() for w in _nonfinite(v, f"{where}[{k!r}]")]
-    if not isinstance(result, neural.FedResult):
+    if not isinstance(result, FedResult):
         return []
     bad = [f"{where}.{part}[{n!r}]" for part in ("state", "local") for n, t in getattr(result, part).items()
            if t.is_floating_point() and not bool(torch.isfinite(t).all())]

@@ -4,13 +4,13 @@ clients, samples per client, test split; :meth:`FederationSpec.build`) and
 :class:`NetworkSpec` (family, resolved widths, dtype; :meth:`NetworkSpec.build`).
 
 The four ways the CIFAR sections make clients (the FedRep partition of
-:func:`replearn.neural.personalisation.make_federation`, 4.7's Dirichlet skew, the CIFAR-100
-pre-training of :func:`replearn.neural.transfer.pretrain` and the new clients of
-:func:`replearn.neural.transfer.new_clients`) are all :meth:`FederationSpec.build` with their own seeds.
+:func:`replearn.experiments.ch05_fedrep.cifar_federation.make_federation`, 4.7's Dirichlet skew, the CIFAR-100
+pre-training of :func:`replearn.experiments.ch04_fedavg.cifar_transfer.pretrain` and the new clients of
+:func:`replearn.experiments.ch04_fedavg.cifar_transfer.new_clients`) are all :meth:`FederationSpec.build` with their own seeds.
 
 Every CIFAR settings class resolves its network to a :class:`NetworkSpec`
-(:meth:`replearn.neural.transfer.MatchedTraining.network_spec`,
-:meth:`replearn.neural.personalisation.FederationSettings.network_spec`) and builds it through it, so
+(:meth:`replearn.experiments.ch04_fedavg.cifar_transfer.MatchedTraining.network_spec`,
+:meth:`replearn.experiments.ch05_fedrep.cifar_federation.FederationSettings.network_spec`) and builds it through it, so
 the two families of the book (the FedAvg-FT paper's CNN, :class:`replearn.neural.models.FedAvgCNN`,
 and the FedRep authors' CNN, :class:`replearn.neural.models.FedRepCNN`) are made in one place.
 Results files record the resolved spec (:meth:`NetworkSpec.record`: the widths themselves, not
@@ -29,7 +29,7 @@ from replearn import neural
 from replearn.checks import check_int
 from replearn.neural.models import make_model
 
-__all__ = ["FAMILIES", "Federation", "FederationSpec", "NetworkSpec"]
+__all__ = ["DTYPES", "FAMILIES", "Federation", "FederationSpec", "NetworkSpec"]
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,8 @@ FEDREP_WIDTHS = {"cifar10": (64, 64, 120, 64), "cifar100": (64, 128, 256, 128), 
 #: The network families and the names of their widths.
 FAMILIES = {"fedavg_cnn": ("conv1", "conv2", "conv3", "fc1", "fc2"),
             "fedrep_cnn": ("conv1", "conv2", "fc1", "fc2")}
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: The floating-point types a settings class may name (its ``dtype`` field), by name.
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 @dataclass(frozen=True)
@@ -187,8 +188,8 @@ class NetworkSpec:
                 isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in self.widths):
             raise ValueError(f"{self.family} needs {len(FAMILIES[self.family])} positive integer widths "
                              f"{FAMILIES[self.family]}, got {self.widths!r}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(_DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         if self.family == "fedrep_cnn" and FEDREP_WIDTHS.get(self.variant) != tuple(self.widths):
             raise ValueError(f"the FedRep CNN's widths come from its variant: {self.variant!r} has "
                              f"{FEDREP_WIDTHS.get(self.variant)}, not {self.widths}")
@@ -218,7 +219,7 @@ class NetworkSpec:
             kwargs = dict(channels=self.widths[:3], hidden=self.widths[3:])
         else:
             kwargs = dict(widths=tuple(self.widths))
-        return make_model(self.family, n_classes, seed, device=device, dtype=_DTYPES[self.dtype], **kwargs)
+        return make_model(self.family, n_classes, seed, device=device, dtype=DTYPES[self.dtype], **kwargs)
 
     def record(self) -> dict:
         """The spec as a results file records it: family, named widths, dtype."""

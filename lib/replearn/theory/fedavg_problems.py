@@ -26,7 +26,7 @@ import torch
 from replearn.theory import linalg, linear
 from replearn.backend import default_device
 from replearn.checks import check_int, check_positive
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 __all__ = ["FedAvgProblemSettings", "make_problem"]
 

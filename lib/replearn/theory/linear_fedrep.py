@@ -43,7 +43,7 @@ from replearn.checks import (check_count, check_fraction, check_int, check_nonne
 from replearn.theory.linalg import principal_angle_distance
 from replearn.theory.linear import (FreshSamples, SampledTasks, fit_linear, ground_truth_representation, predict, sample_tasks,
                      targets)
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 from replearn.theory.rates import log_linear_fit
 
 _BLOW_UP = 1e8

@@ -26,7 +26,7 @@ import torch
 from replearn.theory import linear, maml
 from replearn.backend import default_device
 from replearn.checks import check_int, check_nonnegative, check_number, check_positive
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 __all__ = ["PopulationSettings", "check_instance_settings", "make_problem"]
 

@@ -7,7 +7,7 @@ import pytest
 
 from replearn.book import wording as words
 from replearn.experiments.ch04_fedavg import s08_transfer as s08
-from replearn.neural.transfer import PAPER_PRETRAIN, PretrainSettings
+from replearn.experiments.ch04_fedavg.cifar_transfer import PAPER_PRETRAIN, PretrainSettings
 
 # 16 clients x 5 classes: the 80 pre-training classes left after holding out 20
 TINY = dict(total_steps=4, n_pretrain=None, clients=16, classes_per_client=5,
@@ -115,7 +115,7 @@ def test_round_written_out_is_the_engines_fine_tuning(cifar10, cifar100):
     """The page's cell that writes out a new client's fine-tuning gives the engine's (finetune_all)."""
     from replearn import neural
     from replearn.backend import derive_seed, make_generator
-    from replearn.neural import transfer
+    from replearn.experiments.ch04_fedavg import cifar_transfer as transfer
 
     s = s08.TransferSettings(total_steps=4, tau=2, train=replace(s08.TransferSettings().train, batch_size=5),
                              samples=(5,), cifar10_samples=(5,), new_clients=2, test_per_client=10, ft_epochs=2)

@@ -7,7 +7,7 @@ import pytest
 
 from replearn.book import wording as words
 from replearn.experiments.ch04_fedavg import s09_cka as s09
-from replearn.neural.transfer import PAPER_PRETRAIN, PretrainSettings
+from replearn.experiments.ch04_fedavg.cifar_transfer import PAPER_PRETRAIN, PretrainSettings
 
 # 16 clients x 5 classes: the 80 pre-training classes left after holding out 20
 TINY = dict(total_steps=4, n_pretrain=None, clients=16, classes_per_client=5,
@@ -110,7 +110,8 @@ def test_measurement_written_out_is_the_runs(cifar10, cifar100):
     """The page's cell that writes out one client's fine-tuning and CKA gives the run's numbers."""
     from replearn import neural
     from replearn.backend import derive_seed, make_generator
-    from replearn.neural import similarity, transfer
+    from replearn.experiments.ch04_fedavg import cifar_transfer as transfer
+    from replearn.neural import similarity
 
     s = s09.CKASettings(total_steps=4, tau=2, train=replace(s09.CKASettings().train, batch_size=5), ft_clients=2,
                         ft_samples=10, probe_per_class=3, ft_epochs=2)

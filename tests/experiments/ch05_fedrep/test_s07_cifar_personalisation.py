@@ -13,7 +13,7 @@ from replearn.book import results
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s07
 from replearn.neural import TrainConfig
 from replearn.neural import algorithms
-from replearn.neural.personalisation import PAPER_OPTIM, make_federation
+from replearn.experiments.ch05_fedrep.cifar_federation import PAPER_OPTIM, make_federation
 
 TINY_TRAIN = TrainConfig(rounds=2, participation=0.4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1,
                          head_epochs=1, local_steps=None, head_steps=None, eval_every=2, last_rounds=1)

@@ -31,7 +31,7 @@ from replearn.backend import DTYPE, default_device, derive_seed, make_generator,
 from replearn.checks import check_int, check_ints, check_nonnegative
 from replearn.theory.few_shot import KNOWN, SCRATCH, new_task_errors
 from replearn.theory.linear import expected_ls_error, ground_truth_representation
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 METHODS = (KNOWN, SCRATCH)
 

@@ -21,7 +21,7 @@ import torch
 from replearn.theory import linear_federated, linalg, linear, meta
 from replearn.backend import default_device
 from replearn.checks import check_int, check_nonnegative, check_number, check_positive
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 @dataclass(frozen=True)

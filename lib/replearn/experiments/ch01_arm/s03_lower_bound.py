@@ -28,7 +28,7 @@ from replearn.theory.linear_federated import fedavg
 from replearn.theory.lower_bound import make_instance, stable_step
 from replearn.theory.meta import arm
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 @dataclass(frozen=True)

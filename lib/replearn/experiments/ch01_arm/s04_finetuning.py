@@ -43,7 +43,7 @@ from replearn.theory.linear import (expected_head_error, expected_ls_error, grou
                        make_heads, population_tasks)
 from replearn.theory.lower_bound import adversarial_ground_truth
 from replearn.theory.meta import arm
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 LEARNED = ("ARM", "FedAvg", "true representation")
 METHODS = LEARNED + (SCRATCH,)

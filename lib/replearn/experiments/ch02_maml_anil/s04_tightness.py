@@ -22,7 +22,7 @@ from replearn.checks import check_choice, check_int, check_nonnegative, check_nu
 from replearn.theory.maml_instances import check_instance_settings
 from replearn.theory.meta import arm
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 from replearn.book.widgets import Menu, Slider
 from replearn.book.widgets import explorer as build_explorer
 

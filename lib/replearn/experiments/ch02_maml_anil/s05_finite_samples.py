@@ -17,7 +17,7 @@ import torch
 from replearn.theory import linear, maml
 from replearn.checks import check_choice, check_int, check_ints, check_nonnegative, check_sequence
 from replearn.theory.maml_instances import check_instance_settings
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 @dataclass(frozen=True)

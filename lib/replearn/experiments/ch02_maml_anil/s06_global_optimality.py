@@ -20,7 +20,7 @@ import torch
 
 from replearn.theory import sinusoid
 from replearn.checks import check_int, check_ints, check_positive
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 # --------------------------------------------------------------------------- a neural feature map

@@ -19,7 +19,7 @@ import torch
 from replearn.theory import aruba
 from replearn.backend import DTYPE
 from replearn.checks import check_int, check_ints
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 @dataclass(frozen=True)

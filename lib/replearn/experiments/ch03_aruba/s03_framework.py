@@ -18,7 +18,7 @@ import torch
 from replearn.theory import aruba
 from replearn.backend import DTYPE
 from replearn.checks import check_int, check_nonnegative, check_positive, check_positives, check_sequence
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 @dataclass(frozen=True)

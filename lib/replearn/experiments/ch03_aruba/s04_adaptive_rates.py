@@ -35,7 +35,7 @@ import torch
 from replearn.theory import aruba
 from replearn.checks import check_int, check_number, check_positive, check_positives, check_seed
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 from replearn.book.widgets import Menu, Slider
 from replearn.book.widgets import explorer as build_explorer
 

@@ -36,7 +36,7 @@ import torch
 from replearn.theory import sinusoid
 from replearn.backend import SeedLike, make_generator
 from replearn.checks import check_int, check_number, check_positive, check_positives
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 
 from replearn.theory import linear
 from replearn.checks import check_int, check_nonnegative, check_number, check_positive
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 @dataclass(frozen=True)

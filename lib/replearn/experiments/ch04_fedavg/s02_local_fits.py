@@ -29,7 +29,7 @@ from replearn.backend import DTYPE, default_device, make_generator, randn
 from replearn.checks import check_int, check_ints, check_nonnegative, check_positive
 from replearn.theory.linear_federated import AveragedModel
 from replearn.theory.linear import PopulationTasks
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 @dataclass(frozen=True)

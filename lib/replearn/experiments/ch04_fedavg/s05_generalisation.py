@@ -33,7 +33,7 @@ import torch
 from replearn.theory import linear_federated, linalg, linear
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
 from replearn.checks import check_int, check_ints, check_nonnegative, check_number, check_positive
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 METHODS = ("FedAvg", "D-GD")
 HEAD_ONLY = {"FedAvg": "FedAvg, head only", "D-GD": "D-GD, head only"}

@@ -20,7 +20,7 @@ from replearn.backend import DTYPE, derive_seed, make_generator
 from replearn.checks import check_int, check_nonnegative, check_number, check_positive
 from replearn.theory.linear import Problem
 from replearn.theory.lower_bound import weighted_adversarial_instance
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 
 
 @dataclass(frozen=True)

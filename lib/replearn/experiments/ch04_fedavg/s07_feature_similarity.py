@@ -2,7 +2,7 @@
 
 CIFAR-10 over ``clients`` clients with Dirichlet(``alpha``) label skew; FedAvg with each
 ``tau`` in ``taus`` (``tau = 1``: D-SGD) for the same number of local updates
-(:func:`replearn.neural.transfer.train_matched`); per ``tau`` the 10 x 10 matrix of average cosine
+(:func:`replearn.experiments.ch04_fedavg.cifar_transfer.train_matched`); per ``tau`` the 10 x 10 matrix of average cosine
 similarity between the body features (the input of the last layer) of test images of each pair
 of classes (:func:`replearn.neural.similarity.class_cosine_similarity`) and its intra- minus
 inter-class gap.
@@ -25,7 +25,7 @@ from replearn.book.plotting import to_numpy
 from replearn.book import scales
 from replearn.book.scales import require_data, require_images
 from replearn.neural.specs import FederationSpec
-from replearn.neural.transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
+from replearn.experiments.ch04_fedavg.cifar_transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
 from replearn.book.widgets import Menu
 from replearn.book.widgets import explorer as build_explorer
 

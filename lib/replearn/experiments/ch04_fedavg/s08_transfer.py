@@ -2,9 +2,9 @@
 2022, Fig. 5).
 
 FedAvg and D-SGD are pre-trained on CIFAR-100 clients at a matched number of local updates
-(:func:`replearn.neural.transfer.pretrain`); then new clients holding held-out CIFAR-100 classes, and
+(:func:`replearn.experiments.ch04_fedavg.cifar_transfer.pretrain`); then new clients holding held-out CIFAR-100 classes, and
 CIFAR-10 clients holding all 10 classes, fine-tune the whole model
-(:func:`replearn.neural.transfer.finetune_all`, a fresh head) on varying numbers of training images;
+(:func:`replearn.experiments.ch04_fedavg.cifar_transfer.finetune_all`, a fresh head) on varying numbers of training images;
 accuracy per new client.
 """
 
@@ -20,7 +20,7 @@ from replearn.checks import check_int
 from replearn.book import scales
 from replearn.book.claims import fmt
 from replearn.book.scales import require_data
-from replearn.neural.transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain, pretrain_work
+from replearn.experiments.ch04_fedavg.cifar_transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain, pretrain_work
 
 
 #: What the sources state of Fig. 5's setting, by settings field: (value, where it says so).
@@ -39,7 +39,7 @@ AUTHORS_CODE = None
 
 @dataclass(frozen=True)
 class TransferSettings(PretrainSettings):
-    """Fig. 5: after :func:`~replearn.neural.transfer.pretrain`, ``new_clients`` new clients per trial
+    """Fig. 5: after :func:`~replearn.experiments.ch04_fedavg.cifar_transfer.pretrain`, ``new_clients`` new clients per trial
     holding ``new_classes_per_client`` of the held-out CIFAR-100 classes fine-tune on ``samples``
     (each value in turn) training images; as many CIFAR-10 clients holding all 10 classes
     fine-tune on ``cifar10_samples`` images; ``trials`` draws of new clients (the models are
@@ -64,20 +64,20 @@ class TransferSettings(PretrainSettings):
     def paper(cls):
         """The paper's 80/20 classes, tau = 50, 10 fine-tuning epochs and 5 trials x 5 new clients;
         80 clients of C = 5 classes (500 images each on the full dataset); the rest as in
-        :data:`~replearn.neural.transfer.PAPER_PRETRAIN`. Sample sizes per new client: our choice."""
+        :data:`~replearn.experiments.ch04_fedavg.cifar_transfer.PAPER_PRETRAIN`. Sample sizes per new client: our choice."""
         return cls(**PAPER_PRETRAIN, samples=(50, 100, 200, 500), cifar10_samples=(50, 100, 200, 500),
                    new_clients=5, new_classes_per_client=5, trials=5, test_per_client=200)
 
     @classmethod
     def long(cls):
-        """:meth:`~replearn.neural.transfer.PretrainSettings.long`'s pre-training (shared with 4.9), then
+        """:meth:`~replearn.experiments.ch04_fedavg.cifar_transfer.PretrainSettings.long`'s pre-training (shared with 4.9), then
         one trial (the paper: 5) of 5 new clients with 5 held-out classes each, and 5 CIFAR-10
         clients, each fine-tuning for 10 epochs on 50 and on 500 images."""
         return replace(super().long(), samples=(50, 500), cifar10_samples=(50, 500), trials=1)
 
     @classmethod
     def gpu(cls):
-        """:meth:`~replearn.neural.transfer.PretrainSettings.gpu`'s pre-training (shared with 4.9), one
+        """:meth:`~replearn.experiments.ch04_fedavg.cifar_transfer.PretrainSettings.gpu`'s pre-training (shared with 4.9), one
         trial of 5 new clients."""
         return replace(super().gpu(), trials=1)
 
@@ -117,7 +117,7 @@ def target_clients(s: TransferSettings, cifar: D.CifarData, classes, target: int
     """The new clients of :func:`run_transfer` for target number ``target`` (0: the held-out
     CIFAR-100 ``classes``, ``s.new_classes_per_client`` of them each; 1: CIFAR-10, ``classes`` None,
     all ten) and trial ``trial``, each keeping ``n`` random training images, and the seed their
-    fine-tuning derives its own from (:func:`~replearn.neural.transfer.finetune_all`). New clients
+    fine-tuning derives its own from (:func:`~replearn.experiments.ch04_fedavg.cifar_transfer.finetune_all`). New clients
     hold distinct classes (a pair: chance 1/2), whatever the training split."""
     seed = derive_seed(s.seed, 20, target, trial)
     cpc = s.new_classes_per_client if classes is not None else cifar.n_classes

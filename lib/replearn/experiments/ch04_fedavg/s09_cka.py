@@ -1,7 +1,7 @@
 """Book 4.9: under fine-tuning, FedAvg's early layers change less than D-SGD's (Collins et al.
 2022, Fig. 2).
 
-FedAvg and D-SGD are pre-trained on CIFAR-100 (:func:`replearn.neural.transfer.pretrain`); CIFAR-10
+FedAvg and D-SGD are pre-trained on CIFAR-100 (:func:`replearn.experiments.ch04_fedavg.cifar_transfer.pretrain`); CIFAR-10
 clients fine-tune both (a fresh head); the linear CKA (:func:`replearn.neural.similarity.linear_cka`)
 of every body layer's activations on a fixed probe set of CIFAR-10 test images before vs after
 fine-tuning, and between the FedAvg and D-SGD models layer by layer.
@@ -23,7 +23,7 @@ from replearn.checks import check_int
 from replearn.book import scales
 from replearn.book.claims import fmt
 from replearn.book.scales import require_data
-from replearn.neural.transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activations, new_clients, new_model,
+from replearn.experiments.ch04_fedavg.cifar_transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activations, new_clients, new_model,
                          pretrain, pretrain_work, probe_set)
 
 
@@ -40,7 +40,7 @@ AUTHORS_CODE = None
 
 @dataclass(frozen=True)
 class CKASettings(PretrainSettings):
-    """Fig. 2: after :func:`~replearn.neural.transfer.pretrain`, ``ft_clients`` CIFAR-10 clients (all 10
+    """Fig. 2: after :func:`~replearn.experiments.ch04_fedavg.cifar_transfer.pretrain`, ``ft_clients`` CIFAR-10 clients (all 10
     classes each, ``ft_samples`` training images) fine-tune both models; linear CKA of every layer
     on ``probe_per_class`` CIFAR-10 test images of each class, before vs after fine-tuning,
     averaged over the clients."""
@@ -58,14 +58,14 @@ class CKASettings(PretrainSettings):
     @classmethod
     def paper(cls):
         """CIFAR-100 with 5 classes per client (paper Fig. 2), fine-tuned on CIFAR-10; the rest as
-        in :data:`~replearn.neural.transfer.PAPER_PRETRAIN`; 5 CIFAR-10 clients of 500 images (our choice)."""
+        in :data:`~replearn.experiments.ch04_fedavg.cifar_transfer.PAPER_PRETRAIN`; 5 CIFAR-10 clients of 500 images (our choice)."""
         return cls(**PAPER_PRETRAIN, ft_clients=5, ft_samples=500, probe_per_class=100)
 
 
 def work(s: CKASettings, *, batched: bool = True, shared_pretraining: bool = True) -> dict:
     """:func:`replearn.book.scales.launch_estimate` of :func:`run_cka` with ``s``: fine-tuning both
     models on every CIFAR-10 client, plus the pre-training unless it is shared with 4.8
-    (``shared_pretraining``: same :func:`~replearn.neural.transfer.pretrain_key`, one process)."""
+    (``shared_pretraining``: same :func:`~replearn.experiments.ch04_fedavg.cifar_transfer.pretrain_key`, one process)."""
     steps, m = pretrain_work(s)
     ft = 2 * s.ft_clients * s.ft_epochs * -(-s.ft_samples // s.ft_batch_size)
     evals = 2 * (s.ft_clients + 1) * -(-s.probe_per_class * 10 // 1000)

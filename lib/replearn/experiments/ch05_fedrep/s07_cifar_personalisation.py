@@ -1,7 +1,7 @@
 """Book 5.7: personalised accuracy on CIFAR, Table 1 of Collins, Hassani, Mokhtari, Shakkottai (2021).
 
 For each partition (dataset, n clients, S classes per client) of
-:func:`replearn.neural.personalisation.make_federation`, every method of ``methods`` (CPU default:
+:func:`replearn.experiments.ch05_fedrep.cifar_federation.make_federation`, every method of ``methods`` (CPU default:
 :data:`TABLE_METHODS`; paper profile: every method of Table 1, :func:`replearn.neural.algorithms.table1`) trains
 from one initial network, one seed and one optimiser, each from the registry
 :mod:`replearn.neural.algorithms`; a +FT method is its base method's global model with each client's
@@ -32,7 +32,7 @@ from replearn.book.seeds import compare, mean_sd
 from replearn.neural import algorithms
 from replearn.neural.algorithms.fine_tuning import FineTuned
 from replearn.book.scales import require_data
-from replearn.neural.personalisation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, make_federation
+from replearn.experiments.ch05_fedrep.cifar_federation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, make_federation
 
 #: Methods of Table 1 that the CPU default runs, in the paper's order (the paper and gpu
 #: profiles run every method of Table 1, :func:`replearn.neural.algorithms.table1`).
@@ -61,7 +61,7 @@ PAPER_SETTINGS = {"partitions": (tuple(PAPER_TABLE1), "FedRep paper, Table 1 (CI
 
 #: What the FedRep authors' code (public repository lgcollins/FedRep) does, by settings field:
 #: (value, the file and argument that set it; a value with a space describes rather than states):
-#: its pipeline (:data:`replearn.neural.personalisation.AUTHORS_PIPELINE`) and Table 1's scripts.
+#: its pipeline (:data:`replearn.experiments.ch05_fedrep.cifar_federation.AUTHORS_PIPELINE`) and Table 1's scripts.
 AUTHORS_CODE = {**AUTHORS_PIPELINE,
                 "partitions": (tuple(PAPER_TABLE1), "scripts/FedRep_cifar10_2shards.sh, _5shards, _2shards_1000users, "
                                                     "FedRep_cifar100_5shards.sh, _20shards"),

@@ -1,7 +1,7 @@
 """Book 5.8: more local epochs help FedRep and hurt FedAvg (Collins, Hassani, Mokhtari,
 Shakkottai 2021, Fig. 5).
 
-CIFAR-10 over clients holding S classes each (:func:`replearn.neural.personalisation.make_federation`);
+CIFAR-10 over clients holding S classes each (:func:`replearn.experiments.ch05_fedrep.cifar_federation.make_federation`);
 FedRep with ``E`` head epochs (and ``local_epochs`` body epochs) and FedAvg with ``E`` local
 epochs, for every ``E`` in ``epochs``, from one initial network and one seed.
 """
@@ -19,7 +19,7 @@ from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
 from replearn.book.scales import require_data
-from replearn.neural.personalisation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, make_federation
+from replearn.experiments.ch05_fedrep.cifar_federation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, make_federation
 
 
 #: What the FedRep paper's text states of Fig. 5's setting, by settings field: (value, where).

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from replearn import neural
 from replearn.neural.algorithms.base import TABLE1_COLUMNS, Algorithm
+from replearn.table import Table
 
 __all__ = ["REGISTRY", "register", "unregister", "TABLE1_COLUMNS", "MethodRow", "MethodsTable", "get", "methods_table", "names", "paper_table1",
            "run", "table1"]
@@ -136,16 +137,15 @@ class MethodRow(NamedTuple):
 
 class MethodsTable(tuple):
     """The rows of :func:`methods_table` (a tuple of :class:`MethodRow`), shown in a notebook as
-    the book's other tables (:meth:`table`, a :class:`replearn.book.plotting.Table`); :meth:`to_frame`
+    the book's other tables (:meth:`table`, a :class:`replearn.table.Table`); :meth:`to_frame`
     makes a pandas DataFrame (pandas needed)."""
 
     #: The column headers, in the order of :class:`MethodRow`'s fields.
     COLUMNS = ("method", "shares", "keeps personal", "local objective adds", "citation key")
 
     def table(self, caption: str | None = None):
-        """A :class:`replearn.book.plotting.Table` of the rows without their citation keys, which the
+        """A :class:`replearn.table.Table` of the rows without their citation keys, which the
         page's prose cites as links (``display(...)`` it, with a caption)."""
-        from replearn.book.plotting import Table
         shown = self.COLUMNS[:-1]
         return Table(shown, [row[:-1] for row in self], caption=caption, align="l" * len(shown))
 

@@ -248,6 +248,13 @@ class Algorithm:
         personal ones (its state, or the starting parameters before its first round)."""
         return {**ctx.global_params, **{n: ctx.state[n] if n in ctx.state else ctx.initial[n] for n in ctx.personal}}
 
+    @property
+    def client_state_is_personal(self) -> bool:
+        """Whether a client's state is only its personal parameters (the default
+        :meth:`client_update`), which a result's ``local`` already holds; otherwise the engine
+        also returns every client's state (``FedResult.extras["clients"]``)."""
+        return type(self).client_update is Algorithm.client_update
+
     def client_update(self, ctx: neural.ClientRound) -> neural.ClientUpdate:
         """The phases of ``ctx.phases`` in order, each on its ``ctx.batches[k]`` with a fresh
         momentum buffer, from :meth:`start_params` (which must return every parameter with its

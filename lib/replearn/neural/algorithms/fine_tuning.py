@@ -28,6 +28,7 @@ import torch
 from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_count, check_seed
+from replearn.neural.algorithms import fedavg, fedprox, scaffold
 from replearn.neural.algorithms.base import Algorithm, Summary, check_epochs, joint_names, table1_accuracy
 
 
@@ -147,7 +148,6 @@ class FineTuned(Algorithm):
 
 
 def _fine_tuned():
-    from replearn.neural.algorithms import fedavg, fedprox, scaffold
     return (FineTuned(fedavg.ALGORITHM, table1_accuracy(87.65, 73.68, 82.04, 79.34, 55.44)),
             FineTuned(fedprox.ALGORITHM, table1_accuracy(85.81, 72.75, 75.41, 78.52, 55.09)),
             FineTuned(scaffold.ALGORITHM, table1_accuracy(86.35, 68.23, 78.24, 78.88, 44.34)))

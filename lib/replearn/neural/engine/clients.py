@@ -11,6 +11,7 @@ from torch import nn
 
 from replearn.backend import default_device, make_generator
 from replearn.checks import check_int
+from replearn.neural.data import normalise
 
 MAX_INPUT = 1e4
 """Largest absolute image value the engine accepts: normalised images lie within a few units,
@@ -95,7 +96,6 @@ class ClientData:
             if x.dtype == torch.uint8:
                 if dataset is None:
                     raise ValueError("uint8 images need dataset= (e.g. 'cifar10') to pick the normalisation")
-                from replearn.neural.data import normalise
                 x = normalise(x, dataset)
             return x.to(device=device, dtype=dtype)
 

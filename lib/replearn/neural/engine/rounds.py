@@ -147,8 +147,9 @@ def run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opti
     parameters and data; no ``callback``) loads it instead.
     """
     if isinstance(algorithm, str):
-        from replearn.neural.algorithms import get  # the registry imports the engine
-        algorithm = get(algorithm)
+        raise ValueError(f"neural.run takes an algorithm, not its name {algorithm!r}: the registry sits above the "
+                         f"engine; use replearn.neural.algorithms.run({algorithm!r}, ...) or pass "
+                         f"replearn.neural.algorithms.get({algorithm!r})")
     options = algorithm.check_options(options)
     if not isinstance(cfg, TrainConfig):
         raise ValueError(f"cfg must be a neural.TrainConfig, got {type(cfg).__name__}")
@@ -268,7 +269,7 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
                 pool.close()
     local = {n: torch.stack([p[n] for p in final_params]) for n in personal}
     extras = {"server": server}
-    if type(algorithm).client_update is not _default_client_update():
+    if not algorithm.client_state_is_personal:
         extras["clients"] = states  # a default client's state is its personal parameters: ``local`` holds them
     return FedResult(algorithm.name, params, local, shared, personal, losses, accs, tuple(participants),
                      evaluation, cfg, extras)
@@ -287,11 +288,6 @@ def screened(algorithm, update, params: Params) -> ClientUpdate:
     check_upload(algorithm.name, update.upload, params)
     check_steps(algorithm.name, update.n_steps)
     return update
-
-
-def _default_client_update():
-    from replearn.neural.algorithms.base import Algorithm  # the algorithms import the engine
-    return Algorithm.client_update
 
 
 def _evaluate(algorithm, model, clients, cfg, options, t, names, personal, own_state, context, pool, worker):

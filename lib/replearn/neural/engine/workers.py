@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad_and_value
 
+from replearn.neural.data import augment
 from replearn.neural.engine.config import TrainConfig
 from replearn.neural.engine.sgd import Momentum, add_weight_decay, clip_total_norm, foreach_add
 
@@ -23,7 +24,6 @@ def augment_batch(x: torch.Tensor, cfg: TrainConfig, generator: torch.Generator 
         return x
     if generator is None:
         raise ValueError("cfg.augment is on: pass the generator the augmentation draws from")
-    from replearn.neural.data import augment
     return augment(x.flatten(0, x.ndim - 4), generator).view_as(x)
 
 

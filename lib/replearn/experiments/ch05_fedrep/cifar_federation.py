@@ -22,10 +22,9 @@ from replearn import neural
 from replearn.neural import algorithms
 from replearn.backend import derive_seed
 from replearn.checks import check_int
-from replearn.neural.specs import Federation, FederationSpec, NetworkSpec
-from replearn.book.profiles import Settings
+from replearn.neural.specs import DTYPES, Federation, FederationSpec, NetworkSpec
+from replearn.settings import Settings
 from replearn.book.seeds import check_seeds
-from replearn.neural.transfer import DTYPES
 
 __all__ = ["AUTHORS_PIPELINE", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
 

@@ -1,4 +1,5 @@
-"""Experiment scales: a CPU-sized ``default`` and the papers' ``paper`` settings.
+"""Experiment settings and their scales: a CPU-sized ``default`` and the papers' ``paper`` settings
+(the library's base layer: the theory, the engine and the book's sections all configure with it).
 
 Each experiment's settings are a frozen dataclass whose field defaults are the CPU profile
 (what CI runs and what the stored notebook outputs show) and whose ``paper()`` classmethod
@@ -29,6 +30,7 @@ import sys
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import ClassVar
 
+from replearn.table import Table
 from replearn.checks import check_bool, check_count, check_int, check_number, check_seed, check_sequence
 
 __all__ = ["COMMON_WORDS", "PROFILES", "Settings", "differences", "profile_name", "setting_value"]
@@ -133,11 +135,9 @@ class Settings:
         return out
 
     def table(self, what: str = "this run"):
-        """The settings as a short table in words (:class:`replearn.book.plotting.Table`: setting |
+        """The settings as a short table in words (:class:`replearn.table.Table`: setting |
         value) captioned "settings of ``what`` (the active profile)"; for ``display(cfg.table())``
         in a notebook."""
-        from replearn.book.plotting import Table
-
         if not isinstance(what, str) or not what.strip():
             raise ValueError(f"table: what must say whose settings these are (e.g. 'this run'), got {what!r}")
         return Table(["setting", "value"], self.rows(), caption=f"settings of {what} ({PROFILE_WORDS[profile_name()]})",

@@ -27,10 +27,10 @@ from replearn import neural
 from replearn.neural import algorithms
 from replearn.backend import default_device, derive_seed
 from replearn.checks import check_int
-from replearn.book.profiles import Settings
+from replearn.settings import Settings
 from replearn.book.scales import require_data
 from replearn.book.seeds import check_seeds
-from replearn.neural.specs import FederationSpec, NetworkSpec
+from replearn.neural.specs import DTYPES, FederationSpec, NetworkSpec
 
 __all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "MatchedTraining", "PretrainSettings", "Pretrained",
            "accuracy", "finetune_all", "layer_activations", "method_name", "new_clients", "new_model",
@@ -38,7 +38,6 @@ __all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "MatchedTraining", "PretrainSetti
 
 DSGD = 1  # tau of D-SGD
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def method_name(tau: int) -> str:

@@ -44,12 +44,7 @@ import torch
 from replearn.neural import checkpoints
 from replearn.book import results as results_lib
 from replearn.backend import cpu_name, default_device
-from replearn.experiments.ch04_fedavg import s07_feature_similarity as s47
-from replearn.experiments.ch04_fedavg import s08_transfer as s48
-from replearn.experiments.ch04_fedavg import s09_cka as s49
-from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57
-from replearn.experiments.ch05_fedrep import s08_local_epochs as s58
-from replearn.experiments.ch05_fedrep import s09_new_clients_cifar as s59
+from replearn.experiments import results_sections
 from replearn.book.seeds import check_seeds
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,99 +52,26 @@ RESULTS = ROOT / "book" / "results"
 PROFILES = ("long", "paper", "gpu")
 
 
-def _floats(t) -> list:
-    return [float(v) for v in torch.as_tensor(t).flatten().tolist()]
-
-
-def _similarity(r: s47.SimilarityResult) -> dict:
-    return {"gap": {str(t): r.gap[t] for t in r.taus}, "intra": {str(t): r.intra(t) for t in r.taus},
-            "inter": {str(t): r.inter(t) for t in r.taus}, "probe_accuracy": {str(t): r.probe_accuracy[t] for t in r.taus},
-            "client_accuracy": {str(t): r.client_accuracy[t] for t in r.taus}}
-
-
-def _transfer(r: s48.TransferResult) -> dict:
-    return {"pretrain_accuracy": {str(t): v for t, v in r.pretrain_accuracy.items()},
-            "samples": {k: list(v) for k, v in r.samples.items()},
-            "mean_accuracy": {f"{target}/{tau}": _floats(r.mean(target, tau)) for target, tau in r.accuracy}}
-
-
-def _cka(r: s49.CKALayerResult) -> dict:
-    return {"layers": list(r.layers), "before_after": {str(t): _floats(r.mean(t)) for t in r.before_after},
-            "between": _floats(r.between), "ft_accuracy": {str(t): v for t, v in r.ft_accuracy.items()},
-            "pretrain_accuracy": {str(t): v for t, v in r.pretrain_accuracy.items()}}
-
-
-def _table(r: s57.TableResult) -> dict:
-    key = {p: "/".join(map(str, p)) for p in r.partitions}
-    return {"accuracy": {key[p]: dict(r.accuracy[p]) for p in r.partitions},
-            "client_accuracy": {key[p]: {m: _floats(v) for m, v in r.client_accuracy[p].items()}
-                                for p in r.partitions}}
-
-
-def _epochs(r: s58.EpochResult) -> dict:
-    return {"epochs": list(r.epochs), "accuracy": {m: _floats(v) for m, v in r.accuracy.items()}}
-
-
-def _new_clients(r: s59.NewClientResult) -> dict:
-    return {"new_classes": list(r.new_classes), "accuracy": {m: _floats(v) for m, v in r.accuracy.items()},
-            "trained": dict(r.trained)}
-
-
-#: section -> (settings class, driver, summary of one seed's result as JSON-able dict)
-SECTIONS = {
-    "4.7": (s47.SimilaritySettings, s47.run_similarity, _similarity),
-    "4.8": (s48.TransferSettings, s48.run_transfer, _transfer),
-    "4.9": (s49.CKASettings, s49.run_cka, _cka),
-    "5.7": (s57.TableSettings, s57.run_table, _table),
-    "5.8": (s58.EpochSettings, s58.run_epochs, _epochs),
-    "5.9": (s59.NewClientSettings, s59.run_new_clients, _new_clients),
-    "5.7-seeds": (s57.TableSettings, s57.run_table, _table),
-    "5.7-m200": (s57.TableSettings, s57.run_table, _table),
-    "5.7-m500": (s57.TableSettings, s57.run_table, _table),
-    "5.7-fedavg-local": (s57.TableSettings, s57.run_table, _table),
-    "5.7-m500-local100": (s57.TableSettings, s57.run_table, _table),
-    "5.7-defaults": (s57.TableSettings, s57.run_table, _table),
-    **{f"5.7-{s57.column_slug(col)}": (s57.TableSettings, s57.run_table, _table) for col in s57.PAPER_TABLE1
-       if col != ("cifar10", 100, 2)},
-}
-#: sections whose settings are not their class's profile (``name(profile) -> settings``): 5.7's six
-#: main methods over seeds 1 and 2, beside 5.7's one-seed run of all 15; Local only, FedAvg and
-#: FedRep on 40 clients with 200 and with the paper's 500 training images each, and Local only there
-#: at the authors' 100 epochs; the first column with every method at its own defaults
-#: (``5.7-defaults``, beside 5.7's authors' values); FedAvg tested with the clients' locally updated copies; Table 1's
-#: other four columns as the authors ran them (``5.7-c10-100-5`` ...); run only when named.
-VARIANTS = {"5.7-seeds": s57.TableSettings.more_seeds, "5.7-fedavg-local": s57.TableSettings.fedavg_local,
-            "5.7-m200": functools.partial(s57.TableSettings.per_client_images, 200),
-            "5.7-m500": functools.partial(s57.TableSettings.per_client_images, 500),
-            "5.7-m500-local100": s57.TableSettings.local_budget,
-            "5.7-defaults": s57.TableSettings.earlier_protocol,
-            **{f"5.7-{s57.column_slug(col)}": functools.partial(s57.TableSettings.column, col)
-               for col in s57.PAPER_TABLE1 if col != ("cifar10", 100, 2)}}
+#: section -> its declaration (:class:`replearn.book.results.Section`: settings class, run, summary,
+#: launch estimate, variant, run group), read from the drivers' ``RESULTS``
+SECTIONS = results_sections()
+#: sections whose settings are not their class's profile (``name(profile) -> settings``), run only when named
+VARIANTS = {name: sec.variant for name, sec in SECTIONS.items() if sec.variant is not None}
 #: what runs when no section is named
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in VARIANTS)
 
 
 def section_settings(section: str, profile: str):
     """The settings ``section`` runs at ``profile``."""
-    return VARIANTS[section](profile) if section in VARIANTS else SECTIONS[section][0].profile(profile)
-
-
-#: sections whose seeds share engine runs (4.8 and 4.9: the same pre-training per seed) keep them in
-#: one folder per seed, ``<group>-seed<N>-runs``, until every section of the group has finished that
-#: seed, so that the second section reuses the first one's runs even in another process.
-RUN_GROUPS = {"4.8": ("4.8", "4.9"), "4.9": ("4.8", "4.9")}
-
-
-#: section -> the driver's launch estimate of one seed (:func:`replearn.book.scales.launch_estimate`)
-WORK = {"4.7": s47.work, "4.8": s48.work, "4.9": s49.work, "5.7": s57.work, "5.8": s58.work, "5.9": s59.work,
-        **{section: s57.work for section in SECTIONS if section.startswith("5.7-")}}
+    return SECTIONS[section].settings_at(profile)
 
 
 def launch_line(section: str, profile: str) -> str:
     """The estimate printed before a section runs: client SGD steps, operator launches and the
     launch-bound seconds per seed on a GPU, clients batched and one after another."""
     s = section_settings(section, profile)
-    fast, slow = WORK[section](s), WORK[section](s, batched=False)
+    work = SECTIONS[section].work
+    fast, slow = work(s), work(s, batched=False)
     line = f"{profile} profile, per seed: {fast['steps']:,} client SGD steps, {fast['launches']:,} operator launches"
     if fast["batched_clients"] == 1:
         return f"{line} with one client at a time (about {fast['seconds']:.0f} s launch-bound on a GPU)"
@@ -293,7 +215,8 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
         raise ValueError(f"unknown section {section!r}; use one of {tuple(SECTIONS)}")
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; use one of {PROFILES}")
-    cls, run, summary = SECTIONS[section]
+    sec = SECTIONS[section]
+    cls, run, summary = sec.settings, sec.run, sec.summary
     s = settings if settings is not None else section_settings(section, profile)
     check_seeds(s.seeds)
     code = process_commit()  # the code this process runs, not the commit checked out when the run ends
@@ -310,7 +233,7 @@ def run_section(section: str, profile: str, out: Path = RESULTS, *, settings=Non
                 per_seed[str(seed)], wall, arithmetic[str(seed)] = saved[0], wall + saved[1], saved[2]
                 continue
         start = time.perf_counter()
-        group = RUN_GROUPS.get(section, (section,))
+        group = sec.group
         runs = ckpt / f"{'+'.join(group)}-seed{seed}-runs"  # the seed's finished engine runs: a seed cut short resumes
         with checkpoints.resumable(runs):
             result = json.loads(json.dumps(summary(run(dataclasses.replace(s, seed=seed)))))
@@ -348,7 +271,7 @@ def _committed(path: Path) -> results_lib.ResultsFile:
     section, profile = path.stem, path.parent.name
     if section not in SECTIONS:
         raise ValueError(f"{path} is a results file of an unknown section {section!r} (sections with a driver: "
-                         f"{tuple(SECTIONS)}); remove it or add its driver to SECTIONS")
+                         f"{tuple(SECTIONS)}); remove it or declare the section in its driver's RESULTS")
     if profile not in PROFILES:
         raise ValueError(f"{path} lies in the folder of an unknown profile {profile!r} (profiles: {PROFILES}); "
                          f"move or remove it")
@@ -469,7 +392,8 @@ def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int 
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; run `make results PROFILE={profile}` first")
     record = _committed(path)
-    cls, run, summary = SECTIONS[section]
+    sec = SECTIONS[section]
+    run, summary = sec.run, sec.summary
     s = section_settings(section, profile)
     stale = staleness(path, record)
     if stale:

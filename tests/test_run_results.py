@@ -13,6 +13,21 @@ rr = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rr)
 
 
+def section_with(run, summary):
+    """5.8's declared section with a stand-in run and summary."""
+    return replace(rr.SECTIONS["5.8"], run=run, summary=summary)
+
+
+def test_sections_are_the_drivers_declarations():
+    """run_results keeps no list of its own: every section, its variants and its run group come
+    from the drivers' ``RESULTS``."""
+    assert list(rr.DEFAULT_SECTIONS) == ["4.7", "4.8", "4.9", "5.7", "5.8", "5.9"]
+    assert {"5.7-seeds", "5.7-m500-local100", "5.7-defaults", "5.7-c100-100-20"} <= set(rr.VARIANTS)
+    assert rr.SECTIONS["4.9"].group == ("4.8", "4.9") and rr.SECTIONS["5.8"].group == ("5.8",)
+    column = rr.section_settings("5.7-c10-1000-2", "long")
+    assert column.partitions == (("cifar10", 1000, 2),)
+
+
 def test_committed_results_match_their_profiles():
     assert rr.stale_files() == [], "re-run `make results PROFILE=...` for these sections (settings changed)"
 
@@ -24,10 +39,10 @@ def test_run_section_writes_provenance_and_resumes(tmp_path, monkeypatch):
         def __init__(self, seed):
             self.seed = seed
 
-    cls = rr.SECTIONS["5.8"][0]
+    cls = rr.SECTIONS["5.8"].settings
     tiny = replace(cls.profile("long"), seeds=(3, 4))
-    monkeypatch.setitem(rr.SECTIONS, "5.8", (cls, lambda s: calls.append(s.seed) or Fake(s.seed),
-                                             lambda r: {"acc": 0.5 + r.seed}))
+    monkeypatch.setitem(rr.SECTIONS, "5.8", section_with(lambda s: calls.append(s.seed) or Fake(s.seed),
+                                                         lambda r: {"acc": 0.5 + r.seed}))
     path = rr.run_section("5.8", "long", tmp_path, settings=tiny)
     record = json.loads(path.read_text())
     assert path == tmp_path / "long" / "5.8.json" and calls == [3, 4]
@@ -47,7 +62,7 @@ def test_run_section_writes_provenance_and_resumes(tmp_path, monkeypatch):
 
 
 def test_check_section_reruns_one_seed_and_lists_differences(tmp_path, monkeypatch):
-    cls = rr.SECTIONS["5.8"][0]
+    cls = rr.SECTIONS["5.8"].settings
     long = cls.profile("long")
 
     class Fake:
@@ -55,7 +70,7 @@ def test_check_section_reruns_one_seed_and_lists_differences(tmp_path, monkeypat
             self.seed = seed
 
     value = {"acc": [0.25, 0.5], "name": "x"}
-    monkeypatch.setitem(rr.SECTIONS, "5.8", (cls, lambda s: Fake(s.seed), lambda r: {**value, "seed": r.seed}))
+    monkeypatch.setitem(rr.SECTIONS, "5.8", section_with(lambda s: Fake(s.seed), lambda r: {**value, "seed": r.seed}))
     rr.run_section("5.8", "long", tmp_path, settings=replace(long, seeds=long.seeds[:2]))
     record = json.loads((tmp_path / "long" / "5.8.json").read_text())
     record["settings"] = rr.settings_json(long)
@@ -85,7 +100,7 @@ def test_bad_arguments():
 def test_long_profiles_differ_from_the_cpu_defaults_and_have_a_spread():
     # the near-paper long runs trade seeds (2) for the paper's network and clients; 5.7's single
     # seed takes its spread over the 100 clients of its partition (client_accuracy is recorded)
-    for section, (cls, _, _) in rr.SECTIONS.items():
+    for section, cls in ((name, sec.settings) for name, sec in rr.SECTIONS.items()):
         d, l = cls.default(), rr.section_settings(section, "long")
         assert l != d and l.dtype == "float32" and not l.full_data, section
         if section.startswith("5.7") and section != "5.7-seeds":  # one seed, spread over 40 to 1,000 clients
@@ -139,24 +154,24 @@ def test_fedavg_with_local_copies_is_the_earlier_fedavg_run_tested_otherwise():
 
 
 def test_the_launch_estimate_counts_the_images_each_client_keeps():
-    small, big = (rr.WORK[s](rr.section_settings(s, "long")) for s in ("5.7-m200", "5.7-m500"))
+    small, big = (rr.SECTIONS[s].work(rr.section_settings(s, "long")) for s in ("5.7-m200", "5.7-m500"))
     assert small["steps"] * 5 == big["steps"] * 2   # 200 vs 500 images: 20 vs 50 batches per epoch
 
 
 def test_the_launch_estimate_counts_local_only_once_per_client():
     s = rr.section_settings("5.7-m500", "long")
-    local = rr.WORK["5.7-m500"](replace(s, methods=("Local only",)))
+    local = rr.SECTIONS["5.7-m500"].work(replace(s, methods=("Local only",)))
     assert local["steps"] == 40 * 10 * 50   # 40 clients x 10 epochs x 50 batches, sampled or not
-    budget = rr.WORK["5.7-m500-local100"](rr.section_settings("5.7-m500-local100", "long"))
+    budget = rr.SECTIONS["5.7-m500-local100"].work(rr.section_settings("5.7-m500-local100", "long"))
     assert budget["steps"] == 40 * 100 * 50   # the authors' 100 epochs
-    fewer = rr.WORK["5.7-m500"](replace(s, methods=("Local only",), train=replace(s.train, rounds=10)))
+    fewer = rr.SECTIONS["5.7-m500"].work(replace(s, methods=("Local only",), train=replace(s.train, rounds=10)))
     assert fewer["steps"] == local["steps"]
 
 
 def test_check_section_refuses_what_stale_files_calls_stale_the_recorded_network_too(tmp_path, monkeypatch):
-    cls = rr.SECTIONS["5.8"][0]
+    cls = rr.SECTIONS["5.8"].settings
     long = cls.profile("long")
-    monkeypatch.setitem(rr.SECTIONS, "5.8", (cls, lambda s: s, lambda r: {"acc": 0.5}))
+    monkeypatch.setitem(rr.SECTIONS, "5.8", section_with(lambda s: s, lambda r: {"acc": 0.5}))
     path = rr.run_section("5.8", "long", tmp_path, settings=long)
     assert rr.stale_files(tmp_path) == [] and rr.check_section("5.8", "long", tmp_path)["failures"] == []
     record = json.loads(path.read_text())

@@ -59,7 +59,7 @@ def test_a_changed_width_makes_committed_results_stale(monkeypatch, tmp_path):
     (tmp_path / "long").mkdir()
     (tmp_path / "long" / "5.9.json").write_text(src.read_text())
     assert run_results.stale_files(tmp_path) == []
-    s = run_results.SECTIONS["5.9"][0].profile("long")
+    s = run_results.SECTIONS["5.9"].settings.profile("long")
     variant = s.variant or s.dataset  # None: the authors' widths for the dataset
     widths = FEDREP_WIDTHS[variant]
     assert json.loads(src.read_text())["network"][s.dataset]["widths"]["conv1"] == widths[0]

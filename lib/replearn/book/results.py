@@ -17,8 +17,47 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-__all__ = ["ResultsFile", "default_root", "load", "nonfinite", "wall_time"]
+import torch
+
+__all__ = ["ResultsFile", "Section", "default_root", "floats", "load", "nonfinite", "wall_time"]
+
+
+@dataclass(frozen=True)
+class Section:
+    """A results section, as its driver declares it in its module's ``RESULTS`` (a tuple of these;
+    :func:`replearn.experiments.results_sections` collects them and ``scripts/run_results.py`` runs
+    them): ``name`` (the file's name, ``"5.7"``, ``"5.7-m500"``), the ``settings`` class, ``run``
+    (settings -> one seed's result), ``summary`` (that result -> the JSON-able dict the file keeps
+    per seed), ``work`` (``work(settings, batched=...)``: the launch estimate printed before a run,
+    :func:`replearn.book.scales.launch_estimate`), ``variant`` (``profile -> settings`` for a
+    section whose settings are not its class's profile, run only when named; None: the class's
+    profile, run by default) and ``run_group`` (sections whose seeds reuse each other's engine runs,
+    e.g. 4.8 and 4.9's one pre-training; ``()``: the section alone)."""
+
+    name: str
+    settings: type
+    run: Callable
+    summary: Callable
+    work: Callable
+    variant: Callable | None = None
+    run_group: tuple[str, ...] = ()
+
+    def settings_at(self, profile: str):
+        """The settings this section runs at ``profile``."""
+        return self.variant(profile) if self.variant is not None else self.settings.profile(profile)
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        """The sections sharing this one's engine runs (itself when it shares with none)."""
+        return self.run_group or (self.name,)
+
+
+def floats(t) -> list[float]:
+    """A tensor's (or a number's, or a sequence's) values as a flat list of Python floats, as a
+    results file stores them."""
+    return [float(v) for v in torch.as_tensor(t).flatten().tolist()]
 
 
 def nonfinite(node, where: str = "") -> list[str]:

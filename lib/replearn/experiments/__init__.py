@@ -67,3 +67,18 @@ def paper_settings() -> dict[str, tuple[type[Settings], dict, dict | None, dict]
             found[section] = (classes[0], module.PAPER_SETTINGS, module.AUTHORS_CODE,
                               getattr(module, "DEPARTURES", {}))
     return found
+
+
+def results_sections() -> dict:
+    """Every results section the drivers declare (each driver's ``RESULTS``, a tuple of
+    :class:`replearn.book.results.Section`), by name, in book order: what
+    ``scripts/run_results.py`` runs and checks. A name declared twice is a ValueError."""
+    found = {}
+    for info in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
+        if not re.fullmatch(r"s\d\d_\w+", info.name.rsplit(".", 1)[-1]):
+            continue
+        for section in getattr(importlib.import_module(info.name), "RESULTS", ()):
+            if section.name in found:
+                raise ValueError(f"results section {section.name!r} is declared twice (again in {info.name})")
+            found[section.name] = section
+    return found

@@ -23,6 +23,7 @@ from replearn.checks import check_int
 from replearn.book.claims import fmt
 from replearn.book.plotting import to_numpy
 from replearn.book import scales
+from replearn.book.results import Section
 from replearn.book.scales import require_data, require_images
 from replearn.neural.specs import FederationSpec
 from replearn.experiments.ch04_fedavg.cifar_transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
@@ -365,3 +366,15 @@ def plot_matrices(res: SimilarityResult, seed: int):
         ax.grid(False)
     fig.colorbar(im, ax=axes, shrink=0.8, label="average cosine similarity")
     return fig
+
+
+def summarise(r: SimilarityResult) -> dict:
+    """One seed's result as its results file keeps it: per tau, the gap, the intra- and
+    inter-class similarities and the probe's and the clients' accuracies."""
+    return {"gap": {str(t): r.gap[t] for t in r.taus}, "intra": {str(t): r.intra(t) for t in r.taus},
+            "inter": {str(t): r.inter(t) for t in r.taus}, "probe_accuracy": {str(t): r.probe_accuracy[t] for t in r.taus},
+            "client_accuracy": {str(t): r.client_accuracy[t] for t in r.taus}}
+
+
+#: What ``scripts/run_results.py`` runs of this section (:class:`replearn.book.results.Section`).
+RESULTS = (Section("4.7", SimilaritySettings, run_similarity, summarise, work),)

@@ -18,6 +18,7 @@ from replearn.neural import data as D
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
+from replearn.book.results import Section, floats
 from replearn.book.claims import fmt
 from replearn.book.scales import require_data
 from replearn.experiments.ch04_fedavg.cifar_transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain, pretrain_work
@@ -337,3 +338,15 @@ def plot_transfer(acc: dict, tau: int, new_classes_per_client: int):
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)   # beside the axes
     plt.tight_layout()
     return fig
+
+
+def summarise(r: TransferResult) -> dict:
+    """One seed's result as its results file keeps it: the pre-trained accuracies, the sample sizes
+    and the mean fine-tuned accuracy per target and tau."""
+    return {"pretrain_accuracy": {str(t): v for t, v in r.pretrain_accuracy.items()},
+            "samples": {k: list(v) for k, v in r.samples.items()},
+            "mean_accuracy": {f"{target}/{tau}": floats(r.mean(target, tau)) for target, tau in r.accuracy}}
+
+
+#: What ``scripts/run_results.py`` runs of this section; its seeds share the pre-training with 4.9's.
+RESULTS = (Section("4.8", TransferSettings, run_transfer, summarise, work, run_group=("4.8", "4.9")),)

@@ -21,6 +21,7 @@ from replearn.neural import similarity
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
+from replearn.book.results import Section, floats
 from replearn.book.claims import fmt
 from replearn.book.scales import require_data
 from replearn.experiments.ch04_fedavg.cifar_transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activations, new_clients, new_model,
@@ -411,3 +412,15 @@ def paper_table(lv: LongCKA):
     return Table(["FedAvg above D-SGD", "the paper (Fig. 2, its text)", f"near-paper run ({len(lv.pre[1])} seeds)"],
                  rows, align="lll", caption="each comparison paired over seeds: the outcome, then FedAvg minus D-SGD "
                                             "and its 95% interval")
+
+
+def summarise(r: CKALayerResult) -> dict:
+    """One seed's result as its results file keeps it: the layers, CKA before against after
+    fine-tuning per tau, between the two models, and the accuracies."""
+    return {"layers": list(r.layers), "before_after": {str(t): floats(r.mean(t)) for t in r.before_after},
+            "between": floats(r.between), "ft_accuracy": {str(t): v for t, v in r.ft_accuracy.items()},
+            "pretrain_accuracy": {str(t): v for t, v in r.pretrain_accuracy.items()}}
+
+
+#: What ``scripts/run_results.py`` runs of this section; its seeds share the pre-training with 4.8's.
+RESULTS = (Section("4.9", CKASettings, run_cka, summarise, work, run_group=("4.8", "4.9")),)

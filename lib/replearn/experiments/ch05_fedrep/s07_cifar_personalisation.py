@@ -14,6 +14,7 @@ evaluated once after fine-tuning.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field, replace
 
 import matplotlib.pyplot as plt
@@ -26,6 +27,7 @@ from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import results, scales, seeds
+from replearn.book.results import Section, floats
 from replearn.book.claims import compared, fmt, glue_diff, glue_pm, glue_text
 from replearn.book.plotting import COLORS, Table
 from replearn.book.seeds import compare, mean_sd
@@ -468,6 +470,37 @@ def paper_reference(partition: tuple[str, int, int]) -> tuple[tuple[str, int, in
     if key not in PAPER_TABLE1:
         raise ValueError(f"Table 1 has no column for {name} with S = {S}")
     return key, PAPER_TABLE1[key]
+
+
+def summarise(r: TableResult) -> dict:
+    """One seed's result as its results file keeps it: per partition (``"cifar10/100/2"``), each
+    row's accuracy and its clients' accuracies."""
+    key = {p: "/".join(map(str, p)) for p in r.partitions}
+    return {"accuracy": {key[p]: dict(r.accuracy[p]) for p in r.partitions},
+            "client_accuracy": {key[p]: {m: floats(v) for m, v in r.client_accuracy[p].items()}
+                                for p in r.partitions}}
+
+
+def _section(name: str, variant=None) -> Section:
+    return Section(name, TableSettings, run_table, summarise, work, variant=variant)
+
+
+#: What ``scripts/run_results.py`` runs of this section: ``5.7``, the first column with the authors'
+#: values, by default; run only when named, its six main methods over seeds 1 and 2 (``5.7-seeds``);
+#: Local only, FedAvg and FedRep on 40 clients with 200, then the paper's 500 training images each
+#: (``5.7-m200``, ``5.7-m500``), and Local only there at the authors' 100 epochs
+#: (``5.7-m500-local100``); every method at its own defaults (``5.7-defaults``); FedAvg tested with
+#: the clients' locally updated copies (``5.7-fedavg-local``); Table 1's other four columns as the
+#: authors ran them (``5.7-c10-100-5`` ...).
+RESULTS = (_section("5.7"),
+           _section("5.7-seeds", TableSettings.more_seeds),
+           _section("5.7-m200", functools.partial(TableSettings.per_client_images, 200)),
+           _section("5.7-m500", functools.partial(TableSettings.per_client_images, 500)),
+           _section("5.7-fedavg-local", TableSettings.fedavg_local),
+           _section("5.7-m500-local100", TableSettings.local_budget),
+           _section("5.7-defaults", TableSettings.earlier_protocol),
+           *(_section(f"5.7-{column_slug(col)}", functools.partial(TableSettings.column, col))
+             for col in PAPER_TABLE1 if col != ("cifar10", 100, 2)))
 
 
 # --------------------------------------------------------------------------- what the page shows

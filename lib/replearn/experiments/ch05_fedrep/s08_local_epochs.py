@@ -18,6 +18,7 @@ from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
+from replearn.book.results import Section, floats
 from replearn.book.scales import require_data
 from replearn.experiments.ch05_fedrep.cifar_federation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, make_federation
 
@@ -304,3 +305,12 @@ def per_seed_table(long, caption: str):
     rows = [[str(seed)] + [f"{100 * long.values('accuracy', m, j)[k]:.2f}" for j in range(len(epochs)) for m in METHODS]
             for k, seed in enumerate(long.seeds)]
     return Table(["seed"] + [f"{m}, E = {e} (%)" for e in epochs for m in METHODS], rows, caption=caption)
+
+
+def summarise(r: EpochResult) -> dict:
+    """One seed's result as its results file keeps it: the epochs and each method's accuracies."""
+    return {"epochs": list(r.epochs), "accuracy": {m: floats(v) for m, v in r.accuracy.items()}}
+
+
+#: What ``scripts/run_results.py`` runs of this section (:class:`replearn.book.results.Section`).
+RESULTS = (Section("5.8", EpochSettings, run_epochs, summarise, work),)

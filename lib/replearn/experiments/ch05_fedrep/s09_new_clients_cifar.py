@@ -19,6 +19,7 @@ from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales
+from replearn.book.results import Section, floats
 from replearn.book.scales import require_data
 from replearn.experiments.ch05_fedrep.cifar_federation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, fit_heads, make_federation
 
@@ -418,3 +419,14 @@ def plot_curves(epochs, curves: dict, chance: float, title: str, *, long: bool =
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.tight_layout()
     return fig
+
+
+def summarise(r: NewClientResult) -> dict:
+    """One seed's result as its results file keeps it: the held-out classes, each body's
+    accuracies on the new clients and the training accuracies."""
+    return {"new_classes": list(r.new_classes), "accuracy": {m: floats(v) for m, v in r.accuracy.items()},
+            "trained": dict(r.trained)}
+
+
+#: What ``scripts/run_results.py`` runs of this section (:class:`replearn.book.results.Section`).
+RESULTS = (Section("5.9", NewClientSettings, run_new_clients, summarise, work),)

@@ -649,3 +649,15 @@ def test_every_algorithm_has_a_complete_summary_citing_the_bibliography():
     assert len(table.COLUMNS) == len(table[0])
     shown = table.table()   # the page cites the papers in its prose: no raw citation keys in the table
     assert shown.header == list(table.COLUMNS[:-1]) and "li2021ditto" not in repr(shown)
+
+
+def test_each_method_states_its_own_cost():
+    """Launch estimates ask the method (``Algorithm.cost``), never its name: FedRep trains its head
+    then its body, Ditto two models, Local only with ``epochs`` every client once."""
+    cfg = neural.TrainConfig(rounds=50, participation=0.1, local_epochs=5, head_epochs=10, eval_every=5)
+    assert A.get("FedAvg").cost(cfg, None) == (cfg, 5, True)
+    assert A.get("FedRep").cost(cfg, None)[1] == 15
+    assert A.get("Ditto").cost(cfg, None)[1] == 10
+    once, epochs, _ = A.get("Local only").cost(cfg, A.get("Local only").Options(epochs=100))
+    assert (once.rounds, once.participation, epochs) == (1, 1.0, 100)
+    assert A.get("Local only").cost(cfg, A.get("Local only").Options(epochs=None))[:2] == (cfg, 5)

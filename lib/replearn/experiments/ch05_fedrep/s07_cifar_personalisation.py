@@ -360,12 +360,12 @@ def work(s: TableSettings, *, batched: bool = True) -> dict:
     """:func:`replearn.book.scales.launch_estimate` of :func:`run_table` with ``s``: per partition,
     every row's rounds with the training settings it runs with (:meth:`TableSettings.config_for`;
     FedRep: head and body epochs; the others: the body epochs; a +FT row adds ``ft_epochs`` head
-    epochs per client, batched like training; a method whose clients train ``models`` models a
-    round, such as Ditto and APFL, counts that many times), and the evaluations every
-    ``eval_every`` rounds; a method's clients count as batched when ``batched`` and the algorithm
-    has a batched path (all of Table 1's). A client's images are ``kept_per_client`` when set, else
-    ``train_per_client``; Local only with ``epochs`` trains every client once for that many epochs
-    (one client at a time)."""
+    epochs per client, batched like training), and the evaluations every ``eval_every`` rounds;
+    what a method trains in a round, over which rounds, and whether it can batch its clients is its
+    own :meth:`~replearn.neural.algorithms.base.Algorithm.cost` (FedRep: head and body epochs;
+    Ditto and APFL: two models; Local only with ``epochs``: every client once). A method's clients
+    count as batched when ``batched`` and its cost says they can. A client's images are
+    ``kept_per_client`` when set, else ``train_per_client``."""
     images = s.kept_per_client or s.train_per_client
     parts = []
     for part in s.partitions:
@@ -379,17 +379,10 @@ def work(s: TableSettings, *, batched: bool = True) -> dict:
                 parts.append(scales.launch_estimate(per_client, n,  # every client, batched like training
                                                     batched_clients=scales.batching(cfg, n, batched)))
                 continue
-            cfg = s.config_for(row, part)
-            opts = alg.check_options(s.options_for(row))
-            if alg.name == "Local only" and opts.epochs is not None:  # every client, once
-                k, _ = scales.federated_steps(name, s.full_data, n, images,
-                                              replace(cfg, rounds=1, participation=1.0), opts.epochs)
-                parts.append(scales.launch_estimate(k, n, batched_clients=1))
-                continue
-            epochs = cfg.local_epochs + (cfg.head_epochs if alg.name == "FedRep" else 0)
+            cfg, epochs, can_batch = alg.cost(s.config_for(row, part), alg.check_options(s.options_for(row)))
             k, m = scales.federated_steps(name, s.full_data, n, images, cfg, epochs)
-            parts.append(scales.launch_estimate(k * alg.models, n * -(-cfg.rounds // cfg.eval_every),
-                                                batched_clients=scales.batching(cfg, m, batched and alg.batched)))
+            parts.append(scales.launch_estimate(k, n * -(-cfg.rounds // cfg.eval_every),
+                                                batched_clients=scales.batching(cfg, m, batched and can_batch)))
     return scales.combine(*parts)
 
 

@@ -248,6 +248,17 @@ class Algorithm:
         personal ones (its state, or the starting parameters before its first round)."""
         return {**ctx.global_params, **{n: ctx.state[n] if n in ctx.state else ctx.initial[n] for n in ctx.personal}}
 
+    def cost(self, cfg: neural.TrainConfig, options) -> tuple[neural.TrainConfig, float, bool]:
+        """What a run with ``cfg`` and ``options`` trains, for launch estimates
+        (:func:`replearn.book.scales.federated_steps`): the training settings whose rounds,
+        participation and evaluations the run follows, the epochs a participating client trains
+        in a round (all its ``models`` together) and whether its clients can run batched. The
+        default: ``cfg`` itself, ``local_epochs`` per model, :attr:`batched`. A method that trains
+        more per round or follows other rounds says so here (FedRep's head epochs, Local only's
+        one-off training), so that no estimate needs to know methods by name. It counts epochs: a
+        run whose phases ``local_steps`` cut short is estimated at its epochs."""
+        return cfg, cfg.local_epochs * self.models, self.batched
+
     @property
     def client_state_is_personal(self) -> bool:
         """Whether a client's state is only its personal parameters (the default

@@ -27,6 +27,11 @@ class FedRep(Algorithm):
         body, head = neural.split_body_head(model)
         return (neural.Phase(head, cfg.head_steps, cfg.head_epochs), neural.Phase(body, cfg.local_steps, cfg.local_epochs))
 
+    def cost(self, cfg, options):
+        """The head's epochs, then the body's, every round."""
+        run_cfg, body_epochs, batched = super().cost(cfg, options)
+        return run_cfg, body_epochs + cfg.head_epochs * self.models, batched
+
     def check(self, model, cfg, options):
         if cfg.head_steps is None and cfg.head_epochs < 1:
             raise ValueError("FedRep needs head_epochs >= 1 or head_steps")

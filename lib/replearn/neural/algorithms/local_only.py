@@ -43,6 +43,13 @@ class LocalOnly(Algorithm):
     def personal_names(self, model, options):
         return tuple(n for n, _ in model.named_parameters())
 
+    def cost(self, cfg, options):
+        """With ``epochs``: one round of every client, ``epochs`` epochs each (:meth:`run`)."""
+        options = self.check_options(options)
+        if options.epochs is None:
+            return super().cost(cfg, options)
+        return replace(cfg, rounds=1, participation=1.0, eval_every=1, last_rounds=1), options.epochs, self.batched
+
     def run(self, model, clients, cfg, options=None, *, state=None, callback=None, workers=None, runner=None):
         """With ``epochs``: one round in which every client trains ``epochs`` epochs, recorded as
         the last of ``cfg.rounds`` rounds (``train_loss`` and ``test_accuracy`` NaN before it,

@@ -48,6 +48,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from replearn.book.seeds import compare, Comparison, Joint, LEVEL, pm_parts
+from replearn.table import Table
+
 MAX_DIGITS = 17   # a float64 has at most 17 significant decimal digits
 
 __all__ = ["ClaimFailed", "MeanPm", "check_digits", "claim", "compared", "fmt", "format_value", "glue_diff", "glue_number",
@@ -148,8 +151,6 @@ def mean_pm(values, *, scale: float = 1.0, digits: int | None = None) -> MeanPm:
     """Mean ± sample standard deviation over seeds of ``scale * values``, with as many decimals
     as the spread supports (``seeds.decimals``: one significant digit of the sd, at most 3) unless
     ``digits`` (decimals) is given; the same strings as ``seeds.pm`` (:func:`replearn.book.seeds.pm_parts`)."""
-    from replearn.book.seeds import pm_parts
-
     xs = [_finite_real(scale * float(_finite_real(v, "mean_pm value")), "mean_pm value") for v in values]
     if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int)
                                or not 0 <= digits <= MAX_DIGITS):
@@ -163,8 +164,6 @@ def compared(a, b, *, scale: float = 1.0, unit: str = "") -> str:
     95% t-interval of the paired mean difference, of ``scale * (a - b)`` in ``unit``), with that
     difference and interval, e.g. ``"higher beyond the spread (+5 [+2, +8] points, 95% interval,
     n = 3)"``, ``"lower beyond the spread (...)"`` or ``"not separated (...)"``."""
-    from replearn.book.seeds import LEVEL, compare
-
     c = compare(a, b, scale=scale, unit=unit)
     word = {"holds": "higher beyond the spread", "opposite": "lower beyond the spread",
             "not separated": "not separated"}[c.outcome]
@@ -207,8 +206,6 @@ def glue_diff(name: str, a, b, *, scale: float = 1.0, unit: str = ""):
     book's one criterion; ``scale=100, unit="points"`` for accuracies shown in %: ``"+5 [+2, +8]
     points"``); returns the :class:`~replearn.book.seeds.Comparison`, so a table shows the same
     string (``.text``) and a verdict can judge by it."""
-    from replearn.book.seeds import compare
-
     c = compare(a, b, scale=scale, unit=unit)
     glue_text(name, c.text)
     return c
@@ -234,7 +231,6 @@ def _shown(label: str, values: dict, digits: int) -> str:
 def _condition(label: str, condition) -> bool:
     if not isinstance(label, str) or not label:
         raise ValueError("a claim needs a non-empty label saying what is claimed")
-    from replearn.book.seeds import Comparison, Joint
 
     if isinstance(condition, (Comparison, Joint)):
         condition = bool(condition)
@@ -310,8 +306,6 @@ def verdict(name: str, label: str, condition, *, holds: str, fails: str, opposit
     unit** (points for ``seeds.points``), with a Comparison condition: the record then says whether
     it lies inside our interval (the size reproduced, not only the direction). Returns whether the
     outcome is "holds"."""
-    from replearn.book.seeds import Comparison, Joint
-
     structured = condition if isinstance(condition, (Comparison, Joint)) else None
     held = _condition(label, condition)
     for what, phrase in (("holds", holds), ("fails", fails), ("opposite", opposite if opposite is not None else fails)):
@@ -354,8 +348,6 @@ def verdict(name: str, label: str, condition, *, holds: str, fails: str, opposit
 def verdict_table(caption: str | None = None):
     """The verdicts recorded since the last call, as one table (claim | the paper | our run), for
     ``display``; the list is then emptied. Each cell's verdicts end with ``display(verdict_table())``."""
-    from replearn.book.plotting import Table
-
     rows = list(_PENDING)
     _PENDING.clear()
     if not rows:

@@ -9,7 +9,6 @@ rows rather than widen it), so that the text column shows it at its natural size
 from __future__ import annotations
 
 import matplotlib as mpl
-import matplotlib.pyplot as plt
 import numpy as np
 
 from replearn.table import Table  # noqa: F401  (the notebooks' tables: one import with the figures' helpers)

@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from replearn.settings import setting_value
 from replearn.checks import check_int
+from replearn.table import Table
 
 __all__ = ["OperatorCount", "TRAIN_IMAGES", "batching", "combine", "federated_steps", "launch_estimate", "require_data", "require_images", "settings_table"]
 
@@ -232,7 +233,6 @@ def settings_display(cls, paper_values: dict, caption: str, *, code_values: dict
     ``paper()`` value that deviates from the paper's text or the authors' code is marked "≠", a
     setting the code does not set shows "—"; a departure on purpose (``departures``) says why in the
     last column."""
-    from replearn.book.plotting import Table
     rows = []
     for r in settings_table(cls, paper_values, code_values=code_values, departures=departures):
         where = [f"paper: {r['source']}" if r["source"] != "not stated" else "",

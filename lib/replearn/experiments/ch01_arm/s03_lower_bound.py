@@ -29,6 +29,7 @@ from replearn.theory.lower_bound import make_instance, stable_step
 from replearn.theory.meta import arm
 from replearn.book.plotting import plot_curves, to_numpy
 from replearn.settings import Settings
+from replearn.book.widgets import Slider, explorer as build_explorer
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,6 @@ def draw_explorer(ax, curves: dict, delta: float) -> None:
 def explorer(**defaults):
     """An ipywidgets panel: sliders for delta, beta, T and the head condition number, and a
     plot of :func:`explorer_curves` (keyword ``defaults`` set the initial slider values)."""
-    from replearn.book.widgets import Slider, explorer as build_explorer
-
     controls = {"delta": Slider(0.3, 0.05, 0.95, 0.05, "δ"), "beta": Slider(0.3, 0.05, 0.5, 0.05, "β"),
                 "T": Slider(200, 10, 500, 10, "T", "int"), "cond": Slider(4.0, 0, 2, 0.1, "cond", "log")}
     return build_explorer(controls, lambda ax, v: draw_explorer(ax, explorer_curves(**v), v["delta"]),

@@ -19,6 +19,7 @@ import torch
 from replearn.theory import linear, maml, meta, rates
 from replearn.checks import check_int, check_number, check_positives, check_sequence
 from replearn.theory.maml_instances import PopulationSettings, make_problem
+from replearn.book.plotting import COLORS
 
 METHODS = ("ARM",) + maml.ALGORITHMS
 
@@ -132,8 +133,6 @@ def plot_rate_sweep(sweep: dict):
     between; the legend fills the fourth place. Returns the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    from replearn.book.plotting import COLORS
 
     fig, grid_axes = plt.subplots(2, 2, figsize=(7.5, 5.8), sharey=True)
     axes = grid_axes.flat

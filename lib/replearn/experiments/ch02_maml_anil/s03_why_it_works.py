@@ -19,6 +19,7 @@ import torch
 
 from replearn.theory import maml, meta
 from replearn.theory.maml_instances import PopulationSettings, make_problem
+from replearn.book.plotting import COLORS
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,6 @@ def plot_hypotheses(hyp: dict, cfg: HypothesesSettings, rho: float):
     (:func:`hypotheses_runs`), with the bounds they are checked against, three rows of two, the
     methods' legend above them (the bounds are named in their panels). Returns the figure."""
     import matplotlib.pyplot as plt
-
-    from replearn.book.plotting import COLORS
 
     t = torch.arange(cfg.iterations + 1)
     fig, axes = plt.subplots(3, 2, figsize=(7.5, 8.4))

@@ -20,6 +20,7 @@ from replearn.theory import aruba
 from replearn.backend import DTYPE
 from replearn.checks import check_int, check_positives
 from replearn.settings import Settings
+from replearn.book.plotting import legend_outside, log_ticks, to_numpy
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,6 @@ def init_table(res: MetaInitResult, cfg: MetaInitSettings) -> str:
     distance of the initialisation to phi* along the tasks; the meta-level regret over its bound."""
     import numpy as np
 
-    from replearn.book.plotting import to_numpy
-
     rbar_T = {name: curves[:, -1] for name, curves in res.rbar.items()}
     gain = rbar_T["single"] / rbar_T["theorem"]
     lines = [f"d = {cfg.family.d}, m = {cfg.family.m}, T = {cfg.T}, D = {res.D}, G = {res.G:.1f}; R-bar_T "
@@ -190,8 +189,6 @@ def plot_rate_sweep(res: MetaInitResult, cfg: MetaInitSettings, colors, theory_r
     import math
 
     import matplotlib.pyplot as plt
-
-    from replearn.book.plotting import legend_outside, log_ticks, to_numpy
 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.0, 6.6))
     rates = to_numpy(res.rates)

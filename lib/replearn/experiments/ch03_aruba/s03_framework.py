@@ -19,6 +19,7 @@ from replearn.theory import aruba
 from replearn.backend import DTYPE
 from replearn.checks import check_int, check_nonnegative, check_positive, check_positives, check_sequence
 from replearn.settings import Settings
+from replearn.book.plotting import to_numpy
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,6 @@ def reptile_table(res: FrameworkResult, cfg: FrameworkSettings, pred: dict) -> s
     initialisation to phi* at t = 10, 50 and T, the model's (``pred``), ``c`` and the late regret."""
     import numpy as np
 
-    from replearn.book.plotting import to_numpy
-
     fam, T = cfg.family, cfg.T
     lines = [f"V = {fam.V:.2f}, ||phi*|| = {fam.center_norm}, T = {T}, {cfg.runs} runs",
              "  eta    target          ||phi_t - phi*|| at t = 10, 50, T     model    c    late regret"]
@@ -191,8 +190,6 @@ def plot_framework(res: FrameworkResult, cfg: FrameworkSettings, pred: dict, bes
     rate of the grid. Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from replearn.book.plotting import to_numpy
 
     fam = cfg.family
     t = np.arange(1, cfg.T + 1)

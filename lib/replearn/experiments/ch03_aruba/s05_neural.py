@@ -37,6 +37,7 @@ from replearn.theory import sinusoid
 from replearn.backend import SeedLike, make_generator
 from replearn.checks import check_int, check_number, check_positive, check_positives
 from replearn.settings import Settings
+from replearn.book.plotting import to_numpy
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,6 @@ def plot_rates(res: ArubaNeuralResult, cfg: ArubaNeuralSettings):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from replearn.book.plotting import to_numpy
-
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.6))
     steps = np.arange(1, cfg.meta_iterations + 1)
     colors = GROUP_COLORS
@@ -188,8 +187,6 @@ def plot_adaptation(res: ArubaNeuralResult, inner_steps: int):
     initialisation and rate of ``res.curves``. Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from replearn.book.plotting import to_numpy
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for name, curve in res.curves.items():

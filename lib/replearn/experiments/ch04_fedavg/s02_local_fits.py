@@ -30,6 +30,7 @@ from replearn.checks import check_int, check_ints, check_nonnegative, check_posi
 from replearn.theory.linear_federated import AveragedModel
 from replearn.theory.linear import PopulationTasks
 from replearn.settings import Settings
+from replearn.book.plotting import COLORS
 
 
 @dataclass(frozen=True)
@@ -185,8 +186,6 @@ def plot_local_fits(res: LocalFitsResult, cfg: LocalFitsSettings):
     second column of both fits is e3); right: the distance to B_* over the rounds for every tau
     of ``cfg``, and from the averaged fits. Returns the figure."""
     import matplotlib.pyplot as plt
-
-    from replearn.book.plotting import COLORS
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.6), gridspec_kw={"width_ratios": [1, 1.6]})
     arrows = {r"$\theta_{*,1} = \hat B_1 \hat w_1$": ((1.0, 0.0), COLORS["true representation"]),

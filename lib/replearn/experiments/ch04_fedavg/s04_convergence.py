@@ -20,9 +20,8 @@ from replearn.theory import linear_federated, linear, rates
 from replearn.backend import DTYPE, derive_seed
 from replearn.checks import check_fraction, check_int, check_ints, check_number, check_sequence
 from replearn.theory.fedavg_problems import FedAvgProblemSettings, make_problem
-from replearn.book.plotting import plot_curves, to_numpy
-from replearn.book.widgets import Slider
-from replearn.book.widgets import explorer as build_explorer
+from replearn.book.plotting import COLORS, plot_curves, to_numpy
+from replearn.book.widgets import explorer as build_explorer, Slider
 
 
 @dataclass(frozen=True)
@@ -278,8 +277,6 @@ def plot_rates(sweep: RateSweepResult, rounds: int, slope_scale: float):
     right: the measured rate against the prediction ``alpha^2 tau mu^2`` for both sweeps, with
     a line of slope 1 through ``slope_scale`` times the prediction. Returns the figure."""
     import matplotlib.pyplot as plt
-
-    from replearn.book.plotting import COLORS
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.6))
     t = np.arange(rounds + 1)

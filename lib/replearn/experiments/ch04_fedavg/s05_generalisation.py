@@ -34,6 +34,8 @@ from replearn.theory import linear_federated, linalg, linear
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
 from replearn.checks import check_int, check_ints, check_nonnegative, check_number, check_positive
 from replearn.settings import Settings
+from replearn.theory.linear import expected_head_error
+from replearn.book.plotting import COLORS
 
 METHODS = ("FedAvg", "D-GD")
 HEAD_ONLY = {"FedAvg": "FedAvg, head only", "D-GD": "D-GD, head only"}
@@ -235,8 +237,6 @@ def error_table(res: GeneralisationResult, cfg: GeneralisationSettings) -> str:
 def head_formula(res: GeneralisationResult, cfg: GeneralisationSettings) -> dict[str, torch.Tensor]:
     """Per method, the head-only error that the formula of Prop. arm-ft-prop-floor predicts at
     each n of ``cfg.ns`` from each run's floor, averaged over the runs."""
-    from replearn.theory.linear import expected_head_error
-
     return {m: torch.tensor([[expected_head_error(n, cfg.k, cfg.noise_std**2, float(F)) for F in res.floor[m]]
                              for n in cfg.ns]).mean(1) for m in METHODS}
 
@@ -247,8 +247,6 @@ def plot_generalisation(res: GeneralisationResult, cfg: GeneralisationSettings):
     each method fine-tuned fully and head only, the oracle B_* and predicting zero. Returns the
     figure."""
     import matplotlib.pyplot as plt
-
-    from replearn.book.plotting import COLORS
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.0, 3.8))
     t = res.rounds.numpy()

@@ -15,20 +15,21 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from replearn.neural import data as D
+from replearn.neural import data as D, similarity
 from replearn import neural
-from replearn.neural import similarity
 from replearn.backend import derive_seed
 from replearn.checks import check_int
-from replearn.book.claims import fmt
+from replearn.book.claims import fmt, glue_diff, glue_pm
 from replearn.book.plotting import to_numpy
-from replearn.book import scales
+from replearn.book import scales, seeds, wording as words
 from replearn.book.results import Section
 from replearn.book.scales import require_data, require_images
 from replearn.neural.specs import FederationSpec
-from replearn.experiments.ch04_fedavg.cifar_transfer import MatchedTraining, accuracy, method_name, probe_set, train_matched
-from replearn.book.widgets import Menu
-from replearn.book.widgets import explorer as build_explorer
+from replearn.experiments.ch04_fedavg.cifar_transfer import (MatchedTraining, accuracy, method_name, probe_set,
+                                                             train_matched)
+from replearn.book.widgets import explorer as build_explorer, Menu
+from replearn.table import Table
+from replearn.book.seeds import points, separated
 
 
 #: What the paper states of Fig. 4's setting, by settings field: (value, where it says so).
@@ -252,8 +253,6 @@ def glue_statistics(vals: dict, prefix: str, labels: dict | None = None) -> dict
     ``{prefix}-{label}-{tau}`` (with ``-mean`` and ``-sd``: :func:`replearn.book.claims.glue_pm`),
     the label being the statistic's name with ``-`` for spaces unless ``labels`` renames it; the
     probe accuracy in percent; returns ``{statistic: {tau: MeanPm}}``, the strings the tables show."""
-    from replearn.book.claims import glue_pm
-
     labels = labels or {}
     return {k: {t: glue_pm(f"{prefix}-{labels.get(k, k.replace(' ', '-'))}-{t}", v,
                            scale=1.0 if k in SIMILARITIES else 100.0) for t, v in by_tau.items()}
@@ -264,8 +263,6 @@ def glue_gap_diffs(gap: dict, prefix: str) -> dict:
     """Glue the paired difference of the gap between each tau and the next larger one
     (``{prefix}-gapdiff-{a}-{b}``: gap(b) - gap(a) with its 95% interval); returns
     ``{(a, b): Comparison}``."""
-    from replearn.book.claims import glue_diff
-
     taus = sorted(gap)
     return {(a, b): glue_diff(f"{prefix}-gapdiff-{a}-{b}", gap[b], gap[a]) for a, b in zip(taus, taus[1:])}
 
@@ -273,8 +270,6 @@ def glue_gap_diffs(gap: dict, prefix: str) -> dict:
 def statistics_table(shown: dict, caption: str):
     """The table of :func:`glue_statistics`'s strings in one unit, average cosine similarity: one
     row per method, a column each for the intra-class, the inter-class similarity and their gap."""
-    from replearn.book.plotting import Table
-
     taus = list(shown["gap"])
     return Table(["method", "intra-class", "inter-class", "gap (intra − inter)"],
                  [[method_name(t), *(shown[k][t].text for k in SIMILARITIES)] for t in taus], caption=caption)
@@ -283,8 +278,6 @@ def statistics_table(shown: dict, caption: str):
 def settings_rows(s) -> list[tuple[str, str]]:
     """The settings of a run (settings object or a results file's settings dict) in words, for
     :func:`replearn.book.wording.settings_table`."""
-    from replearn.book import wording as words
-
     taus = [int(t) for t in words.get(s, "taus")]
     return [("clients", f"{words.get(s, 'clients')}, Dirichlet({fmt(words.get(s, 'alpha'), 'g')}) label skew over "
                         f"CIFAR-10's classes"),
@@ -308,8 +301,6 @@ def gap_checks(gap: dict, *, scale: str = "CPU") -> list[tuple[str, str, object,
     gap growing from the second-smallest to the largest tau, each by the paired 95% interval over
     seeds (:func:`replearn.book.seeds.separated`); the glued phrase is the outcome (:func:`phrases`).
     ``scale`` ``"long"``: the names and labels of the committed near-paper run."""
-    from replearn.book import seeds
-
     taus = sorted(gap)
     long = scale == "long"
     pre, run = ("sim-long", "near-paper run: ") if long else ("sim", "")
@@ -331,9 +322,6 @@ def paper_table(lvals: dict, lshown: dict):
     :func:`long_statistics`, :func:`glue_statistics`): each cell the outcome of the paired
     comparison over seeds, with the difference and its 95% interval (gaps in cosine similarity,
     accuracies in percentage points)."""
-    from replearn.book.plotting import Table
-    from replearn.book.seeds import points, separated
-
     def cell(c):
         return f"{c.word}: {c.text}"
 

@@ -17,11 +17,15 @@ import torch
 from replearn.neural import data as D
 from replearn.backend import derive_seed
 from replearn.checks import check_int
-from replearn.book import scales
+from replearn.book import scales, seeds, wording as w
 from replearn.book.results import Section, floats
-from replearn.book.claims import fmt
+from replearn.book.claims import fmt, fmt as fmt_, glue_diff, glue_pm, glue_text
 from replearn.book.scales import require_data
-from replearn.experiments.ch04_fedavg.cifar_transfer import PAPER_PRETRAIN, PretrainSettings, finetune_all, new_clients, pretrain, pretrain_work
+from replearn.experiments.ch04_fedavg.cifar_transfer import (PAPER_PRETRAIN, PretrainSettings, finetune_all,
+                                                             new_clients, pretrain, pretrain_work)
+from replearn.table import Table
+from replearn.book.seeds import mean_sd, points
+from replearn.book.plotting import COLORS
 
 
 #: What the sources state of Fig. 5's setting, by settings field: (value, where it says so).
@@ -210,8 +214,6 @@ def long_accuracies(long) -> dict[tuple[str, int], tuple[list[float], list[float
 def settings_rows(s) -> list[tuple[str, str]]:
     """The settings of a run (settings object or a results file's settings dict) in words, for
     :func:`replearn.book.wording.settings_table`."""
-    from replearn.book import wording as w
-
     k = pretrain_classes(s)
     return [("pre-training", f"{k} CIFAR-100 classes, {w.get(s, 'n_new')} others held out; "
                              f"{w.get(s, 'clients')} clients of {w.get(s, 'classes_per_client')} single-class shards"),
@@ -234,9 +236,6 @@ def glue_tables(pre: dict, acc: dict, s, prefix: str = "tr"):
     percentage points. Glued for the prose: ``{prefix}-pre-fedavg`` / ``-dsgd``,
     ``{prefix}-chance-pre``, and per target and size ``{prefix}-{target}-{n}-fedavg``, ``-dsgd``
     and ``-diff``; ``s``: the run's settings (object or results file dict). Returns the table."""
-    from replearn.book.claims import fmt as fmt_, glue_diff, glue_pm, glue_text
-    from replearn.book.plotting import Table
-
     tau, k, n = max(pre), pretrain_classes(s), len(pre[1])
     glue_text(f"{prefix}-chance-pre", fmt_(100 / k, ".1f"))
     rows = [[f"pre-training clients ({k} classes)", "",
@@ -269,8 +268,6 @@ def checks(pre: dict, acc: dict, *, scale: str = "CPU") -> list[tuple[str, str, 
     pre-training accuracy above D-SGD's, and at every target and sample size FedAvg's fine-tuned
     accuracy above D-SGD's (Fig. 5).
     ``scale="long"``: the names and labels of the committed near-paper run."""
-    from replearn.book import seeds
-
     tau = max(pre)
     long = scale == "long"
     pre_name, run = ("tr-long", "near-paper run: ") if long else ("tr", "")
@@ -288,9 +285,6 @@ def paper_table(lpre: dict, lacc: dict):
     """The paper's Fig. 5 (what its text states) beside the near-paper run (``lpre``, ``lacc``:
     :func:`long_pretrain_accuracies`, :func:`long_accuracies`): FedAvg minus D-SGD, paired over
     seeds, in percentage points, with the outcome."""
-    from replearn.book.plotting import Table
-    from replearn.book.seeds import points
-
     def cell(a, b):
         c = points(a, b)
         return f"{c.word}: {c.text}"
@@ -310,9 +304,6 @@ def plot_transfer(acc: dict, tau: int, new_classes_per_client: int):
     client, with the chance level (a target run at one size only is a row of the table, not a
     panel); one legend, beside the panels, so that no curve or line crosses it. Returns the figure."""
     import matplotlib.pyplot as plt
-
-    from replearn.book.plotting import COLORS
-    from replearn.book.seeds import mean_sd
 
     names = method_names(tau)
     targets = [t for t in dict.fromkeys(t for t, _ in acc) if sum(tt == t for tt, _ in acc) >= 2]

@@ -13,19 +13,20 @@ from dataclasses import dataclass
 
 import torch
 
-from replearn.neural import data as D
-from replearn.neural import algorithms
+from replearn.neural import algorithms, data as D, similarity
 from replearn.neural.algorithms.fine_tuning import FineTuningOptions
 from replearn import neural
-from replearn.neural import similarity
 from replearn.backend import derive_seed
 from replearn.checks import check_int
-from replearn.book import scales
+from replearn.book import scales, seeds, wording as w
 from replearn.book.results import Section, floats
-from replearn.book.claims import fmt
+from replearn.book.claims import fmt, fmt as fmt_, glue_diff, glue_pm, glue_text
 from replearn.book.scales import require_data
 from replearn.experiments.ch04_fedavg.cifar_transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activations, new_clients, new_model,
                          pretrain, pretrain_work, probe_set)
+from replearn.table import Table
+from replearn.book.seeds import mean_sd, points, separated
+from replearn.book.plotting import COLORS
 
 
 #: What the sources state of Fig. 2's setting, by settings field: (value, where it says so)
@@ -175,8 +176,6 @@ def layer_labels(layers) -> dict[str, str]:
 def settings_rows(s) -> list[tuple[str, str]]:
     """The settings of a run (settings object or a results file's settings dict) in words, for
     :func:`replearn.book.wording.settings_table`."""
-    from replearn.book import wording as w
-
     k = w.get(s, "n_pretrain") or 100 - w.get(s, "n_new")
     return [("pre-training", f"{k} CIFAR-100 classes; {w.get(s, 'clients')} clients of "
                              f"{w.get(s, 'classes_per_client')} single-class shards"),
@@ -195,8 +194,6 @@ def glue_accuracies(runs, s: CKASettings) -> dict:
     """Glue FedAvg's and D-SGD's pre-training and fine-tuned accuracy over ``runs`` in percent
     (mean ± sd, ``cka-pretrain_accuracy-<tau>``, ``cka-ft_accuracy-<tau>``) and the chance levels
     (``cka-chance-pre``, ``cka-chance-ft``); returns ``{attribute: {tau: [accuracy per seed]}}``."""
-    from replearn.book.claims import fmt as fmt_, glue_pm, glue_text
-
     k = s.n_pretrain or 100 - s.n_new
     glue_text("cka-chance-pre", fmt_(100 / k, ".0f"))
     glue_text("cka-chance-ft", fmt_(100 / 10, ".0f"))
@@ -221,9 +218,6 @@ def glue_cka_table(short: list[str], ba: dict, between: list):
     """Glue every layer's CKA (``cka-fedavg-<layer>``, ``cka-dsgd-<layer>``,
     ``cka-between-<layer>``: mean ± sd over seeds) and FedAvg's minus D-SGD's, paired over seeds
     (``cka-diff-<layer>``), and return them as one table in CKA, the layers as the book names them."""
-    from replearn.book.claims import glue_diff, glue_pm
-    from replearn.book.plotting import Table
-
     tau, rows, labels = max(ba), [], layer_labels(short)
     for j, layer in enumerate(short):
         cells = [glue_pm(f"cka-{name}-{layer}", v).text for name, v in (("fedavg", ba[tau][j]), ("dsgd", ba[1][j]))]
@@ -246,8 +240,6 @@ def checks(short: list[str], ba: dict) -> list[tuple[str, str, object, dict]]:
     :func:`replearn.book.claims.verdict`: per convolution, FedAvg's CKA before vs after fine-tuning
     above D-SGD's (it changes less; Fig. 2), FedAvg minus D-SGD paired over seeds as in the table
     ("opposite": D-SGD's changes less)."""
-    from replearn.book import seeds
-
     tau, labels = max(ba), layer_labels(short)
     out = []
     for j in (j for j, layer in enumerate(short) if not layer.startswith("relu_fc")):
@@ -260,8 +252,6 @@ def checks(short: list[str], ba: dict) -> list[tuple[str, str, object, dict]]:
 def falls_with_depth(ba: dict, between: list) -> tuple[bool, bool]:
     """Whether the mean CKA over seeds falls from each layer to the next, before vs after
     fine-tuning for both models, and between the two pre-trained models."""
-    from replearn.book.seeds import mean_sd
-
     mean = {t: [mean_sd(v)[0] for v in ba[t]] for t in ba}
     both = all(a > b for t in ba for a, b in zip(mean[t], mean[t][1:]))
     bm = [mean_sd(v)[0] for v in between]
@@ -273,9 +263,6 @@ def plot_cka(short: list[str], ba: dict, between: list):
     ± sd; dots: seeds); right, FedAvg's vs D-SGD's pre-trained layers. Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from replearn.book.plotting import COLORS
-    from replearn.book.seeds import mean_sd
 
     tau, n = max(ba), len(between[0])
     names, labels = method_names(tau), layer_labels(short)
@@ -329,9 +316,6 @@ def glue_long_tables(lv: LongCKA) -> tuple:
     FedAvg minus D-SGD in points ``cka-long-pre-diff``, ``cka-long-ft-diff``), each layer's CKA
     (``cka-long-<layer>-<method>``, ``-diff``) and the first layer's again (``cka-long-first-...``);
     return the accuracy table (in %) and the CKA table, FedAvg first, layers as the book names them."""
-    from replearn.book.claims import glue_diff, glue_pm
-    from replearn.book.plotting import Table
-
     names, n, labels = method_names(lv.tau), len(lv.pre[1]), layer_labels(lv.layers)
     slug = {1: "dsgd", lv.tau: "fedavg"}
     rows = []
@@ -357,9 +341,6 @@ def glue_long_ordering(lv: LongCKA) -> tuple[list, list]:
     """The long run's convolutions where FedAvg's layer changes less (``less``) or more
     (``more``) than D-SGD's, by the paired 95% interval over seeds, glued as counts with the
     layers' names (``cka-long-n-conv``, ``-n-less``, ``-n-more``); returns ``(less, more)``."""
-    from replearn.book import seeds
-    from replearn.book.claims import glue_text
-
     labels = layer_labels(lv.layers)
     conv = [layer for layer in lv.layers if not layer.startswith("relu_fc")]
     less = [layer for layer in conv if seeds.separated(lv.ba[layer][1], lv.ba[layer][0])]
@@ -373,8 +354,6 @@ def glue_long_ordering(lv: LongCKA) -> tuple[list, list]:
 def long_checks(lv: LongCKA) -> list[tuple[str, str, object, dict]]:
     """The long run's verdicts (as :func:`checks`), FedAvg minus D-SGD as in its tables: its first
     layer's CKA above D-SGD's (Fig. 2), and FedAvg's pre-training accuracy above D-SGD's, in points."""
-    from replearn.book import seeds
-
     first = lv.layers[0]
     c = seeds.separated(lv.ba[first][1], lv.ba[first][0])
     p = seeds.points(lv.pre[lv.tau], lv.pre[1])
@@ -397,9 +376,6 @@ def paper_table(lv: LongCKA):
     """The paper's Fig. 2 (what its text states) beside the near-paper run, layers by position:
     FedAvg's CKA minus D-SGD's and the fine-tuned accuracy (in points), paired over seeds, with
     the outcome."""
-    from replearn.book.plotting import Table
-    from replearn.book.seeds import points, separated
-
     def cell(c):
         return f"{c.word}: {c.text}"
 

@@ -18,6 +18,7 @@ from replearn.theory import linear_fedrep, linear
 from replearn.backend import default_device
 from replearn.checks import check_int, check_ints, check_nonnegative, check_positive, check_positives
 from replearn.theory.linear_fedrep import InstanceSettings
+from replearn.book.plotting import COLORS, to_numpy
 
 
 @dataclass(frozen=True)
@@ -143,8 +144,6 @@ def plot_personalisation(res: PersonalisationResult, cfg: PersonalisationSetting
     stacked, so the figure keeps its size on a narrow screen). Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from replearn.book.plotting import COLORS, to_numpy
 
     k = cfg.k
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.0, 6.6))

@@ -17,6 +17,7 @@ from replearn.theory import linear_fedrep, linalg, linear
 from replearn.backend import default_device
 from replearn.checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive
 from replearn.theory.linear_fedrep import InstanceSettings
+from replearn.book.plotting import COLORS, to_numpy
 
 
 # --------------------------------------------------------------------------- method of moments
@@ -152,8 +153,6 @@ def plot_fedrep(mom: MomentResult, mom_cfg: MomentSettings, traj: TrajectoryResu
     Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from replearn.book.plotting import COLORS, to_numpy
 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.0, 6.8))
     ns = to_numpy(mom.ns)

@@ -19,6 +19,7 @@ from replearn.theory import linear_fedrep, linalg, linear
 from replearn.backend import default_device
 from replearn.checks import check_int, check_ints, check_number, check_positive, check_positives, check_sequence
 from replearn.theory.linear_fedrep import InstanceSettings
+from replearn.book.plotting import to_numpy
 
 
 # --------------------------------------------------------------------------- rates
@@ -226,8 +227,6 @@ def plot_federation(fed: FederationResult, cfg: LinearFederationSettings):
     client m, recoveries ticked, with the counting bound ``k + k(d-k)/n``. Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from replearn.book.plotting import to_numpy
 
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     logd = np.log10(to_numpy(fed.dist).clip(1e-16))

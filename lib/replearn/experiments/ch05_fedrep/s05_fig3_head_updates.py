@@ -17,6 +17,7 @@ from replearn.theory import linear_fedrep
 from replearn.backend import default_device, derive_seed
 from replearn.checks import check_fraction, check_int, check_ints, check_positive
 from replearn.theory.linear_fedrep import PAPER_NOISE_STD, FigureSettings
+from replearn.book.plotting import to_numpy
 
 FIG3_METHODS = ("FedRep", "10GD-GD", "GD-GD")
 HEAD_STEPS = {"FedRep": None, "10GD-GD": 10, "GD-GD": 1}
@@ -116,8 +117,6 @@ def plot_fig3(res: Fig3Result, title: str, floor: float = 1e-12):
     rounds (geometric mean over runs), clipped at ``floor``. Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from replearn.book.plotting import to_numpy
 
     fig, axes = plt.subplots(len(res.ns), 1, figsize=(6.0, 0.6 + 2.4 * len(res.ns)), sharex=True)
     axes = np.atleast_1d(axes)

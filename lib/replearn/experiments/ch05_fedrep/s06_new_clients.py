@@ -23,10 +23,9 @@ from replearn.backend import DTYPE, default_device, derive_seed, make_generator,
 from replearn.checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive, check_seed
 from replearn.theory.linear_fedrep import FigureSettings
 from replearn.theory.linalg import principal_angle_distance, random_orthonormal
-from replearn.theory.linear import SampledTasks, targets
-from replearn.book.plotting import plot_curves, to_numpy
-from replearn.book.widgets import Slider
-from replearn.book.widgets import explorer as build_explorer
+from replearn.theory.linear import expected_ls_error, SampledTasks, targets
+from replearn.book.plotting import COLORS, legend_outside, plot_curves, to_numpy
+from replearn.book.widgets import explorer as build_explorer, Slider
 
 FIG4_METHODS = ("FedRep", "FedAvg", "FedAvg, unscaled start", "local only", "true representation")
 #: The methods of Fig. 4 that learn a representation on the training clients.
@@ -210,8 +209,6 @@ def theory(cfg: Fig4Settings, eps: float) -> dict:
     """The predicted error of a new client with ``m`` samples, as functions of ``m``: FedRep's
     head on a column space that misses ``eps`` of the regressors' energy (the proposition;
     defined from m = k + 2), and local-only least squares in R^d (the closed form; not at m = d)."""
-    from replearn.theory.linear import expected_ls_error
-
     k, d, var = cfg.k, cfg.d, cfg.noise_std**2
 
     def head(m):
@@ -257,10 +254,7 @@ def plot_new_clients(res: Fig4Result, cfg: Fig4Settings, theory_of: dict):
     the predictions of ``theory_of`` and the lines m_new = k and d. Returns the figure."""
     import matplotlib.pyplot as plt
 
-    from replearn.book.plotting import COLORS
-
     m_new = np.array(cfg.m_news)
-    from replearn.book.plotting import legend_outside
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     colors = {"FedRep": COLORS["FedRep"], "FedAvg": COLORS["FedAvg"], "FedAvg, unscaled start": COLORS["FedAvg"],

@@ -12,15 +12,19 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from replearn.neural import data as D
-from replearn.neural import algorithms
+from replearn.neural import algorithms, data as D
 from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_int
-from replearn.book import scales
+from replearn.book import scales, seeds, wording
 from replearn.book.results import Section, floats
 from replearn.book.scales import require_data
-from replearn.experiments.ch05_fedrep.cifar_federation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, make_federation
+from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings,
+                                                               make_federation)
+from replearn.book.claims import fmt, glue_diff, glue_pm
+from replearn.table import Table
+from replearn.book.plotting import COLORS
+from replearn.book.seeds import mean_sd
 
 
 #: What the FedRep paper's text states of Fig. 5's setting, by settings field: (value, where).
@@ -169,9 +173,6 @@ def settings_rows(s: EpochSettings) -> list[tuple[str, str]]:
     """The settings of a run of :func:`run_epochs` in words, ``(setting, value)`` with no field
     names: clients and their data, rounds and participation, the optimiser, what E counts for each
     method, the network, the seeds and when the accuracy is read."""
-    from replearn.book import wording
-    from replearn.book.claims import fmt
-
     t = s.train
     per_round = max(1, round(t.participation * s.clients))
     widths = s.network_spec(s.dataset).widths
@@ -196,16 +197,12 @@ def settings_rows(s: EpochSettings) -> list[tuple[str, str]]:
 
 def settings_table(s, caption: str):
     """:func:`settings_rows` of ``s`` as a table (setting | value)."""
-    from replearn.book import wording
-
     return wording.settings_table(settings_rows(s), caption)
 
 
 def profiles_table(caption: str):
     """:func:`settings_rows` of the paper profile, the near-paper (``long``) run and the CPU default
     side by side (setting | paper profile | near-paper run | CPU default)."""
-    from replearn.book import wording
-
     cls = EpochSettings
     rows = wording.side_by_side(*(settings_rows(cls.profile(p)) for p in ("paper", "long", "default")))
     return wording.settings_table(rows, caption, columns=("paper profile", "near-paper run", "CPU default"))
@@ -216,8 +213,6 @@ def glue_accuracies(acc: dict, epochs, prefix: str) -> tuple[dict, dict]:
     seeds), then each method's change from the first to the last E (``{prefix}-<method>-change``:
     the paired difference over seeds in points, last E minus first, with its 95% interval);
     returns ``(shown, change)``: the strings of the table and the comparisons the checks judge by."""
-    from replearn.book.claims import glue_diff, glue_pm
-
     shown = {m: [glue_pm(f"{prefix}-{m.lower()}-{e}", acc[m][j], scale=100) for j, e in enumerate(epochs)]
              for m in acc}
     change = {m: glue_diff(f"{prefix}-{m.lower()}-change", acc[m][-1], acc[m][0], scale=100, unit="points")
@@ -227,8 +222,6 @@ def glue_accuracies(acc: dict, epochs, prefix: str) -> tuple[dict, dict]:
 
 def accuracy_table(shown: dict, epochs, caption: str):
     """One row per E: FedRep's and FedAvg's accuracy (% mean ± sd, :func:`glue_accuracies`)."""
-    from replearn.book.plotting import Table
-
     return Table(["local epochs E", "FedRep (%)", "FedAvg (%)"],
                  [[str(e), shown["FedRep"][j].text, shown["FedAvg"][j].text] for j, e in enumerate(epochs)],
                  caption=caption)
@@ -244,8 +237,6 @@ def checks(acc: dict, epochs, change: dict, *, prefix: str = "ep", scale: str = 
     says more local epochs do not necessarily help it). ``prefix`` names the glue (``ep``: the
     page's run, ``ep-long``: the committed near-paper run, whose verdicts carry ``scale="long"``);
     with ``require`` the first two stop the notebook when they fail."""
-    from replearn.book import seeds
-
     first, last = epochs[0], epochs[-1]
     rep, avg = acc["FedRep"], acc["FedAvg"]
     at = e_values(epochs)
@@ -280,9 +271,6 @@ def plot_epochs(acc: dict, epochs, classes_per_client: int, title: str):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from replearn.book.plotting import COLORS
-    from replearn.book.seeds import mean_sd
-
     x = np.arange(len(epochs))
     fig, ax = plt.subplots(figsize=(5.5, 4.2))
     for m in METHODS:
@@ -299,8 +287,6 @@ def plot_epochs(acc: dict, epochs, classes_per_client: int, title: str):
 
 def per_seed_table(long, caption: str):
     """The committed run's accuracy (%) for every seed and E: one row per seed."""
-    from replearn.book.plotting import Table
-
     epochs = list(long.settings["epochs"])
     rows = [[str(seed)] + [f"{100 * long.values('accuracy', m, j)[k]:.2f}" for j in range(len(epochs)) for m in METHODS]
             for k, seed in enumerate(long.seeds)]

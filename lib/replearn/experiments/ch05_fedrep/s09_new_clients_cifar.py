@@ -13,15 +13,18 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from replearn.neural import data as D
-from replearn.neural import algorithms
+from replearn.neural import algorithms, data as D
 from replearn import neural
 from replearn.backend import derive_seed
 from replearn.checks import check_int
-from replearn.book import scales
+from replearn.book import scales, wording
 from replearn.book.results import Section, floats
 from replearn.book.scales import require_data
-from replearn.experiments.ch05_fedrep.cifar_federation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, fit_heads, make_federation
+from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings,
+                                                               fit_heads, make_federation)
+from replearn.book.claims import fmt, glue_diff, glue_pm, glue_text
+from replearn.table import Table
+from replearn.book.plotting import COLORS
 
 NEW_METHODS = ("FedRep", "FedAvg", "random body")
 
@@ -247,9 +250,6 @@ def glue_tables(a: Accuracies, prefix: str, *, last: str, epochs: int, chance: f
     comparisons (``{"last": {pair: ...}, "first": ..., "chance": ..., "trained": ...}``) are those the checks
     judge by, and the two tables (the training clients' accuracy, the new clients' accuracy after
     the first and the last head epoch) carry ``captions``."""
-    from replearn.book.claims import glue_diff, glue_pm
-    from replearn.book.plotting import Table
-
     trained = {m: glue_pm(f"{prefix}-trained-{SLUG[m]}", v, scale=100) for m, v in a.trained.items()}
     rows = [[m, glue_pm(f"{prefix}-first-{SLUG[m]}", a.first[m], scale=100).text,
              glue_pm(f"{prefix}-{last}{SLUG[m]}", a.last[m], scale=100).text] for m in NEW_METHODS]
@@ -307,8 +307,6 @@ def glue_long_settings(long) -> None:
     """Glue the committed run's settings that the prose quotes (``nc-long-<name>``: classes held
     out and trained on, clients, S, new clients and their S, head epochs, images, rounds, seeds;
     ``nc-long-chance``)."""
-    from replearn.book.claims import glue_text
-
     ls, lt = long.settings, long.settings["train"]
     k = 100 if ls["dataset"] == "cifar100" else 10
     for name, value in (("n-new", ls["n_new"]), ("n-train", k - ls["n_new"]), ("clients", ls["clients"]),
@@ -333,9 +331,6 @@ def settings_rows(s: NewClientSettings) -> list[tuple[str, str]]:
     field names: the classes held out, the training clients and their rounds, the optimiser,
     FedRep's round, the new clients and their heads, the network, the seeds and when each accuracy
     is read."""
-    from replearn.book import wording
-    from replearn.book.claims import fmt
-
     t, k = s.train, 10 if s.dataset == "cifar10" else 100
     per_round = max(1, round(t.participation * s.clients))
     widths = s.network_spec(s.dataset).widths
@@ -365,16 +360,12 @@ def settings_rows(s: NewClientSettings) -> list[tuple[str, str]]:
 
 def settings_table(s, caption: str):
     """:func:`settings_rows` of ``s`` as a table (setting | value)."""
-    from replearn.book import wording
-
     return wording.settings_table(settings_rows(s), caption)
 
 
 def profiles_table(caption: str):
     """:func:`settings_rows` of the paper profile, the near-paper (``long``) run and the CPU default
     side by side (setting | paper profile | near-paper run | CPU default)."""
-    from replearn.book import wording
-
     cls = NewClientSettings
     rows = wording.side_by_side(*(settings_rows(cls.profile(p)) for p in ("paper", "long", "default")))
     return wording.settings_table(rows, caption, columns=("paper profile", "near-paper run", "CPU default"))
@@ -383,8 +374,6 @@ def profiles_table(caption: str):
 def per_seed_table(long, caption: str):
     """The committed run's accuracies (%) seed by seed: the new clients' after the last head epoch
     on each body (columns named by the body), and each federated run's on its own training clients."""
-    from replearn.book.plotting import Table
-
     a = long_accuracies(long)
     rows = [[str(seed)] + [f"{100 * a.last[m][k]:.2f}" for m in NEW_METHODS]
             + [f"{100 * a.trained[m][k]:.2f}" for m in ("FedRep", "FedAvg")] for k, seed in enumerate(long.seeds)]
@@ -403,8 +392,6 @@ def plot_curves(epochs, curves: dict, chance: float, title: str, *, long: bool =
     epochs. Returns the figure."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from replearn.book.plotting import COLORS
 
     fig, ax = plt.subplots(figsize=(6.0, 4.4))
     for m in NEW_METHODS:

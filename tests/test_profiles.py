@@ -115,3 +115,36 @@ def test_every_setting_of_chapters_1_to_3_has_words(chapter):
             for key in keys:
                 assert key in described or key.rsplit(".", 1)[-1] in COMMON_WORDS, \
                     f"{name}: field {key!r} has no words (add it to the class's WORDS)"
+
+
+def test_bounds_written_beside_the_fields_are_checked_and_inherited():
+    """Issue 42: a field's range sits beside it (``Annotated[int, Ge(1)]``) and the base check
+    reads it, with the messages of :mod:`replearn.checks`; a subclass that redeclares the field
+    with another default keeps its base's bound."""
+    from dataclasses import dataclass
+    from typing import Annotated
+
+    from replearn.settings import Each, Ge, Gt, Settings, field_bounds
+
+    @dataclass(frozen=True)
+    class Base(Settings):
+        T: Annotated[int, Ge(1)] = 5
+        lr: Annotated[float, Gt(0)] = 0.1
+        noise: Annotated[float | None, Ge(0)] = None
+        rates: Annotated[tuple[float, ...], Each(Gt(0))] = (0.1, 0.2)
+
+    @dataclass(frozen=True)
+    class Child(Base):
+        T: int = 7  # a new default; Base's bound still holds
+
+    assert field_bounds(Child)["T"] == [Ge(1)]
+    for cls in (Base, Child):
+        with pytest.raises(ValueError, match=r"^T must be an integer >= 1 \(a positive integer\), got 0$"):
+            cls(T=0)
+    with pytest.raises(ValueError, match=r"^lr must be > 0.0, got 0.0$"):
+        Base(lr=0.0)
+    with pytest.raises(ValueError, match=r"^noise must be >= 0.0, got -1.0$"):
+        Base(noise=-1.0)
+    with pytest.raises(ValueError, match=r"every entry of rates must be > 0.0, got -0.2"):
+        Base(rates=(0.1, -0.2))
+    assert Base(noise=None).noise is None and Child().T == 7

@@ -27,13 +27,15 @@ import math
 import numbers
 import os
 import sys
+import types
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import ClassVar
 
 from replearn.table import Table
-from replearn.checks import check_bool, check_count, check_int, check_number, check_seed, check_sequence
+from replearn.checks import (check_bool, check_count, check_int, check_ints, check_nonnegative, check_number,
+                             check_positive, check_positives, check_seed, check_sequence)
 
-__all__ = ["COMMON_WORDS", "PROFILES", "Settings", "differences", "profile_name", "setting_value"]
+__all__ = ["COMMON_WORDS", "Each", "Ge", "Gt", "PROFILES", "Settings", "differences", "profile_name", "setting_value"]
 
 PROFILES = ("default", "long", "paper", "gpu")
 
@@ -58,6 +60,59 @@ def public_name(kind: type) -> str:
 
 
 @dataclass(frozen=True)
+class Ge:
+    """A field's lower bound, written beside it: ``T: Annotated[int, Ge(1)] = 20`` (an integer
+    >= 1), ``noise: Annotated[float, Ge(0)] = 0.1`` (a finite number >= 0)."""
+
+    low: float
+
+    def check(self, value, name: str, kinds: set[str]):
+        if kinds == {"int"}:
+            return check_int(value, name, self.low)
+        return check_nonnegative(value, name) if self.low == 0 else check_number(value, name, low=self.low)
+
+
+@dataclass(frozen=True)
+class Gt:
+    """A field's strict lower bound: ``lr: Annotated[float, Gt(0)] = 0.1`` (a finite number > 0)."""
+
+    low: float
+
+    def check(self, value, name: str, kinds: set[str]):
+        return check_positive(value, name) if self.low == 0 else check_number(value, name, low=self.low, low_open=True)
+
+
+@dataclass(frozen=True)
+class Each:
+    """A bound on every entry of a tuple field: ``rates: Annotated[tuple, Each(Gt(0))]``."""
+
+    bound: Ge | Gt
+
+    def check(self, value, name: str, kinds: set[str]):
+        if isinstance(self.bound, Gt) and self.bound.low == 0:
+            return check_positives(value, name)
+        if isinstance(self.bound, Ge) and float(self.bound.low).is_integer():
+            return check_ints(value, name, int(self.bound.low))
+        return check_sequence(value, name, lambda v, n: self.bound.check(v, n, {"float"}))
+
+
+def field_bounds(cls) -> dict[str, list]:
+    """The bounds written beside the fields of the settings class ``cls`` (``Annotated[kind,
+    bound, ...]``; :class:`Ge`, :class:`Gt`, :class:`Each`), by field, from every class of its MRO
+    that annotates the field: a subclass that redeclares a field (a new default) keeps its base's
+    bounds."""
+    found: dict[str, list] = {}
+    for klass in reversed(cls.__mro__):
+        for name, annotation in vars(klass).get("__annotations__", {}).items():
+            if isinstance(annotation, str) and annotation.startswith("Annotated["):
+                annotation = eval(annotation, vars(sys.modules[klass.__module__]))  # noqa: S307 (the class's own source)
+            for bound in getattr(annotation, "__metadata__", ()):
+                if bound not in found.setdefault(name, []):
+                    found[name].append(bound)
+    return found
+
+
+@dataclass(frozen=True)
 class Settings:
     """Base class of experiment settings: field defaults are the CPU profile.
 
@@ -70,7 +125,9 @@ class Settings:
     types of the default's entries, integer entries at most ``MAX_COUNT`` except seeds; a field
     whose default is a dataclass, such as a composed ``neural.TrainConfig``: an instance of
     that class, which validated itself when it was built).
-    Subclasses extend :meth:`validate` with their ranges (calling ``super().validate()``).
+    A field's own range is written beside it, ``T: Annotated[int, Ge(1)] = 20`` (:class:`Ge`,
+    :class:`Gt`, :class:`Each`), and checked here after its type; subclasses extend
+    :meth:`validate` only with relations between fields (calling ``super().validate()``).
 
     A notebook shows its settings with ``display(cfg.table())``: a two-column table of what each
     setting is, in words, and its value, rounded (:meth:`table`); ``print(cfg)`` prints the same
@@ -86,7 +143,9 @@ class Settings:
         self.validate()
 
     def validate(self) -> None:
-        """Type checks of every field from its annotation and default (see the class docstring)."""
+        """Type checks of every field from its annotation and default, then the bounds written
+        beside it (see the class docstring)."""
+        bounds = field_bounds(type(self))
         for f in fields(self):
             value = getattr(self, f.name)
             if is_dataclass(f.default) and not isinstance(value, type(f.default)):
@@ -109,6 +168,8 @@ class Settings:
                 if "seed" in f.name:
                     for k in getattr(self, f.name):
                         check_seed(k, f"every entry of {f.name}")
+            for bound in bounds.get(f.name, ()):
+                bound.check(getattr(self, f.name), f.name, kinds)
 
 
     def words(self, name: str) -> str:
@@ -246,10 +307,33 @@ def setting_value(value) -> str:
                      "give the settings field a number, string, bool, tuple or dataclass")
 
 
+def _annotation_text(annotation) -> str:
+    """An evaluated annotation (a class without ``from __future__ import annotations``) as the text
+    it would be written as, enough for :func:`_annotated_kinds`: ``int | None``, ``tuple``."""
+    if hasattr(annotation, "__metadata__"):  # Annotated[kind, ...]: the kind
+        return _annotation_text(annotation.__origin__)
+    args = getattr(annotation, "__args__", None)
+    if isinstance(annotation, types.UnionType) and args:
+        return " | ".join(_annotation_text(a) for a in args)
+    if annotation is type(None):
+        return "None"
+    origin = getattr(annotation, "__origin__", None)
+    return getattr(origin or annotation, "__name__", "")
+
+
 def _annotated_kinds(annotation) -> set[str]:
     """The simple types a field annotation allows, e.g. ``"float | None"`` -> {"float"},
     ``"tuple[int, ...]"`` -> {"tuple"}; an empty set for anything else (then unchecked)."""
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    text = annotation if isinstance(annotation, str) else _annotation_text(annotation)
+    if text.startswith("Annotated["):  # the kind is its first argument: "Annotated[int | None, Ge(1)]"
+        depth, end = 0, len(text) - 1
+        for i, ch in enumerate(text[len("Annotated["):], start=len("Annotated[")):
+            depth += ch == "["
+            depth -= ch == "]"
+            if ch == "," and depth == 0:
+                end = i
+                break
+        text = text[len("Annotated["):end]
     kinds = {part.strip().split("[")[0] for part in text.split("|")} - {"None"}
     return kinds if kinds <= {"bool", "int", "float", "str", "tuple"} else set()
 

@@ -20,13 +20,14 @@ Theorem 1 with zero error) and w_0 = 0 (condition (iii)). :func:`make_problem` d
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linalg, linear
 from replearn.backend import default_device
-from replearn.checks import check_int, check_positive
-from replearn.settings import Settings
+from replearn.checks import check_int
+from replearn.settings import Ge, Gt, Settings
 
 __all__ = ["FedAvgProblemSettings", "make_problem"]
 
@@ -37,9 +38,9 @@ class FedAvgProblemSettings(Settings):
     ``tau`` local steps for ``rounds`` rounds; the ``seed`` of the problem instance(s)."""
 
     d: int = 50
-    k: int = 5
+    k: Annotated[int, Ge(1)] = 5
     M: int = 20
-    alpha: float = 0.2
+    alpha: Annotated[float, Gt(0)] = 0.2
     tau: int = 2
     rounds: int = 600
     seed: int = 0
@@ -51,10 +52,8 @@ class FedAvgProblemSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.k, "k", 1)
         check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
         check_int(self.M, "M (clients; diverse heads need M >= k + 1)", self.k + 1)
-        check_positive(self.alpha, "alpha")
         for name in ("tau", "rounds"):
             check_int(getattr(self, name), name, 1)
 

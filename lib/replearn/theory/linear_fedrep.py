@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
@@ -43,7 +44,7 @@ from replearn.checks import (check_count, check_fraction, check_int, check_nonne
 from replearn.theory.linalg import principal_angle_distance
 from replearn.theory.linear import (FreshSamples, SampledTasks, fit_linear, ground_truth_representation, predict, sample_tasks,
                      targets)
-from replearn.settings import Settings
+from replearn.settings import Ge, Gt, Settings
 from replearn.theory.rates import log_linear_fit
 
 _BLOW_UP = 1e8
@@ -438,12 +439,11 @@ class InstanceSettings(Settings):
     representation size k of B_* (1 <= k < d), and the experiment's seed."""
 
     d: int = 20
-    k: int = 2
+    k: Annotated[int, Ge(1)] = 2
     seed: int = 0
 
     def validate(self) -> None:
         super().validate()
-        check_count(self.k, "k", 1)
         check_int(self.d, "d (needs k < d)", self.k + 1)
 
 
@@ -453,16 +453,13 @@ class FigureSettings(InstanceSettings):
     noise ``noise_std`` (:data:`PAPER_NOISE_STD`), FedRep's representation step ``eta`` and
     ``rounds``, and the number of independent repetitions ``seeds`` (new B_*, heads and data each)."""
 
-    noise_std: float = PAPER_NOISE_STD
-    eta: float = 0.5
-    rounds: int = 200
+    noise_std: Annotated[float, Ge(0)] = PAPER_NOISE_STD
+    eta: Annotated[float, Gt(0)] = 0.5
+    rounds: Annotated[int, Ge(1)] = 200
     seeds: int = 3
 
     def validate(self) -> None:
         super().validate()
-        check_nonnegative(self.noise_std, "noise_std")
-        check_positive(self.eta, "eta")
-        check_count(self.rounds, "rounds", 1)
         check_count(self.seeds, "seeds (independent repetitions)", 1)
 
 

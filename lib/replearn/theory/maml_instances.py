@@ -20,13 +20,14 @@ paper's main theorem: B_0 an orthonormal basis at distance ``delta0`` from col(B
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear, maml
 from replearn.backend import default_device
 from replearn.checks import check_int, check_nonnegative, check_number, check_positive
-from replearn.settings import Settings
+from replearn.settings import Ge, Gt, Settings
 
 __all__ = ["PopulationSettings", "check_instance_settings", "make_problem"]
 
@@ -39,15 +40,15 @@ class PopulationSettings(Settings):
     ``iterations`` outer steps, and the seed."""
 
     d: int = 20
-    k: int = 3
+    k: Annotated[int, Ge(1)] = 3
     n: int = 20
     cond: float = 2.0
-    scale: float = 1.0
-    mean_norm: float = 0.0
+    scale: Annotated[float, Gt(0)] = 1.0
+    mean_norm: Annotated[float, Ge(0)] = 0.0
     delta0: float = 0.5
     alpha: float = 0.25
     beta: float = 0.5
-    iterations: int = 300
+    iterations: Annotated[int, Ge(1)] = 300
     seed: int = 0
 
     @classmethod
@@ -59,16 +60,12 @@ class PopulationSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.k, "k", 1)
         check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
         check_int(self.n, "n (tasks; diverse heads need n >= k + 1)", self.k + 1)
         check_number(self.cond, "cond (a condition number)", low=1.0)
-        check_positive(self.scale, "scale")
-        check_nonnegative(self.mean_norm, "mean_norm")
         check_number(self.delta0, "delta0 (a distance)", low=0.0, high=1.0, high_open=True)
         check_positive(self.alpha, "the step size alpha")
         check_positive(self.beta, "the step size beta")
-        check_int(self.iterations, "iterations", 1)
 
     @property
     def mu2(self) -> float:

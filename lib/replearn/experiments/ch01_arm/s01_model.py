@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
-from replearn.checks import check_int, check_ints, check_nonnegative
+from replearn.checks import check_ints
 from replearn.theory.few_shot import KNOWN, SCRATCH, new_task_errors
 from replearn.theory.linear import expected_ls_error, ground_truth_representation
-from replearn.settings import Settings
+from replearn.settings import Ge, Settings
 
 METHODS = (KNOWN, SCRATCH)
 
@@ -44,12 +45,12 @@ class SampleComplexitySettings(Settings):
 
     WORDS = {"ms": "sample sizes m"}
 
-    d: int = 50
-    k: int = 5
-    noise_std: float = 0.3
+    d: Annotated[int, Ge(1)] = 50
+    k: Annotated[int, Ge(1)] = 5
+    noise_std: Annotated[float, Ge(0)] = 0.3
     ms: tuple[int, ...] = (10, 15, 20, 30, 40, 44, 56, 60, 80, 100, 150, 200)
-    trials: int = 1000
-    batch: int = 500
+    trials: Annotated[int, Ge(1)] = 1000
+    batch: Annotated[int, Ge(1)] = 500
     seed: int = 0
 
     @classmethod
@@ -60,15 +61,10 @@ class SampleComplexitySettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.k, "k", 1)
-        check_int(self.d, "d", 1)
         if self.k > self.d:
             raise ValueError(f"k = {self.k} > d = {self.d}: the representation cannot have more columns "
                              "than dimensions")
-        check_nonnegative(self.noise_std, "noise_std")
         check_ints(self.ms, "ms (the sample sizes)", each_name="every m in ms (samples of the new task)")
-        check_int(self.trials, "trials", 1)
-        check_int(self.batch, "batch", 1)
 
 
 @dataclass(frozen=True)

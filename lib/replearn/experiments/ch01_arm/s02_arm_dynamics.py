@@ -15,13 +15,14 @@ out of col(B_0) + span(v).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear_federated, linalg, linear, meta
 from replearn.backend import default_device
-from replearn.checks import check_int, check_nonnegative, check_number, check_positive
-from replearn.settings import Settings
+from replearn.checks import check_int, check_number
+from replearn.settings import Ge, Gt, Settings
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,13 @@ class ArmDynamicsSettings(Settings):
              "iterations": "rounds", "tau": "FedAvg's local steps τ"}
 
     d: int = 50
-    k: int = 5
+    k: Annotated[int, Ge(1)] = 5
     n: int = 20
-    mean_norm: float = 0.0
+    mean_norm: Annotated[float, Ge(0)] = 0.0
     cond: float = 1.0
-    beta: float = 0.2
-    iterations: int = 400
-    tau: int = 2
+    beta: Annotated[float, Gt(0)] = 0.2
+    iterations: Annotated[int, Ge(1)] = 400
+    tau: Annotated[int, Ge(1)] = 2
     seed: int = 0
 
     @classmethod
@@ -52,14 +53,9 @@ class ArmDynamicsSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.k, "k", 1)
         check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
         check_int(self.n, "n (tasks)", 1)
-        check_nonnegative(self.mean_norm, "mean_norm")
         check_number(self.cond, "cond (a condition number)", low=1.0)
-        check_positive(self.beta, "beta")
-        check_int(self.iterations, "iterations", 1)
-        check_int(self.tau, "tau", 1)
 
 
 @dataclass(frozen=True)

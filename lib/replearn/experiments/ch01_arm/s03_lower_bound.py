@@ -18,6 +18,7 @@ with :func:`replearn.theory.linalg.principal_sines`. :func:`explorer` is the sec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ from replearn.theory.linear_federated import fedavg
 from replearn.theory.lower_bound import make_instance, stable_step
 from replearn.theory.meta import arm
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.settings import Settings
+from replearn.settings import Ge, Settings
 from replearn.book.widgets import Slider, explorer as build_explorer
 
 
@@ -46,16 +47,16 @@ class LowerBoundSweepSettings(Settings):
              "mean_norm_max": "largest norm of the heads' mean", "T_max": "longest horizon T",
              "step_fraction": "step size, as a fraction of the stable step (range)"}
 
-    instances: int = 200
-    d_min: int = 3
+    instances: Annotated[int, Ge(1)] = 200
+    d_min: Annotated[int, Ge(3)] = 3
     d_max: int = 30
-    k_max: int = 6
+    k_max: Annotated[int, Ge(2)] = 6
     n_max: int = 30
     cond_max: float = 100.0
     mean_norm_max: float = 2.0
-    T_max: int = 150
+    T_max: Annotated[int, Ge(1)] = 150
     step_fraction: tuple[float, float] = (0.05, 0.5)
-    seed: int = 0
+    seed: Annotated[int, Ge(0)] = 0
 
     @classmethod
     def paper(cls):
@@ -65,13 +66,8 @@ class LowerBoundSweepSettings(Settings):
     def validate(self) -> None:
         """Raise ValueError on inconsistent settings."""
         super().validate()
-        check_int(self.instances, "instances", 1)
-        check_int(self.d_min, "d_min", 3)
         check_int(self.d_max, "d_max", self.d_min)
-        check_int(self.k_max, "k_max", 2)
         check_int(self.n_max, "n_max", min(self.k_max, self.d_max - 1) + 1)
-        check_int(self.T_max, "T_max", 1)
-        check_int(self.seed, "seed", 0)
         if not (self.cond_max >= 1 and self.mean_norm_max >= 0):
             raise ValueError(f"need cond_max >= 1 and mean_norm_max >= 0, got {self.cond_max}, "
                              f"{self.mean_norm_max}")

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator
-from replearn.checks import check_int, check_ints, check_nonnegative, check_number, check_positive
+from replearn.checks import check_int, check_ints, check_number, check_positive
 from replearn.theory.linear_federated import fedavg
 from replearn.theory.few_shot import SCRATCH, head_errors, joint_errors
 from replearn.theory.linalg import principal_angle_distance, random_orthonormal
@@ -43,7 +44,7 @@ from replearn.theory.linear import (expected_head_error, expected_ls_error, grou
                        make_heads, population_tasks)
 from replearn.theory.lower_bound import adversarial_ground_truth
 from replearn.theory.meta import arm
-from replearn.settings import Settings
+from replearn.settings import Ge, Settings
 
 LEARNED = ("ARM", "FedAvg", "true representation")
 METHODS = LEARNED + (SCRATCH,)
@@ -78,7 +79,7 @@ class FinetuneSettings(Settings):
     alpha: float = 0.3
     tau: int = 2
     rounds: int = 3000
-    noise_std: float = 0.1
+    noise_std: Annotated[float, Ge(0)] = 0.1
     ms: tuple[int, ...] = (3, 10, 20, 40, 80, 160, 320)
     trials: int = 1000
     batch: int = 500
@@ -104,7 +105,6 @@ class FinetuneSettings(Settings):
                          high_open=True)
         for name in ("beta", "alpha", "joint_lr"):
             check_positive(getattr(self, name), f"the step size {name}")
-        check_nonnegative(self.noise_std, "noise_std")
         check_number(self.mean_norm, "mean_norm (ARM only sees the mean head)", low=0.0, low_open=True)
         check_number(self.cond, "cond (a condition number)", low=1.0)
 

@@ -12,12 +12,13 @@ as the inner step alpha grows. The formulas themselves are checked in the notebo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import maml
-from replearn.checks import check_positives
 from replearn.theory.maml_instances import PopulationSettings, make_problem
+from replearn.settings import Each, Gt
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,7 @@ class HessianTermSettings(PopulationSettings):
              "beta": "outer step size β", "iterations": "outer iterations",
              "hessian_alphas": "inner step sizes α at which the Hessian term is measured"}
 
-    hessian_alphas: tuple = (0.025, 0.05, 0.1, 0.2, 0.4)
-
-    def validate(self) -> None:
-        super().validate()
-        check_positives(self.hessian_alphas, "hessian_alphas")
+    hessian_alphas: Annotated[tuple, Each(Gt(0))] = (0.025, 0.05, 0.1, 0.2, 0.4)
 
 
 def hessian_term(cfg: HessianTermSettings, *, at: int = 10, device=None) -> dict:

@@ -13,13 +13,15 @@ On the population instance of :mod:`replearn.theory.maml_instances` (structured 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear, maml, meta, rates
-from replearn.checks import check_int, check_number, check_positives, check_sequence
+from replearn.checks import check_number, check_positives, check_sequence
 from replearn.theory.maml_instances import PopulationSettings, make_problem
 from replearn.book.plotting import COLORS
+from replearn.settings import Ge
 
 METHODS = ("ARM",) + maml.ALGORITHMS
 
@@ -40,7 +42,7 @@ class PopulationDynamicsSettings(PopulationSettings):
     conds: tuple = (1.0, 2.0, 4.0, 8.0, 16.0)
     alphas: tuple = (0.05, 0.1, 0.2, 0.4, 0.8)
     betas: tuple = (0.1, 0.2, 0.4, 0.8, 1.6)
-    sweep_iterations: int = 600
+    sweep_iterations: Annotated[int, Ge(1)] = 600
 
     @classmethod
     def paper(cls):
@@ -50,7 +52,6 @@ class PopulationDynamicsSettings(PopulationSettings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.sweep_iterations, "sweep_iterations", 1)
         check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
         for name in ("alphas", "betas"):
             check_positives(getattr(self, name), name)

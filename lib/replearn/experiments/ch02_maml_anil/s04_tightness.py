@@ -13,6 +13,7 @@ experiment of Collins, Mokhtari, Oh & Shakkottai, ICML 2022, shown in the talk).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ from replearn.checks import check_choice, check_int, check_nonnegative, check_nu
 from replearn.theory.maml_instances import check_instance_settings
 from replearn.theory.meta import arm
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.settings import Settings
+from replearn.settings import Ge, Settings
 from replearn.book.widgets import Menu, Slider
 from replearn.book.widgets import explorer as build_explorer
 
@@ -49,8 +50,8 @@ class TightnessSettings(Settings):
     alpha: float = 0.25
     beta: float = 0.25
     delta0: float = 0.5
-    iterations: int = 600
-    seeds: int = 5
+    iterations: Annotated[int, Ge(1)] = 600
+    seeds: Annotated[int, Ge(1)] = 5
     seed: int = 0
 
     @classmethod
@@ -62,8 +63,6 @@ class TightnessSettings(Settings):
         super().validate()
         check_instance_settings(self)
         check_int(self.n, "n (tasks)", 1)
-        check_int(self.iterations, "iterations", 1)
-        check_int(self.seeds, "seeds", 1)
 
 
 @dataclass(frozen=True)

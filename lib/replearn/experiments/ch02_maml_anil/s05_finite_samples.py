@@ -10,14 +10,15 @@ Shakkottai, ICML 2022, Sec. 5: m = Omega((d/n + 1) k^3) suffices, far below d).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from replearn.theory import linear, maml
-from replearn.checks import check_choice, check_int, check_ints, check_nonnegative, check_sequence
+from replearn.checks import check_choice, check_int, check_ints, check_sequence
 from replearn.theory.maml_instances import check_instance_settings
-from replearn.settings import Settings
+from replearn.settings import Ge, Settings
 
 
 @dataclass(frozen=True)
@@ -40,18 +41,18 @@ class FiniteSampleSettings(Settings):
     d: int = 50
     k: int = 3
     cond: float = 2.0
-    noise_std: float = 0.1
+    noise_std: Annotated[float, Ge(0)] = 0.1
     alpha: float = 0.25
     beta: float = 0.5
     delta0: float = 0.5
-    iterations: int = 80
+    iterations: Annotated[int, Ge(1)] = 80
     tail: int = 20
     ms: tuple[int, ...] = (8, 16, 32, 64)
-    n_fixed: int = 40
+    n_fixed: Annotated[int, Ge(1)] = 40
     ns: tuple[int, ...] = (5, 10, 20, 40, 80)
-    m_fixed: int = 16
+    m_fixed: Annotated[int, Ge(1)] = 16
     algorithms: tuple[str, ...] = ("ANIL", "FO-ANIL")
-    seeds: int = 2
+    seeds: Annotated[int, Ge(1)] = 2
     seed: int = 0
 
     @classmethod
@@ -63,15 +64,10 @@ class FiniteSampleSettings(Settings):
     def validate(self) -> None:
         super().validate()
         check_instance_settings(self)
-        check_nonnegative(self.noise_std, "noise_std")
-        check_int(self.iterations, "iterations", 1)
         check_int(self.tail, "tail", 1, self.iterations)
         check_ints(self.ms, "ms (sample sizes)")
         check_ints(self.ns, "ns (task counts)")
-        check_int(self.n_fixed, "n_fixed", 1)
-        check_int(self.m_fixed, "m_fixed", 1)
         check_sequence(self.algorithms, "algorithms", lambda v, n: check_choice(v, n, ("ANIL", "FO-ANIL")))
-        check_int(self.seeds, "seeds", 1)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from replearn.theory import sinusoid
-from replearn.checks import check_int, check_ints, check_positive
-from replearn.settings import Settings
+from replearn.checks import check_int
+from replearn.settings import Each, Ge, Gt, Settings
 
 
 # --------------------------------------------------------------------------- a neural feature map
@@ -40,9 +41,9 @@ class NeuralMamlSettings(Settings):
     n: int = 10
     m_in: int = 10
     m_out: int = 10
-    widths: tuple[int, ...] = (2, 5, 10, 40)
-    eta: float = 0.05
-    lr: float = 0.2
+    widths: Annotated[tuple[int, ...], Each(Ge(1))] = (2, 5, 10, 40)
+    eta: Annotated[float, Gt(0)] = 0.05
+    lr: Annotated[float, Gt(0)] = 0.2
     steps: int = 800
     restarts: int = 3
     seed: int = 0
@@ -56,9 +57,6 @@ class NeuralMamlSettings(Settings):
         super().validate()
         for name in ("n", "m_in", "m_out", "steps", "restarts"):
             check_int(getattr(self, name), name, 1)
-        check_ints(self.widths, "widths")
-        check_positive(self.eta, "eta")
-        check_positive(self.lr, "lr")
 
 
 def sine_tasks(n: int, m_in: int, m_out: int, *, seed: int = 0) -> sinusoid.SinusoidTasks:
@@ -85,8 +83,8 @@ class FixedFeatureSettings(Settings):
     m_in: int = 10
     m_out: int = 10
     width: int = 5
-    eta: float = 0.05
-    steps: int = 60000
+    eta: Annotated[float, Gt(0)] = 0.05
+    steps: Annotated[int, Ge(0)] = 60000
     seed: int = 0
 
     @classmethod
@@ -98,8 +96,6 @@ class FixedFeatureSettings(Settings):
         super().validate()
         for name in ("n", "m_in", "m_out", "width"):
             check_int(getattr(self, name), name, 1)
-        check_int(self.steps, "steps", 0)
-        check_positive(self.eta, "eta")
 
 
 # --------------------------------------------------------------------------- optimality over widths

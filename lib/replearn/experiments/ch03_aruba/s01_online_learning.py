@@ -13,13 +13,14 @@ lower bound (:func:`replearn.theory.aruba.rademacher_regret`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 
 from replearn.theory import aruba
 from replearn.backend import DTYPE
-from replearn.checks import check_int, check_ints
-from replearn.settings import Settings
+from replearn.checks import check_int
+from replearn.settings import Each, Ge, Settings
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class SingleTaskSettings(Settings):
              "tasks": "tasks per run", "sign_runs": "random sign sequences (lower bound)"}
 
     family: aruba.TaskFamily = aruba.TaskFamily(spread=0.3, loss="absolute")
-    ms: tuple[int, ...] = (10, 20, 40, 80, 160, 320, 640)
+    ms: Annotated[tuple[int, ...], Each(Ge(1))] = (10, 20, 40, 80, 160, 320, 640)
     tasks: int = 25
     runs: int = 4
     sign_runs: int = 400
@@ -53,7 +54,6 @@ class SingleTaskSettings(Settings):
         super().validate()
         for name in ("tasks", "runs", "sign_runs"):
             check_int(getattr(self, name), name, 1)
-        check_ints(self.ms, "ms")
 
 
 @dataclass(frozen=True)

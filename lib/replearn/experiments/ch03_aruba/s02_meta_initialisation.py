@@ -13,13 +13,13 @@ R-bar_T <= 4 D^2 (1 + ln T)/(eta T) + V^2/(2 eta) + eta G^2 m / 2
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 
 from replearn.theory import aruba
 from replearn.backend import DTYPE
-from replearn.checks import check_int, check_positives
-from replearn.settings import Settings
+from replearn.settings import Each, Ge, Gt, Settings
 from replearn.book.plotting import legend_outside, log_ticks, to_numpy
 
 
@@ -37,23 +37,16 @@ class MetaInitSettings(Settings):
              "spreads": "spreads of the tasks", "rates": "fixed step sizes of the sweep"}
 
     family: aruba.TaskFamily = aruba.TaskFamily(m=40)
-    T: int = 200
-    runs: int = 4
-    spreads: tuple[float, ...] = (0.03, 0.1, 0.3, 0.6, 1.0)
-    rates: tuple[float, ...] = tuple(0.0005 * 2 ** k for k in range(13))
+    T: Annotated[int, Ge(1)] = 200
+    runs: Annotated[int, Ge(1)] = 4
+    spreads: Annotated[tuple[float, ...], Each(Gt(0))] = (0.03, 0.1, 0.3, 0.6, 1.0)
+    rates: Annotated[tuple[float, ...], Each(Gt(0))] = tuple(0.0005 * 2 ** k for k in range(13))
     seed: int = 1
 
     @classmethod
     def paper(cls):
         """More tasks and runs."""
         return cls(T=1000, runs=10)
-
-    def validate(self) -> None:
-        super().validate()
-        check_int(self.T, "T", 1)
-        check_int(self.runs, "runs", 1)
-        check_positives(self.spreads, "spreads")
-        check_positives(self.rates, "rates")
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 
 from replearn.theory import aruba
 from replearn.backend import DTYPE
-from replearn.checks import check_int, check_nonnegative, check_positive, check_positives, check_sequence
-from replearn.settings import Settings
+from replearn.checks import check_nonnegative, check_sequence
+from replearn.settings import Each, Ge, Gt, Settings
 from replearn.book.plotting import to_numpy
 
 
@@ -39,12 +40,12 @@ class FrameworkSettings(Settings):
              "rates": "fixed step sizes of the sweep", "smoothing": "ARUBA's smoothing ε"}
 
     family: aruba.TaskFamily = aruba.TaskFamily(m=40, spread=0.1)
-    T: int = 300
-    runs: int = 4
-    spreads: tuple[float, ...] = (0.03, 0.1, 0.3)
+    T: Annotated[int, Ge(1)] = 300
+    runs: Annotated[int, Ge(1)] = 4
+    spreads: Annotated[tuple[float, ...], Each(Gt(0))] = (0.03, 0.1, 0.3)
     reptile_rates: tuple[float, ...] = (0.0, 0.5)
-    rates: tuple[float, ...] = tuple(0.01 * 2 ** k for k in range(9))
-    smoothing: float = 1e-4
+    rates: Annotated[tuple[float, ...], Each(Gt(0))] = tuple(0.01 * 2 ** k for k in range(9))
+    smoothing: Annotated[float, Gt(0)] = 1e-4
     seed: int = 2
 
     @classmethod
@@ -54,12 +55,7 @@ class FrameworkSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.T, "T", 1)
-        check_int(self.runs, "runs", 1)
-        check_positives(self.spreads, "spreads")
-        check_positives(self.rates, "rates")
         check_sequence(self.reptile_rates, "reptile_rates (0 = the single-task rate)", check_nonnegative)
-        check_positive(self.smoothing, "smoothing")
 
 
 @dataclass(frozen=True)

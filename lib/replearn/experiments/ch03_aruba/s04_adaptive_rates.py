@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from replearn.theory import aruba
-from replearn.checks import check_int, check_number, check_positive, check_positives, check_seed
+from replearn.checks import check_int, check_number, check_seed
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.settings import Settings
+from replearn.settings import Each, Gt, Settings
 from replearn.book.widgets import Menu, Slider
 from replearn.book.widgets import explorer as build_explorer
 
@@ -55,14 +56,14 @@ class ArubaRatesSettings(Settings):
 
     d: int = 10
     varying: int = 2
-    high: float = 1.0
-    low: float = 0.01
+    high: Annotated[float, Gt(0)] = 1.0
+    low: Annotated[float, Gt(0)] = 0.01
     m: int = 20
     T: int = 200
     runs: int = 3
-    smoothing: float = 0.01
+    smoothing: Annotated[float, Gt(0)] = 0.01
     power: float = 0.4
-    adagrad_grid: tuple = (0.03, 0.1, 0.3, 1.0)
+    adagrad_grid: Annotated[tuple, Each(Gt(0))] = (0.03, 0.1, 0.3, 1.0)
     seed: int = 0
 
     @classmethod
@@ -75,11 +76,7 @@ class ArubaRatesSettings(Settings):
         for name in ("d", "m", "T", "runs"):
             check_int(getattr(self, name), name, 1)
         check_int(self.varying, "varying (task-specific coordinates)", 0, self.d)
-        check_positive(self.high, "high")
-        check_positive(self.low, "low")
-        check_positive(self.smoothing, "smoothing")
         check_number(self.power, "power (o(t) smoothing)", low=0.0, high=1.0, high_open=True)
-        check_positives(self.adagrad_grid, "adagrad_grid")
 
     def family(self) -> aruba.TaskFamily:
         return aruba.TaskFamily.anisotropic(self.d, self.varying, high=self.high, low=self.low, m=self.m)

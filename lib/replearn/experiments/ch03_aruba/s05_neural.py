@@ -30,13 +30,14 @@ sets ``torch.set_num_threads(1)`` for its duration on the CPU and restores the o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import sinusoid
 from replearn.backend import SeedLike, make_generator
-from replearn.checks import check_int, check_number, check_positive, check_positives
-from replearn.settings import Settings
+from replearn.checks import check_int, check_number, check_positive
+from replearn.settings import Each, Gt, Settings
 from replearn.book.plotting import to_numpy
 
 
@@ -65,7 +66,7 @@ class ArubaNeuralSettings(Settings):
     smoothing: float = 1.0
     power: float = 0.4
     eval_tasks: int = 500
-    rate_grid: tuple = (0.001, 0.003, 0.01, 0.02, 0.03, 0.05, 0.1)
+    rate_grid: Annotated[tuple, Each(Gt(0))] = (0.001, 0.003, 0.01, 0.02, 0.03, 0.05, 0.1)
     seed: int = 0
 
     @classmethod
@@ -81,7 +82,6 @@ class ArubaNeuralSettings(Settings):
         for name in ("meta_step", "eta0", "smoothing"):
             check_positive(getattr(self, name), name)
         check_number(self.power, "power (o(t) smoothing)", low=0.0, high=1.0, high_open=True)
-        check_positives(self.rate_grid, "rate_grid")
 
 
 def reptile(cfg: ArubaNeuralSettings, *, learn_rate: bool = True, seed: SeedLike = 0) -> sinusoid.MetaTraining:

@@ -18,6 +18,7 @@ the rounds and local steps of one ``tau``.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Annotated
 
 import torch
 
@@ -27,7 +28,7 @@ from replearn import neural
 from replearn.neural import algorithms
 from replearn.backend import default_device, derive_seed
 from replearn.checks import check_int
-from replearn.settings import Settings
+from replearn.settings import Ge, Settings
 from replearn.book.scales import require_data
 from replearn.book.seeds import check_seeds
 from replearn.neural.specs import DTYPES, FederationSpec, NetworkSpec
@@ -68,8 +69,8 @@ class MatchedTraining(Settings):
     channels: tuple[int, int, int] = (16, 32, 64)
     hidden: tuple[int, int] = (128, 64)
     variant: str = "narrow"
-    clients: int = 10
-    total_steps: int = 400
+    clients: Annotated[int, Ge(1)] = 10
+    total_steps: Annotated[int, Ge(1)] = 400
     train: neural.TrainConfig = neural.TrainConfig(lr=0.02, momentum=0.5, batch_size=10, participation=0.3)
     dtype: str = "float64"
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -78,8 +79,6 @@ class MatchedTraining(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.clients, "clients", 1)
-        check_int(self.total_steps, "total_steps", 1)
         check_seeds(self.seeds)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
@@ -159,13 +158,13 @@ class PretrainSettings(MatchedTraining):
     ``ft_batch_size`` (momentum: ``train.momentum``). CPU default: 20 pre-training classes
     (chance 1/20), so that the short CPU pre-training learns a task instead of sitting near 1/80."""
 
-    n_new: int = 20
-    n_pretrain: int | None = 20
-    classes_per_client: int = 4
+    n_new: Annotated[int, Ge(1)] = 20
+    n_pretrain: Annotated[int | None, Ge(2)] = 20
+    classes_per_client: Annotated[int, Ge(1)] = 4
     tau: int = 10
-    ft_epochs: int = 10
+    ft_epochs: Annotated[int, Ge(1)] = 10
     ft_lr: float = 0.01
-    ft_batch_size: int = 10
+    ft_batch_size: Annotated[int, Ge(1)] = 10
     split: str = "authors"
 
     def validate(self) -> None:
@@ -173,12 +172,6 @@ class PretrainSettings(MatchedTraining):
         self.check_taus((self.tau,))
         if self.split not in D.SHARD_SPLITS:
             raise ValueError(f"split must be one of {tuple(D.SHARD_SPLITS)}, got {self.split!r}")
-        check_int(self.n_new, "n_new", 1)
-        if self.n_pretrain is not None:
-            check_int(self.n_pretrain, "n_pretrain", 2)
-        check_int(self.classes_per_client, "classes_per_client", 1)
-        check_int(self.ft_epochs, "ft_epochs", 1)
-        check_int(self.ft_batch_size, "ft_batch_size", 1)
         if self.tau < 2:
             raise ValueError(f"FedAvg's tau must be >= 2 (tau = 1 is D-SGD), got {self.tau}")
         if not self.ft_lr > 0:

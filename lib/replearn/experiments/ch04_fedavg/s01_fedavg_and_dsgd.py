@@ -11,12 +11,13 @@ fine-tuned errors on new clients.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear
-from replearn.checks import check_int, check_nonnegative, check_number, check_positive
-from replearn.settings import Settings
+from replearn.checks import check_int, check_number
+from replearn.settings import Ge, Gt, Settings
 
 
 @dataclass(frozen=True)
@@ -33,13 +34,13 @@ class FedAvgDsgdSettings(Settings):
              "rounds": "FedAvg's rounds (D-GD runs τ times as many)"}
 
     d: int = 50
-    k: int = 5
+    k: Annotated[int, Ge(1)] = 5
     n: int = 20
-    mean_norm: float = 0.0
+    mean_norm: Annotated[float, Ge(0)] = 0.0
     cond: float = 1.0
-    alpha: float = 0.2
-    tau: int = 2
-    rounds: int = 1000
+    alpha: Annotated[float, Gt(0)] = 0.2
+    tau: Annotated[int, Ge(1)] = 2
+    rounds: Annotated[int, Ge(1)] = 1000
     seed: int = 0
 
     @classmethod
@@ -49,14 +50,9 @@ class FedAvgDsgdSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.k, "k", 1)
         check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
         check_int(self.n, "n (clients)", 1)
-        check_nonnegative(self.mean_norm, "mean_norm")
         check_number(self.cond, "cond (a condition number)", low=1.0)
-        check_positive(self.alpha, "alpha")
-        check_int(self.tau, "tau", 1)
-        check_int(self.rounds, "rounds", 1)
 
 
 def make_problem(cfg: FedAvgDsgdSettings, device=None) -> linear.Problem:

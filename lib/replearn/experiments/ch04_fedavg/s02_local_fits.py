@@ -21,15 +21,16 @@ local steps tau, from a generic start and from the averaged local fits.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear_federated, linalg, linear
 from replearn.backend import DTYPE, default_device, make_generator, randn
-from replearn.checks import check_int, check_ints, check_nonnegative, check_positive
+from replearn.checks import check_int
 from replearn.theory.linear_federated import AveragedModel
 from replearn.theory.linear import PopulationTasks
-from replearn.settings import Settings
+from replearn.settings import Each, Ge, Gt, Settings
 from replearn.book.plotting import COLORS
 
 
@@ -90,10 +91,10 @@ class LocalFitsSettings(Settings):
              "perturbation": "size of the kick added to the averaged local fits"}
 
     d: int = 10
-    alpha: float = 0.2
-    rounds: int = 300
-    taus: tuple = (1, 2, 10, 100)
-    perturbation: float = 0.01
+    alpha: Annotated[float, Gt(0)] = 0.2
+    rounds: Annotated[int, Ge(1)] = 300
+    taus: Annotated[tuple, Each(Ge(1))] = (1, 2, 10, 100)
+    perturbation: Annotated[float, Ge(0)] = 0.01
     seed: int = 0
 
     @classmethod
@@ -104,10 +105,6 @@ class LocalFitsSettings(Settings):
     def validate(self) -> None:
         super().validate()
         check_int(self.d, "d (the construction needs d >= 3)", 3)
-        check_positive(self.alpha, "alpha")
-        check_int(self.rounds, "rounds", 1)
-        check_ints(self.taus, "taus")
-        check_nonnegative(self.perturbation, "perturbation")
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,14 @@ one sample size are fine-tuned in one batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear_federated, linalg, linear
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
-from replearn.checks import check_int, check_ints, check_nonnegative, check_number, check_positive
-from replearn.settings import Settings
+from replearn.checks import check_int, check_ints, check_number
+from replearn.settings import Ge, Gt, Settings
 from replearn.theory.linear import expected_head_error
 from replearn.book.plotting import COLORS
 
@@ -59,10 +60,10 @@ class GeneralisationSettings(Settings):
     d: int = 50
     k: int = 5
     M: int = 20
-    alpha: float = 0.2
+    alpha: Annotated[float, Gt(0)] = 0.2
     tau: int = 2
     rounds: int = 5000
-    noise_std: float = 0.1
+    noise_std: Annotated[float, Ge(0)] = 0.1
     ns: tuple[int, ...] = (3, 10, 20, 40, 80)
     runs: int = 5
     clients: int = 20
@@ -86,10 +87,8 @@ class GeneralisationSettings(Settings):
         check_int(self.tau, "tau (FedAvg's local steps; tau = 1 is D-GD itself)", 2)
         check_ints(self.ns, "ns (the sample sizes of the new client)",
                    each_name="every n in ns (samples of the new client)")
-        check_positive(self.alpha, "alpha")
         check_number(self.ft_lr, "ft_lr (a fraction of the fine-tuning stability bound)", low=0.0, high=2.0,
                      low_open=True, high_open=True)
-        check_nonnegative(self.noise_std, "noise_std")
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,16 @@ when only part of the clients take part in each round, a case the proposition do
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear_federated
 from replearn.backend import DTYPE, derive_seed, make_generator
-from replearn.checks import check_int, check_nonnegative, check_number, check_positive
+from replearn.checks import check_int, check_number
 from replearn.theory.linear import Problem
 from replearn.theory.lower_bound import weighted_adversarial_instance
-from replearn.settings import Settings
+from replearn.settings import Ge, Gt, Settings
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,9 @@ class DgdLowerBoundSettings(Settings):
     sizes: tuple[int, int] = (10, 200)
     rounds: int = 400
     tau: int = 2
-    mean_norm_max: float = 1.0
+    mean_norm_max: Annotated[float, Ge(0)] = 1.0
     cond_max: float = 10.0
-    alpha: float = 0.3
+    alpha: Annotated[float, Gt(0)] = 0.3
     seed: int = 0
 
     @classmethod
@@ -68,9 +69,7 @@ class DgdLowerBoundSettings(Settings):
             raise ValueError(f"sizes must satisfy 1 <= low <= high, got {self.sizes}")
         for name in ("instances", "rounds", "tau"):
             check_int(getattr(self, name), name, 1)
-        check_positive(self.alpha, "alpha")
         check_number(self.cond_max, "cond_max", low=1.0)
-        check_nonnegative(self.mean_norm_max, "mean_norm_max")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ inter-class gap.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -18,7 +19,6 @@ import torch
 from replearn.neural import data as D, similarity
 from replearn import neural
 from replearn.backend import derive_seed
-from replearn.checks import check_int
 from replearn.book.claims import fmt, glue_diff, glue_pm
 from replearn.book.plotting import to_numpy
 from replearn.book import scales, seeds, wording as words
@@ -30,6 +30,7 @@ from replearn.experiments.ch04_fedavg.cifar_transfer import (MatchedTraining, ac
 from replearn.book.widgets import explorer as build_explorer, Menu
 from replearn.table import Table
 from replearn.book.seeds import points, separated
+from replearn.settings import Ge
 
 
 #: What the paper states of Fig. 4's setting, by settings field: (value, where it says so).
@@ -49,8 +50,8 @@ class SimilaritySettings(MatchedTraining):
 
     alpha: float = 0.6
     taus: tuple[int, ...] = (1, 5, 20)
-    probe_per_class: int = 100
-    test_per_client: int = 20
+    probe_per_class: Annotated[int, Ge(2)] = 100
+    test_per_client: Annotated[int, Ge(1)] = 20
 
     def validate(self) -> None:
         super().validate()
@@ -59,8 +60,6 @@ class SimilaritySettings(MatchedTraining):
         self.check_taus(self.taus)
         if not self.alpha > 0:
             raise ValueError(f"alpha must be positive, got {self.alpha!r}")
-        check_int(self.probe_per_class, "probe_per_class", 2)
-        check_int(self.test_per_client, "test_per_client", 1)
 
     @classmethod
     def long(cls):

@@ -10,6 +10,7 @@ fine-tuning, and between the FedAvg and D-SGD models layer by layer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
@@ -17,7 +18,6 @@ from replearn.neural import algorithms, data as D, similarity
 from replearn.neural.algorithms.fine_tuning import FineTuningOptions
 from replearn import neural
 from replearn.backend import derive_seed
-from replearn.checks import check_int
 from replearn.book import scales, seeds, wording as w
 from replearn.book.results import Section, floats
 from replearn.book.claims import fmt, fmt as fmt_, glue_diff, glue_pm, glue_text
@@ -27,6 +27,7 @@ from replearn.experiments.ch04_fedavg.cifar_transfer import (DSGD, PAPER_PRETRAI
 from replearn.table import Table
 from replearn.book.seeds import mean_sd, points, separated
 from replearn.book.plotting import COLORS
+from replearn.settings import Ge
 
 
 #: What the sources state of Fig. 2's setting, by settings field: (value, where it says so)
@@ -47,15 +48,9 @@ class CKASettings(PretrainSettings):
     on ``probe_per_class`` CIFAR-10 test images of each class, before vs after fine-tuning,
     averaged over the clients."""
 
-    ft_clients: int = 2
-    ft_samples: int = 200
-    probe_per_class: int = 30
-
-    def validate(self) -> None:
-        super().validate()
-        check_int(self.ft_clients, "ft_clients", 1)
-        check_int(self.ft_samples, "ft_samples", 1)
-        check_int(self.probe_per_class, "probe_per_class", 2)
+    ft_clients: Annotated[int, Ge(1)] = 2
+    ft_samples: Annotated[int, Ge(1)] = 200
+    probe_per_class: Annotated[int, Ge(2)] = 30
 
     @classmethod
     def paper(cls):

@@ -14,6 +14,7 @@ the methods they compare come from the registry :mod:`replearn.neural.algorithms
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 
@@ -23,7 +24,7 @@ from replearn.neural import algorithms
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.neural.specs import DTYPES, Federation, FederationSpec, NetworkSpec
-from replearn.settings import Settings
+from replearn.settings import Ge, Settings
 from replearn.book.seeds import check_seeds
 
 __all__ = ["AUTHORS_PIPELINE", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
@@ -71,8 +72,8 @@ class FederationSettings(Settings):
     before them), evaluated after the last round, the narrow (16/32 channel) network in float64.
     """
 
-    clients: int = 5
-    classes_per_client: int = 2
+    clients: Annotated[int, Ge(1)] = 5
+    classes_per_client: Annotated[int, Ge(1)] = 2
     train_per_client: int | None = 200
     test_per_client: int | None = 100
     train: neural.TrainConfig = neural.TrainConfig(rounds=20, participation=0.8, lr=0.05, momentum=0.5,
@@ -87,10 +88,8 @@ class FederationSettings(Settings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.clients, "clients", 1)
         if self.split not in D.SHARD_SPLITS:
             raise ValueError(f"split must be one of {tuple(D.SHARD_SPLITS)}, got {self.split!r}")
-        check_int(self.classes_per_client, "classes_per_client", 1)
         for name in ("train_per_client", "test_per_client"):
             if getattr(self, name) is not None:
                 check_int(getattr(self, name), name, 1)

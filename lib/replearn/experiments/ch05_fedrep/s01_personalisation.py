@@ -11,14 +11,15 @@ local-only least squares needs m >= d samples per client.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear_fedrep, linear
 from replearn.backend import default_device
-from replearn.checks import check_int, check_ints, check_nonnegative, check_positive, check_positives
 from replearn.theory.linear_fedrep import InstanceSettings
 from replearn.book.plotting import COLORS, to_numpy
+from replearn.settings import Each, Ge, Gt
 
 
 @dataclass(frozen=True)
@@ -33,28 +34,18 @@ class PersonalisationSettings(InstanceSettings):
              "spreads": "spreads s of the heads", "local_ms": "samples per client of the local-only fits",
              "eta": "FedRep's step size η", "rounds": "FedRep's rounds"}
 
-    n: int = 100
-    m: int = 50
-    mean_norm: float = 1.0
-    spreads: tuple = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
-    local_ms: tuple = (2, 5, 10, 15, 20, 30, 40)
-    eta: float = 0.5
-    rounds: int = 200
+    n: Annotated[int, Ge(2)] = 100
+    m: Annotated[int, Ge(1)] = 50
+    mean_norm: Annotated[float, Ge(0)] = 1.0
+    spreads: Annotated[tuple, Each(Gt(0))] = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+    local_ms: Annotated[tuple, Each(Ge(1))] = (2, 5, 10, 15, 20, 30, 40)
+    eta: Annotated[float, Gt(0)] = 0.5
+    rounds: Annotated[int, Ge(0)] = 200
 
     @classmethod
     def paper(cls):
         """Sec. 5.1 of the paper: d = 20, k = 2, n = 100 clients."""
         return cls(n=100, m=100, rounds=500)
-
-    def validate(self) -> None:
-        super().validate()
-        check_int(self.n, "n", 2)
-        check_int(self.m, "m")
-        check_ints(self.local_ms, "local_ms")
-        check_int(self.rounds, "rounds", 0)
-        check_positive(self.eta, "eta")
-        check_positives(self.spreads, "spreads")
-        check_nonnegative(self.mean_norm, "mean_norm")
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,16 @@ method-of-moments start and from a random one (:func:`run_trajectory`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear_fedrep, linalg, linear
 from replearn.backend import default_device
-from replearn.checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive
+from replearn.checks import check_fraction
 from replearn.theory.linear_fedrep import InstanceSettings
 from replearn.book.plotting import COLORS, to_numpy
+from replearn.settings import Each, Ge, Gt
 
 
 # --------------------------------------------------------------------------- method of moments
@@ -29,21 +31,14 @@ class MomentSettings(InstanceSettings):
 
     WORDS = {"ns": "client counts n", "ms": "samples per client m", "repeats": "independent draws averaged"}
 
-    ns: tuple = (10, 30, 100, 300, 1000)
-    ms: tuple = (2, 5, 10, 20)
-    repeats: int = 4
-    noise_std: float = 0.0
+    ns: Annotated[tuple, Each(Ge(1))] = (10, 30, 100, 300, 1000)
+    ms: Annotated[tuple, Each(Ge(1))] = (2, 5, 10, 20)
+    repeats: Annotated[int, Ge(1)] = 4
+    noise_std: Annotated[float, Ge(0)] = 0.0
 
     @classmethod
     def paper(cls):
         return cls(ns=(10, 30, 100, 300, 1000, 3000), repeats=10)
-
-    def validate(self) -> None:
-        super().validate()
-        check_ints(self.ns, "ns")
-        check_ints(self.ms, "ms")
-        check_int(self.repeats, "repeats")
-        check_nonnegative(self.noise_std, "noise_std")
 
 
 @dataclass(frozen=True)
@@ -84,12 +79,12 @@ class TrajectorySettings(InstanceSettings):
     WORDS = {"n": "clients n", "m": "fresh samples per client and round m", "r": "participation rate r",
              "eta": "step size η"}
 
-    n: int = 100
-    m: int = 10
+    n: Annotated[int, Ge(1)] = 100
+    m: Annotated[int, Ge(1)] = 10
     r: float = 1.0
-    eta: float = 0.5
-    rounds: int = 150
-    noise_std: float = 0.0
+    eta: Annotated[float, Gt(0)] = 0.5
+    rounds: Annotated[int, Ge(0)] = 150
+    noise_std: Annotated[float, Ge(0)] = 0.0
 
     @classmethod
     def paper(cls):
@@ -97,12 +92,7 @@ class TrajectorySettings(InstanceSettings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.n, "n")
-        check_int(self.m, "m")
-        check_int(self.rounds, "rounds", 0)
         check_fraction(self.r, "r (participation rate)")
-        check_positive(self.eta, "eta")
-        check_nonnegative(self.noise_std, "noise_std")
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,16 @@ against local-only learning with the same m and the counting bound
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear_fedrep, linalg, linear
 from replearn.backend import default_device
-from replearn.checks import check_int, check_ints, check_number, check_positive, check_positives, check_sequence
+from replearn.checks import check_int, check_number, check_positives, check_sequence
 from replearn.theory.linear_fedrep import InstanceSettings
 from replearn.book.plotting import to_numpy
+from replearn.settings import Each, Ge, Gt
 
 
 # --------------------------------------------------------------------------- rates
@@ -37,11 +39,11 @@ class RateSettings(InstanceSettings):
              "window": "distances over which the rate is fitted"}
 
     n: int = 100
-    m: int = 20
+    m: Annotated[int, Ge(1)] = 20
     etas: tuple = (0.05, 0.1, 0.25)
     conds: tuple = (1.0, 4.0)
     dist0: float = 0.5
-    rounds: int = 400
+    rounds: Annotated[int, Ge(3)] = 400
     window: tuple = (1e-12, 0.1)
 
     @classmethod
@@ -51,8 +53,6 @@ class RateSettings(InstanceSettings):
     def validate(self) -> None:
         super().validate()
         check_int(self.n, "n", self.k)
-        check_int(self.m, "m")
-        check_int(self.rounds, "rounds", 3)
         check_number(self.dist0, "dist0", low=0.0, high=1.0, low_open=True, high_open=True)
         check_positives(self.etas, "etas", each_name="every eta")
         check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
@@ -113,23 +113,15 @@ class LinearFederationSettings(InstanceSettings):
              "tol": "final distance counted as recovery"}
 
     d: int = 30
-    ns: tuple = (10, 20, 50, 100, 200, 400)
-    ms: tuple = (3, 4, 6, 8, 12, 16, 24)
-    eta: float = 0.5
-    rounds: int = 300
-    tol: float = 1e-3
+    ns: Annotated[tuple, Each(Ge(1))] = (10, 20, 50, 100, 200, 400)
+    ms: Annotated[tuple, Each(Ge(1))] = (3, 4, 6, 8, 12, 16, 24)
+    eta: Annotated[float, Gt(0)] = 0.5
+    rounds: Annotated[int, Ge(0)] = 300
+    tol: Annotated[float, Gt(0)] = 1e-3
 
     @classmethod
     def paper(cls):
         return cls(ns=(10, 20, 50, 100, 200, 400, 1000), ms=(3, 4, 5, 6, 8, 10, 12, 16, 24, 32), rounds=1000)
-
-    def validate(self) -> None:
-        super().validate()
-        check_ints(self.ns, "ns")
-        check_ints(self.ms, "ms")
-        check_int(self.rounds, "rounds", 0)
-        check_positive(self.eta, "eta")
-        check_positive(self.tol, "tol")
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear_fedrep
 from replearn.backend import DTYPE, default_device, derive_seed
-from replearn.checks import check_fraction, check_int, check_ints, check_nonnegative
+from replearn.checks import check_fraction, check_int, check_ints
 from replearn.theory.linear_fedrep import FigureSettings
 from replearn.theory.linear import predict, targets
+from replearn.settings import Ge
 
 FIG1_METHODS = ("local only", "single model", "FedRep")
 
@@ -42,7 +44,7 @@ class Fig1Settings(FigureSettings):
     n: int = 100
     ms: tuple[int, ...] = (5, 10, 20)
     r: float = 1.0
-    ridge: float = 0.01
+    ridge: Annotated[float, Ge(0)] = 0.01
 
     @classmethod
     def paper(cls):
@@ -55,7 +57,6 @@ class Fig1Settings(FigureSettings):
         check_int(self.n, "n (clients)", 1)
         check_ints(self.ms, "ms (samples per client)", each_name="every m in ms (samples per client)")
         check_fraction(self.r, "r (participation rate)")
-        check_nonnegative(self.ridge, "ridge")
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,16 @@ head), for several numbers of clients ``n``, from one shared method-of-moments s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.theory import linear_fedrep
 from replearn.backend import default_device, derive_seed
-from replearn.checks import check_fraction, check_int, check_ints, check_positive
+from replearn.checks import check_fraction, check_int, check_ints
 from replearn.theory.linear_fedrep import PAPER_NOISE_STD, FigureSettings
 from replearn.book.plotting import to_numpy
+from replearn.settings import Gt
 
 FIG3_METHODS = ("FedRep", "10GD-GD", "GD-GD")
 HEAD_STEPS = {"FedRep": None, "10GD-GD": 10, "GD-GD": 1}
@@ -40,7 +42,7 @@ class Fig3Settings(FigureSettings):
     m: int = 5
     r: float = 0.1
     ns: tuple[int, ...] = (10, 100, 1000)
-    head_lr: float = 0.1
+    head_lr: Annotated[float, Gt(0)] = 0.1
 
     @classmethod
     def paper(cls):
@@ -54,7 +56,6 @@ class Fig3Settings(FigureSettings):
         check_int(self.m, "m (fresh samples per round)", 1)
         check_ints(self.ns, "ns (numbers of clients)", each_name="every n in ns (clients)")
         check_fraction(self.r, "the participation rate r")
-        check_positive(self.head_lr, "head_lr")
 
 
 @dataclass(frozen=True)

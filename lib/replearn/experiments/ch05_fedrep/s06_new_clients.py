@@ -14,6 +14,7 @@ clients, the samples per round, the participation and the head rule vary.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
@@ -26,6 +27,7 @@ from replearn.theory.linalg import principal_angle_distance, random_orthonormal
 from replearn.theory.linear import expected_ls_error, SampledTasks, targets
 from replearn.book.plotting import COLORS, legend_outside, plot_curves, to_numpy
 from replearn.book.widgets import explorer as build_explorer, Slider
+from replearn.settings import Gt
 
 FIG4_METHODS = ("FedRep", "FedAvg", "FedAvg, unscaled start", "local only", "true representation")
 #: The methods of Fig. 4 that learn a representation on the training clients.
@@ -48,7 +50,7 @@ class Fig4Settings(FigureSettings):
     m_news: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 30, 40, 60)
     new: int = 200
     fedavg_tau: int = 10
-    fedavg_alpha: float = 0.1
+    fedavg_alpha: Annotated[float, Gt(0)] = 0.1
 
     @classmethod
     def paper(cls):
@@ -63,7 +65,6 @@ class Fig4Settings(FigureSettings):
         check_int(self.new, "new (new clients per sample size)", 1)
         check_ints(self.m_news, "m_news", each_name="every m_new in m_news")
         check_int(self.fedavg_tau, "fedavg_tau (FedAvg's local steps)", 1)
-        check_positive(self.fedavg_alpha, "fedavg_alpha")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field, replace
+from typing import Annotated
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -35,6 +36,7 @@ from replearn.neural import algorithms
 from replearn.neural.algorithms.fine_tuning import FineTuned
 from replearn.book.scales import require_data
 from replearn.experiments.ch05_fedrep.cifar_federation import AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings, make_federation
+from replearn.settings import Ge
 
 #: Methods of Table 1 that the CPU default runs, in the paper's order (the paper and gpu
 #: profiles run every method of Table 1, :func:`replearn.neural.algorithms.table1`).
@@ -177,12 +179,12 @@ class TableSettings(FederationSettings):
              "kept_per_client": "training images each client keeps"}
 
     partitions: tuple[tuple[str, int, int], ...] = (("cifar10", 5, 2),)
-    ft_epochs: int = 10
+    ft_epochs: Annotated[int, Ge(1)] = 10
     methods: tuple[str, ...] = TABLE_METHODS
     options: dict = field(default_factory=dict)
     variants: dict = field(default_factory=dict)
     train_overrides: tuple = ()
-    kept_per_client: int | None = None
+    kept_per_client: Annotated[int | None, Ge(1)] = None
 
     def method_of(self, row: str) -> str:
         """The registered method a row runs (a +FT row: its own name, e.g. ``"FedAvg+FT"``)."""
@@ -201,9 +203,6 @@ class TableSettings(FederationSettings):
 
     def validate(self) -> None:
         super().validate()
-        check_int(self.ft_epochs, "ft_epochs", 1)
-        if self.kept_per_client is not None:
-            check_int(self.kept_per_client, "kept_per_client", 1)
         table = algorithms.table1()
         for row, method in self.variants.items():
             if method not in table or row in table:

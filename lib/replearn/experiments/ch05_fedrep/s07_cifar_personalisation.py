@@ -82,9 +82,11 @@ AUTHORS_CODE = {**AUTHORS_PIPELINE,
                 "train.last_rounds": (10, "main_fedrep.py (accs10: the final 10 rounds)"),
                 "seeds": ("five runs", "scripts/FedRep_cifar10_2shards.sh (for RUN in 1 to 5)"),
                 "ft_epochs": (10, "main_fedrep.py (the final round tunes the head for 10 local epochs)"),
-                "methods": (algorithms.table1(), "main_fedrep.py (--alg fedavg, prox, maml, lg, fedper, fedrep), "
-                                                 "main_local.py, main_scaffold.py, main_mtl.py, main_l2gd.py, "
-                                                 "main_apfl.py, main_ditto.py"),
+                "methods": (algorithms.table1(), "main_fedrep.py (--alg fedavg, prox, maml, lg, fedper, fedrep; "
+                                                 "maml trains the plain LocalUpdate, not Per-FedAvg's), "
+                                                 "main_scaffold.py, main_mtl.py; main_local.py, main_l2gd.py, "
+                                                 "main_apfl.py and main_ditto.py cannot run as published "
+                                                 "(undefined names), so their stated values are used"),
                 "train.first_visit": ("average", "main_fedrep.py, main_ditto.py, main_apfl.py (a client not yet "
                                                  "sampled holds views of net_glob's tensors: the last round's "
                                                  "average of every parameter, heads included)")}

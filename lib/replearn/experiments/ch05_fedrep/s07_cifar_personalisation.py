@@ -786,7 +786,10 @@ def fedavg_local(local, long, lv: LongTable) -> str:
 # --------------------------------------------------------------------------- Table 1 as the authors ran it
 
 def setting_words(value) -> str:
-    """A setting's value as the page writes it: ``True`` -> ``"yes"``, ``0.0001`` -> ``"0.0001"``."""
+    """A setting's value as the page writes it: ``True`` -> ``"yes"``, ``0.0001`` -> ``"0.0001"``,
+    ``None`` (an option left off, e.g. no clipping) -> ``"none"``."""
+    if value is None:
+        return "none"
     if isinstance(value, bool):
         return "yes" if value else "no"
     return fmt(value, "g") if isinstance(value, float) else str(value)

@@ -19,7 +19,7 @@ from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.book import scales, seeds, wording as w
 from replearn.book.results import Section, floats
-from replearn.book.claims import fmt, fmt as fmt_, glue_diff, glue_pm, glue_text
+from replearn.book.claims import fmt, glue_diff, glue_pm, glue_text
 from replearn.book.scales import require_data
 from replearn.experiments.ch04_fedavg.cifar_transfer import (PAPER_PRETRAIN, PretrainSettings, finetune_all,
                                                              new_clients, pretrain, pretrain_work)
@@ -237,7 +237,7 @@ def glue_tables(pre: dict, acc: dict, s, prefix: str = "tr"):
     ``{prefix}-chance-pre``, and per target and size ``{prefix}-{target}-{n}-fedavg``, ``-dsgd``
     and ``-diff``; ``s``: the run's settings (object or results file dict). Returns the table."""
     tau, k, n = max(pre), pretrain_classes(s), len(pre[1])
-    glue_text(f"{prefix}-chance-pre", fmt_(100 / k, ".1f"))
+    glue_text(f"{prefix}-chance-pre", fmt(100 / k, ".1f"))
     rows = [[f"pre-training clients ({k} classes)", "",
              *(glue_pm(f"{prefix}-pre-{name}", pre[t], scale=100).text for t, name in ((tau, "fedavg"), (1, "dsgd"))),
              glue_diff(f"{prefix}-pre-diff", pre[tau], pre[1], scale=100, unit="points").text]]

@@ -117,7 +117,7 @@ def main() -> None:
     worst = {}
     for n, d in QUICK if args.quick else SHAPES:
         X, Y = inputs(n, d, seed=n + d)
-        form = "feature form" if similarity._feature_form_cheaper(n, d, d) else "Gram form"
+        form = "feature form" if similarity.cka._feature_form_cheaper(n, d, d) else "Gram form"
         print(f"n = {n}, d = {d} (library: {form})")
         for unbiased in (False, True):
             label = "linear, unbiased" if unbiased else "linear, biased"

@@ -44,7 +44,8 @@ HERE = Path(__file__).resolve().parent
 SUMS_FILE = HERE / "cifar_subsets.sha256"
 OFFICIAL_BASE = "https://www.cs.toronto.edu/~kriz/"
 NAMES = ("cifar10", "cifar100")
-#: What this script needs of ``replearn.neural.data._SPECS`` (repeated so that --preflight needs no numpy).
+#: What this script needs of ``replearn.neural.data.datasets.SPECS`` (repeated so that --preflight
+#: needs no numpy).
 SPECS = {
     "cifar10": dict(title="CIFAR-10", subset="cifar10_subset.npz", archive="cifar-10-python.tar.gz",
                     folder="cifar-10-batches-py", md5="c58f30108f718f92721af3b95e74349a", size_mb=163),

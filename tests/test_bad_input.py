@@ -617,7 +617,7 @@ def test_every_settings_field_is_type_checked_at_construction(key):
     """A bool for a count, a string for a number, a NaN for a float and an empty grid fail when
     the settings are built, naming the field, in every settings class of the book."""
     cls = settings_classes()[key]
-    base = cls.default()
+    base = cls.profile("default")
     for f in dataclasses.fields(cls):
         kinds = _annotated_kinds(f.type)
         bad = ([True] if kinds == {"int"} else ["0.1", NAN] if "float" in kinds and kinds <= {"int", "float"}
@@ -887,7 +887,7 @@ def test_impossible_dirichlet_min_size_is_refused_before_any_draw(monkeypatch):
             raise AssertionError(f"drew ({name}) although no draw can succeed")
 
     y = torch.arange(10).repeat_interleave(500)
-    monkeypatch.setattr(data, "_rng", lambda seed: NoDraws())
+    monkeypatch.setattr(data.partition, "_rng", lambda seed: NoDraws())
     with pytest.raises(ValueError, match=r"min_size=300 .* 20 clients needs 6000 samples, but labels has 5000.*"
                                          r"min_size <= 250 or at most 16 clients"):
         data.dirichlet_partition(y, 20, 0.6, seed=0, min_size=300, max_attempts=10_000)

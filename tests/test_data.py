@@ -231,7 +231,7 @@ def test_download_checksum_match_loads_official_layout(tmp_path, archives, name)
         want = torch.as_tensor(a["arrays"]["y_train_coarse"], dtype=torch.int64)
         assert torch.equal(d.y_train_coarse, want)
         assert d.coarse_class_names == tuple(a["arrays"]["coarse_class_names"])
-    spec = data._SPECS[name]
+    spec = data.datasets.SPECS[name]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([spec["archive"], spec["folder"]])
     # a second call finds the extracted folder and needs no server
     again = data.load_cifar(name, root=tmp_path)
@@ -478,14 +478,15 @@ def test_missing_data_in_ipython_shows_one_message_and_skips_later_cells(tmp_pat
         _write_subset(tmp_path / "cifar10_subset.npz")
         result = shell.run_cell("cifar = data.load_cifar('cifar10')\nprint(cifar.describe())")
         assert result.success and capsys.readouterr().out.startswith("CIFAR-10, offline subset")
-        assert not [t for t in shell.input_transformers_post if isinstance(t, data._SkipCellsWithoutData)]
+        assert not [t for t in shell.input_transformers_post
+                    if isinstance(t, data.location._SkipCellsWithoutData)]
         # a caught DataMissingError is the caller's business: nothing is skipped afterwards
         shell.run_cell("try:\n    data.load_cifar('cifar100')\nexcept FileNotFoundError:\n    caught = 1")
         shell.run_cell("after = 2")
         assert shell.user_ns["caught"] == 1 and shell.user_ns["after"] == 2
     finally:
         shell.input_transformers_post[:] = [t for t in shell.input_transformers_post
-                                            if not isinstance(t, data._SkipCellsWithoutData)]
+                                            if not isinstance(t, data.location._SkipCellsWithoutData)]
         InteractiveShell.clear_instance()
 
 
@@ -716,7 +717,7 @@ def _tiny_index(arr):
 
 @pytest.mark.parametrize("name", ["cifar10", "cifar100"])
 def test_make_subsets_from_tiny_official_archive(tmp_path, archives, name):
-    a, spec = archives[name], data._SPECS[name]
+    a, spec = archives[name], data.datasets.SPECS[name]
     src = tmp_path / "src"
     src.mkdir()
     (src / spec["archive"]).write_bytes(a["blob"])
@@ -783,7 +784,7 @@ def test_a_wrong_archive_vouched_for_by_archive_md5_is_named(tmp_path, archives)
     """archive_md5 accepts a (tiny) archive that is not the official one; with the recorded
     selection the error names that archive and says its contents do not match (before: "index
     must be increasing positions", an argument the caller never passed)."""
-    a, spec = archives["cifar100"], data._SPECS["cifar100"]
+    a, spec = archives["cifar100"], data.datasets.SPECS["cifar100"]
     archive = tmp_path / spec["archive"]
     archive.write_bytes(a["blob"])
     with pytest.raises(ValueError) as err:
@@ -816,7 +817,7 @@ def test_recorded_subset_selection():
 @needs_subsets
 def test_recorded_selection_and_digests_match_the_shipped_subsets():
     for name in ("cifar10", "cifar100"):
-        with np.load(SUBSET_ROOT / data._SPECS[name]["subset"]) as npz:
+        with np.load(SUBSET_ROOT / data.datasets.SPECS[name]["subset"]) as npz:
             arrays = {k: npz[k] for k in npz.files}
         ix = data.subset_index(name)
         assert np.array_equal(ix["train"], arrays["train_index"])
@@ -856,7 +857,7 @@ def test_a_coarse_label_array_one_entry_short_is_refused(tmp_path):
     coarse = dict(y_train_coarse=torch.tensor([0, 0]), y_test_coarse=torch.tensor([0]),
                   coarse_class_names=arr["coarse_class_names"])
     with pytest.raises(ValueError, match=r"y_train_coarse has shape \(2,\) but y_train has \(3,\)"):
-        data._check_coarse(coarse, fake.y_train, fake.y_test, "here")
+        data.cifar._check_coarse(coarse, fake.y_train, fake.y_test, "here")
 
 
 @pytest.mark.parametrize("call, match", [

@@ -267,8 +267,8 @@ def test_recorded_checksums_and_specs_agree_with_the_library():
     assert P.read_sums().keys() == {P.SPECS[n]["subset"] for n in P.NAMES}
     for name in P.NAMES:
         for key in ("subset", "archive", "folder", "md5", "size_mb", "title"):
-            assert P.SPECS[name][key] == data._SPECS[name][key]
-        assert P.official_sources()[name][0] == data._SPECS[name]["url"]
+            assert P.SPECS[name][key] == data.datasets.SPECS[name][key]
+        assert P.official_sources()[name][0] == data.datasets.SPECS[name]["url"]
 
 
 @pytest.mark.skipif(not (SHARED / "cifar10_subset.npz").is_file(), reason="the CIFAR subsets are not here")

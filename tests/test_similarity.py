@@ -396,7 +396,7 @@ def test_unbiased_linear_cka_matches_gram_formula_in_either_form(shape, seed):
     X, Y = _correlated(n, p1, p2, seed=30 + seed)
     expected = _np_unbiased_linear_cka(X.numpy(), Y.numpy())
     assert float(sim.linear_cka(X, Y, unbiased=True)) == pytest.approx(expected, rel=1e-10, abs=1e-12)
-    assert sim._feature_form_cheaper(n, p1, p2) == (shape != (12, 30, 20))
+    assert sim.cka._feature_form_cheaper(n, p1, p2) == (shape != (12, 30, 20))
 
 
 def test_accumulator_feature_form_matches_gram_form_for_many_layers():
@@ -404,7 +404,7 @@ def test_accumulator_feature_form_matches_gram_form_for_many_layers():
     ys = {"c": xs["a"] @ _randn(3, 5, seed=42) + _randn(40, 5, seed=43), "d": _randn(40, 1, seed=44)}
     acc = sim.CKAAccumulator()
     acc.update(xs, ys)
-    assert sim._feature_form_cheaper(40, 7, 6)
+    assert sim.cka._feature_form_cheaper(40, 7, 6)
     expected = np.array([[_np_unbiased_linear_cka(x.reshape(40, -1).numpy(), y.numpy()) for y in ys.values()]
                          for x in xs.values()])
     np.testing.assert_allclose(acc.result().values.numpy(), expected, rtol=1e-10, atol=1e-12)
@@ -443,7 +443,7 @@ def test_rescaling_is_exact_and_the_feature_path_is_fast_enough():
     X, Y = _correlated(512, 10, 10, seed=52)
     assert float(sim.linear_cka(X * 2.0**-300, Y)) == float(sim.linear_cka(X, Y))  # bit for bit
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
-    gram = sim._cka_from_grams(torch.stack([Xc @ Xc.T, Yc @ Yc.T]), True, ("X", "Y"))
+    gram = sim.cka._cka_from_grams(torch.stack([Xc @ Xc.T, Yc @ Yc.T]), True, ("X", "Y"))
     assert float(sim.linear_cka(X, Y, unbiased=True)) == pytest.approx(float(gram), rel=1e-12)
 
 
@@ -499,9 +499,9 @@ def _reference_gram_cka(K, L, unbiased):
 
 def _reference_linear_cka(X, Y, unbiased):
     Xc, Yc = _reference_centred(X), _reference_centred(Y)
-    if sim._feature_form_cheaper(Xc.shape[0], Xc.shape[1], Yc.shape[1]):
+    if sim.cka._feature_form_cheaper(Xc.shape[0], Xc.shape[1], Yc.shape[1]):
         if unbiased:
-            cross, self_x, self_y, _, _ = sim._linear_hsic_terms([Xc], [Yc])
+            cross, self_x, self_y, _, _ = sim.cka._linear_hsic_terms([Xc], [Yc])
             return cross[0, 0] / torch.sqrt(self_x[0] * self_y[0])
         numerator = torch.linalg.norm(Yc.T @ Xc).square()
         return numerator / (torch.linalg.norm(Xc.T @ Xc) * torch.linalg.norm(Yc.T @ Yc))
@@ -542,10 +542,10 @@ def test_fast_preparation_is_bit_identical_to_the_plain_algorithm(shape, kind):
     n, p1, p2 = shape
     X, Y = _pair(kind, n, p1, p2, seed=60)
     X0, Y0 = X.clone(), Y.clone()
-    cx, cy = sim._column_pair(X, Y, min_n=2, why="")
+    cx, cy = sim.features.column_pair(X, Y, min_n=2, why="")
     assert cx.constant is None if kind != "constant" else int(cx.constant.sum()) == math.ceil(p1 / 3)
     for c, F in ((cx, X), (cy, Y)):
-        assert torch.equal(_bits(sim._centred(c)), _bits(_reference_centred(F)))
+        assert torch.equal(_bits(sim.features.centred(c)), _bits(_reference_centred(F)))
     for unbiased in (False, True):
         assert float(sim.linear_cka(X, Y, unbiased=unbiased)) == float(_reference_linear_cka(X, Y, unbiased))
         Xc, Yc = _reference_centred(X), _reference_centred(Y)

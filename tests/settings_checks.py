@@ -58,7 +58,7 @@ def check_composes_train(cls) -> None:
 def check_fields_type_checked(cls) -> None:
     """A bool for a count, a string or NaN for a float and an empty grid fail when ``cls`` is
     built, naming the field (the check of tests/test_bad_input.py)."""
-    base = cls.default()
+    base = cls.profile("default")
     for f in dataclasses.fields(cls):
         kinds = _annotated_kinds(f.type)
         real = "float" in kinds and kinds <= {"int", "float"}

@@ -641,7 +641,8 @@ def test_every_algorithm_has_a_complete_summary_citing_the_bibliography():
             assert getattr(s, field).strip(), f"{name}: empty summary.{field}"
         assert s.cite in keys, f"{name}: citation key {s.cite!r} is not in references.bib"
     table = A.methods_table()
-    assert [row.method for row in table] == list(A.table1())  # by default Table 1's methods
+    # by default Table 1's methods, then the other registered ones, each part in registry order
+    assert [row.method for row in table] == [*A.table1(), *(n for n in A.names() if n not in A.table1())]
     assert [row.method for row in A.methods_table(A.names())] == list(A.names())
     assert table[A.names().index("FedRep")].cite == "collins2021fedrep"
     assert table[A.names().index("FedAvg+FT")].shares == A.get("FedAvg").summary.shares
@@ -649,6 +650,8 @@ def test_every_algorithm_has_a_complete_summary_citing_the_bibliography():
     assert len(table.COLUMNS) == len(table[0])
     shown = table.table()   # the page cites the papers in its prose: no raw citation keys in the table
     assert shown.header == list(table.COLUMNS[:-1]) and "li2021ditto" not in repr(shown)
+    assert shown.parts == {0: "the methods of Table 1", len(A.table1()): "registered beside Table 1"}
+    assert A.methods_table(A.table1()).table().parts == {}   # one part: no titles
 
 
 def test_each_method_states_its_own_cost():

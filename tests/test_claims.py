@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_claim_prints_values_when_it_holds(capsys):
     claim("FedAvg beats D-GD", True, fedavg=0.012345, dgd=torch.tensor(0.87123), n=3)
     assert capsys.readouterr().out == "FedAvg beats D-GD: holds (fedavg = 0.0123, dgd = 0.871, n = 3)\n"
+    claim("the gap closes", True, largest_relative_gap=0.1549)   # keywords read as words on the page
+    assert capsys.readouterr().out == "the gap closes: holds (largest relative gap = 0.155)\n"
 
 
 def test_claim_raises_with_values_when_false(capsys):

@@ -36,7 +36,7 @@ def test_rate_problem_has_exact_diversity_and_starting_distance(cond):
 
 
 def test_paper_profile_and_validation():
-    paper = FedAvgProblemSettings.paper()
+    paper = FedAvgProblemSettings.profile("paper")
     assert (paper.d, paper.k, paper.M, paper.tau, paper.rounds) == (100, 5, 40, 2, 1000)
     for change, message in ((dict(k=12), "k < d"), (dict(M=3), "M >= k"), (dict(alpha=0.0), "alpha"),
                             (dict(tau=0), "tau"), (dict(rounds=0), "rounds"), (dict(seed=-1), "seed")):

@@ -33,7 +33,7 @@ def test_problem_with_another_cond_or_alpha():
 
 
 def test_paper_instance():
-    paper = PopulationSettings.paper()
+    paper = PopulationSettings.profile("paper")
     assert (paper.d, paper.k, paper.n, paper.iterations) == (100, 5, 100, 500)
     assert paper.mu2 == paper.scale**2 / paper.cond
 

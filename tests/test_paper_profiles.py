@@ -1,4 +1,4 @@
-"""Every CIFAR section's ``paper()`` profile runs end to end as a tiny slice on the CPU.
+"""Every CIFAR section's the paper profile profile runs end to end as a tiny slice on the CPU.
 
 A slice is the paper profile with only its sizes shrunk (clients, rounds or local updates,
 epochs, trials, probe and test images); everything else (the network family and widths,
@@ -48,14 +48,14 @@ def shrink_train(s, **train):
 
 
 def slice_47():
-    s = s47.SimilaritySettings.paper()
+    s = s47.SimilaritySettings.profile("paper")
     # D-SGD and the paper's largest tau (the others run the same code)
     return replace(s, clients=10, total_steps=50, taus=(1, 50), probe_per_class=5, test_per_client=5, seeds=(0,))
 
 
 def slice_pretrain(cls):
     # 16 clients x 5 classes = 80 shards: one per pre-training class (the paper: 80 x 5, five per class)
-    return replace(cls.paper(), clients=16, total_steps=50, ft_epochs=1, seeds=(0,))
+    return replace(cls.profile("paper"), clients=16, total_steps=50, ft_epochs=1, seeds=(0,))
 
 
 def slice_48():
@@ -68,33 +68,33 @@ def slice_49():
 
 
 def slice_57():
-    s = s57.TableSettings.paper()
+    s = s57.TableSettings.profile("paper")
     # one column of Table 1 with fewer clients (the paper: 100; CIFAR-100's network runs in 5.9's slice)
     parts = (("cifar10", 5, 2),)
     return shrink_train(replace(s, partitions=parts, ft_epochs=1, seeds=(0,)), rounds=1, head_epochs=1)
 
 
 def slice_58():
-    s = s58.EpochSettings.paper()
+    s = s58.EpochSettings.profile("paper")
     return shrink_train(replace(s, clients=10, epochs=s.epochs[:2], seeds=(0,)), rounds=2)
 
 
 def slice_59():
-    s = s59.NewClientSettings.paper()
+    s = s59.NewClientSettings.profile("paper")
     return shrink_train(replace(s, clients=16, new_clients=4, new_train=20, new_test=5, head_epochs_new=2,
                                 seeds=(0,)), rounds=2, head_epochs=1)
 
 
 def test_slices_keep_the_paper_profiles_structure():
     """A slice changes sizes only: the network, dtype, optimiser and participation stay the paper's."""
-    for s, paper in ((slice_47(), s47.SimilaritySettings.paper()), (slice_48(), s48.TransferSettings.paper()),
-                     (slice_49(), s49.CKASettings.paper())):
+    for s, paper in ((slice_47(), s47.SimilaritySettings.profile("paper")), (slice_48(), s48.TransferSettings.profile("paper")),
+                     (slice_49(), s49.CKASettings.profile("paper"))):
         assert (s.model, s.channels, s.hidden, s.dtype, s.full_data) == \
             (paper.model, paper.channels, paper.hidden, paper.dtype, True)
         assert (s.train.lr, s.train.momentum, s.train.batch_size, s.train.participation) == \
             (paper.train.lr, paper.train.momentum, paper.train.batch_size, paper.train.participation)
-    for s, paper in ((slice_57(), s57.TableSettings.paper()), (slice_58(), s58.EpochSettings.paper()),
-                     (slice_59(), s59.NewClientSettings.paper())):
+    for s, paper in ((slice_57(), s57.TableSettings.profile("paper")), (slice_58(), s58.EpochSettings.profile("paper")),
+                     (slice_59(), s59.NewClientSettings.profile("paper"))):
         assert (s.variant, s.dtype, s.full_data, s.train_per_client, s.test_per_client) == \
             (paper.variant, paper.dtype, True, None, None)
         assert (s.train.lr, s.train.participation, s.train.local_epochs) == \
@@ -104,7 +104,7 @@ def test_slices_keep_the_paper_profiles_structure():
 
 def test_paper_47_slice_runs(c10):
     r = s47.run_similarity(slice_47(), cifar=c10)
-    assert set(r.taus) == {1, 50} and set(s47.SimilaritySettings.paper().taus) == {1, 5, 10, 50}
+    assert set(r.taus) == {1, 50} and set(s47.SimilaritySettings.profile("paper").taus) == {1, 5, 10, 50}
     assert all(torch.isfinite(r.matrices[t]).all() and r.matrices[t].shape == (10, 10) for t in r.taus)
 
 
@@ -172,7 +172,7 @@ SECTIONS = {"4.7": (s47, s47.SimilaritySettings), "4.8": (s48, s48.TransferSetti
 
 @pytest.mark.parametrize("section", sorted(SECTIONS))
 def test_paper_profile_matches_every_setting_the_sources_state(section):
-    """Appendix B's table (:func:`replearn.book.scales.settings_table`): ``paper()`` equals every value
+    """Appendix B's table (:func:`replearn.book.scales.settings_table`): the paper profile equals every value
     the paper's text states and every value the authors' code sets (where comparable), every
     stated setting is a real field, and a section without public code says so on every row."""
     module, cls = SECTIONS[section]
@@ -180,7 +180,7 @@ def test_paper_profile_matches_every_setting_the_sources_state(section):
     rows = scales.settings_table(cls, module.PAPER_SETTINGS, code_values=module.AUTHORS_CODE, departures=departures)
     stated = [r for r in rows if r["source"] != "not stated"]
     assert len(stated) == len(module.PAPER_SETTINGS)
-    # paper() departs from the sources only where the driver says so, with a reason (5.9: FEMNIST's analogue)
+    # the paper profile departs from the sources only where the driver says so, with a reason (5.9: FEMNIST's analogue)
     assert {r["setting"] for r in rows if r["deviation"] or r["code_deviation"]} == set(departures)
     assert all(r["departure"] for r in rows if r["setting"] in departures)
     if module.AUTHORS_CODE is None:
@@ -231,16 +231,16 @@ def test_gpu_profiles_fit_eight_minutes_of_one_gpu():
     """The six ``gpu`` profiles' launch estimates (clients batched where the engine can, 4.9 sharing
     4.8's pre-training) add up to less than 8 minutes with a fifth left for the arithmetic; one
     client after another they would not."""
-    estimates = {"4.7": s47.work(s47.SimilaritySettings.gpu()), "4.8": s48.work(s48.TransferSettings.gpu()),
-                 "4.9": s49.work(s49.CKASettings.gpu()), "5.7": s57.work(s57.TableSettings.gpu()),
-                 "5.8": s58.work(s58.EpochSettings.gpu()), "5.9": s59.work(s59.NewClientSettings.gpu())}
+    estimates = {"4.7": s47.work(s47.SimilaritySettings.profile("gpu")), "4.8": s48.work(s48.TransferSettings.profile("gpu")),
+                 "4.9": s49.work(s49.CKASettings.profile("gpu")), "5.7": s57.work(s57.TableSettings.profile("gpu")),
+                 "5.8": s58.work(s58.EpochSettings.profile("gpu")), "5.9": s59.work(s59.NewClientSettings.profile("gpu"))}
     assert sum(e["seconds"] for e in estimates.values()) < 0.8 * 480
     from replearn.experiments.ch04_fedavg import cifar_transfer as transfer
-    assert transfer.pretrain_key(s48.TransferSettings.gpu()) == transfer.pretrain_key(s49.CKASettings.gpu())
-    serial = sum(module.work(cls.gpu(), batched=False)["seconds"] for module, cls in SECTIONS.values())
+    assert transfer.pretrain_key(s48.TransferSettings.profile("gpu")) == transfer.pretrain_key(s49.CKASettings.profile("gpu"))
+    serial = sum(module.work(cls.profile("gpu"), batched=False)["seconds"] for module, cls in SECTIONS.values())
     assert serial > 480  # why the batched engine matters
     for _, cls in SECTIONS.values():
-        s = cls.gpu()
+        s = cls.profile("gpu")
         assert s.seeds == (0,) and s.dtype == "float32" and not s.full_data and s.train.vmap_clients > 1
 
 
@@ -248,16 +248,16 @@ def test_gpu_profile_slices_run_batched_on_the_cpu(c10):
     """The gpu profiles as CPU slices: the batched engine (``vmap_clients``) for the spec methods
     and for the protocol methods (5.7's mix), FedRep's two phases batched (5.8), D-SGD and FedAvg
     batched (4.7); the same drivers the GPU run uses."""
-    s = s47.SimilaritySettings.gpu()
+    s = s47.SimilaritySettings.profile("gpu")
     s = replace(s, clients=20, total_steps=50, taus=(1, 50), probe_per_class=5, test_per_client=5)
     r = s47.run_similarity(s, cifar=fake("cifar10", 10, 100, 30))  # Dirichlet: 10+ images for each of 20 clients
     assert set(r.taus) == {1, 50} and all(torch.isfinite(r.matrices[t]).all() for t in r.taus)
-    s = s57.TableSettings.gpu()
+    s = s57.TableSettings.profile("gpu")
     s = shrink_train(replace(s, partitions=(("cifar10", 20, 2),), ft_epochs=1,
                              methods=("FedAvg", "SCAFFOLD+FT", "FedRep")), rounds=1, head_epochs=1)
     r = s57.run_table(s, cifar={"cifar10": c10})
     assert tuple(r.accuracy[s.partitions[0]]) == s.methods
-    s = s58.EpochSettings.gpu()
+    s = s58.EpochSettings.profile("gpu")
     r = s58.run_epochs(shrink_train(replace(s, clients=20, epochs=(1, 2)), rounds=1), cifar=c10)
     assert torch.isfinite(r.accuracy["FedRep"]).all() and torch.isfinite(r.accuracy["FedAvg"]).all()
 
@@ -265,7 +265,7 @@ def test_gpu_profile_slices_run_batched_on_the_cpu(c10):
 def test_gpu_table_batches_every_method():
     """5.7's gpu profile batches every method's clients (the protocol methods on
     the loop's batched path), so its estimate counts them batched."""
-    s = s57.TableSettings.gpu()
+    s = s57.TableSettings.profile("gpu")
     assert s.train.vmap_clients == 10 and s.train.rounds == 100
     one = replace(s, partitions=s.partitions[:1], methods=("SCAFFOLD",))
     assert s57.work(one)["launches"] < 0.2 * s57.work(one, batched=False)["launches"]

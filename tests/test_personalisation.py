@@ -71,7 +71,7 @@ def test_fit_heads_one_epoch_equals_finetune():
 
 
 def test_network_cpu_profile_is_the_narrow_net_in_float64_and_paper_profile_the_authors():
-    s, p = P.FederationSettings(), P.FederationSettings(**P.PAPER_OPTIM)
+    s, p = P.FederationSettings(), P.FederationSettings.profile("paper")
     m = s.network("cifar10", 10, 0, "cpu")
     assert m.head.weight.dtype == torch.float64 and m.body.conv1.out_channels == 16
     assert m.body.conv2.out_channels == 32
@@ -89,7 +89,7 @@ def test_network_cpu_profile_is_the_narrow_net_in_float64_and_paper_profile_the_
 
 
 def test_paper_optimiser():
-    p = P.FederationSettings(**P.PAPER_OPTIM)
+    p = P.FederationSettings.profile("paper")
     t = p.train
     assert (t.rounds, t.participation, t.lr, t.momentum, t.batch_size) == (100, 0.1, 0.01, 0.5, 10)
     assert (t.local_epochs, t.head_epochs, t.local_steps, t.head_steps) == (1, 10, None, None)
@@ -145,4 +145,4 @@ def test_settings_hold_a_TrainConfig_and_check_every_field(cls):
     check_composes_train(cls)
     check_fields_type_checked(cls)
     if cls is not P.FederationSettings:                 # the base has no paper profile of its own
-        assert differences(cls), f"{cls.__name__}: paper() equals the CPU default"
+        assert differences(cls), f"{cls.__name__}: the paper profile equals the CPU default"

@@ -1,18 +1,17 @@
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
-from replearn.settings import Settings, profile_name
+from replearn.settings import PROFILES, Profile, Settings, profile_name, sourced
 
 
 @dataclass(frozen=True)
 class Demo(Settings):
     d: int = 10
     T: int = 5
-
-    @classmethod
-    def paper(cls):
-        return cls(d=100, T=500)
+    PAPER = Profile({"d": 100, "T": 500})
 
 
 def test_profile_switch(monkeypatch):
@@ -48,9 +47,7 @@ def test_differences_look_inside_composed_configs():
         n: int = 3
         train: TrainConfig = TrainConfig(lr=0.05, rounds=20)
 
-        @classmethod
-        def paper(cls):
-            return cls(train=TrainConfig(lr=0.01, rounds=20, batch_size=50))
+        PAPER = Profile({"train": TrainConfig(lr=0.01, rounds=20, batch_size=50)})
 
     assert differences(WithConfig) == [("train.lr", 0.05, 0.01), ("train.batch_size", 10, 50)]
 
@@ -62,7 +59,7 @@ def test_every_experiment_has_a_distinct_paper_profile():
     classes = settings_classes()
     assert "ch04_fedavg.s04_convergence.ConvergenceSettings" in classes and len(classes) >= 30
     for name, cls in classes.items():
-        assert differences(cls), f"{name}: paper() equals the CPU default"
+        assert differences(cls), f"{name}: the paper profile equals the CPU default"
 
 
 def test_settings_show_as_a_table_in_words(monkeypatch):
@@ -148,3 +145,133 @@ def test_bounds_written_beside_the_fields_are_checked_and_inherited():
     with pytest.raises(ValueError, match=r"every entry of rates must be > 0.0, got -0.2"):
         Base(rates=(0.1, -0.2))
     assert Base(noise=None).noise is None and Child().T == 7
+
+
+def test_profiles_are_data_on_a_base_with_dotted_changes_merged_down_the_classes():
+    """Issue 42: a profile is a :class:`Profile` (changes to a base profile) written as a class
+    attribute; dotted names reach into a composed dataclass, whole fields are set first, a
+    subclass applies its bases' changes before its own, and mistakes are refused by name."""
+    from replearn.neural import TrainConfig
+
+    @dataclass(frozen=True)
+    class Base(Settings):
+        n: int = 3
+        m: int = 4
+        train: TrainConfig = TrainConfig(lr=0.05, rounds=20)
+        PAPER = Profile({"n": 30, "train.lr": 0.01})
+        LONG = Profile({"m": 8}, base="paper")
+
+    @dataclass(frozen=True)
+    class Child(Base):
+        k: int = 1
+        PAPER = Profile({"k": 2, "train": TrainConfig(rounds=7), "train.batch_size": 50})
+        GPU = Profile({"train.vmap_clients": 5})
+
+    assert Base.profile("paper") == Base(n=30, train=TrainConfig(lr=0.01, rounds=20))
+    assert Base.profile("long") == Base(n=30, m=8, train=TrainConfig(lr=0.01, rounds=20))
+    assert Base.profile("gpu") == Base.profile("paper")        # gpu: the paper profile unless said
+    # Child: Base's paper changes, then its own (a whole train, then the dotted ones on it, Base's lr included)
+    paper = Child.profile("paper")
+    assert paper == Child(n=30, k=2, train=TrainConfig(rounds=7, lr=0.01, batch_size=50))
+    assert Child.profile("long") == replace(paper, m=8)
+    assert Child.profile("gpu") == replace(paper, train=replace(paper.train, vmap_clients=5))
+    assert Child.profile("default") == Child()
+
+    @dataclass(frozen=True)
+    class Wrong(Settings):
+        n: int = 3
+        PAPER = Profile({"nn": 4})
+        LONG = Profile({"n.x": 4})
+    with pytest.raises(ValueError, match=r"Wrong has no settings \['nn'\]"):
+        Wrong.profile("paper")
+    with pytest.raises(ValueError, match="n is not a composed dataclass"):
+        Wrong.profile("long")
+
+    @dataclass(frozen=True)
+    class Loop(Settings):
+        n: int = 3
+        PAPER = Profile({"n": 4}, base="gpu")
+    with pytest.raises(ValueError, match="each other's base"):
+        Loop.profile("paper")
+    with pytest.raises(ValueError, match="must be one of"):
+        Profile({}, base="huge")
+    with pytest.raises(ValueError, match="map field names"):
+        Profile(["n"])
+    # a changed value is validated like any other
+    @dataclass(frozen=True)
+    class Bad(Settings):
+        n: int = 3
+        PAPER = Profile({"n": -1})
+    with pytest.raises(ValueError, match="n must be"):
+        Bad.profile("paper")
+
+
+def test_the_paper_profile_is_the_table_of_the_sources_values():
+    """:func:`replearn.settings.sourced`: the code's values, then the paper's, then ours, each
+    written once; a departure on purpose takes its value from ours; a description is not a value."""
+    stated = {"d": (100, "Fig. 1"), "T": (200, "Sec. 5")}
+    code = {"T": (200, "main.py (--epochs 200)"), "d": ("the paper's", "README")}
+    p = sourced(stated, code, ours={"T": 50}, departures={"T": "fewer rounds on a CPU"})
+    assert dict(p.changes) == {"T": 50, "d": 100}
+    with pytest.raises(ValueError, match=r"\['d'\] are stated by a source and again in ours"):
+        sourced(stated, ours={"d": 100})
+    with pytest.raises(ValueError, match="need their value in ours"):
+        sourced(stated, departures={"T": "why"})
+
+
+def test_no_settings_class_writes_a_profile_as_code():
+    """Every profile is data: no settings class defines ``paper``, ``long``, ``gpu`` or ``default``
+    methods, and every profile attribute it writes is a :class:`Profile`."""
+    for key, cls in all_settings_classes().items():
+        for name in (*PROFILES, "authors"):
+            assert name not in vars(cls), f"{key} defines {name}(): write it as {name.upper()} = Profile(...)"
+        for name in ("PAPER", "LONG", "GPU"):
+            assert isinstance(getattr(cls, name), Profile), f"{key}.{name} is not a Profile"
+
+
+def all_settings_classes() -> dict:
+    """Every settings class of the library (drivers, chapter set-ups, theory), by dotted name."""
+    import importlib
+    import pkgutil
+
+    import replearn
+    found = {}
+    for info in pkgutil.walk_packages(replearn.__path__, prefix="replearn."):
+        if ".flower" in info.name:
+            continue  # an optional dependency; it holds no settings
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Settings) and obj is not Settings \
+                    and obj.__module__ == module.__name__:
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return found
+
+
+SNAPSHOT = Path(__file__).parent / "data" / "settings_snapshot.json"
+
+
+def test_every_profile_and_results_section_builds_the_recorded_settings():
+    """Issue 42: the profiles moved from classmethods to data without changing one value.
+    ``tests/data/settings_snapshot.json`` holds the ``repr`` of every settings class at every
+    profile and of every results section's settings at every profile, recorded from the
+    classmethods before they went (the one intended change: the federation base class
+    ``FederationSettings`` gained the paper profile its subclasses share). A change of a profile
+    that is meant must update the snapshot and re-run the results files it touches."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    import run_results as rr
+
+    recorded = json.loads(SNAPSHOT.read_text())
+    classes = all_settings_classes()
+    built = {f"{key}:{p}": repr(cls.profile(p)) for key, cls in classes.items() for p in PROFILES}
+    assert built.keys() == recorded["profiles"].keys()
+    assert [k for k in built if built[k] != recorded["profiles"][k]] == []
+    sections = {}
+    for name in rr.SECTIONS:
+        for p in PROFILES:
+            try:
+                sections[f"{name}:{p}"] = repr(rr.section_settings(name, p))
+            except ValueError as e:
+                sections[f"{name}:{p}"] = f"error ValueError: {e}"
+    assert sections.keys() == recorded["sections"].keys()
+    assert [k for k in sections if sections[k] != recorded["sections"][k]] == []

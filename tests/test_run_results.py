@@ -101,7 +101,7 @@ def test_long_profiles_differ_from_the_cpu_defaults_and_have_a_spread():
     # the near-paper long runs trade seeds (2) for the paper's network and clients; 5.7's single
     # seed takes its spread over the 100 clients of its partition (client_accuracy is recorded)
     for section, cls in ((name, sec.settings) for name, sec in rr.SECTIONS.items()):
-        d, l = cls.default(), rr.section_settings(section, "long")
+        d, l = cls.profile("default"), rr.section_settings(section, "long")
         assert l != d and l.dtype == "float32" and not l.full_data, section
         if section.startswith("5.7") and section != "5.7-seeds":  # one seed, spread over 40 to 1,000 clients
             assert l.seeds == (0,) and all(n >= 40 for _, n, _ in l.partitions)

@@ -34,11 +34,11 @@ def test_build_is_make_model_for_both_families():
 
 
 def test_settings_resolve_their_network():
-    cpu, paper = s47.SimilaritySettings(), s47.SimilaritySettings.paper()
+    cpu, paper = s47.SimilaritySettings(), s47.SimilaritySettings.profile("paper")
     assert cpu.network_spec() == NetworkSpec.fedrep_cnn("narrow", "float64")
     assert paper.network_spec().record() == {"family": "fedavg_cnn", "dtype": "float32", "widths": {
         "conv1": 32, "conv2": 64, "conv3": 128, "fc1": 256, "fc2": 128}}
-    nets = s57.TableSettings.paper().networks()
+    nets = s57.TableSettings.profile("paper").networks()
     assert set(nets) == {"cifar10", "cifar100"}
     assert nets["cifar100"].widths == FEDREP_WIDTHS["cifar100"]
 

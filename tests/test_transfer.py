@@ -62,16 +62,16 @@ def test_matched_training_validates_at_construction():
 
 
 def test_pretrain_settings_cpu_and_paper_profiles():
-    d, p = T.PretrainSettings(), T.PretrainSettings.paper()
+    d, p = T.PretrainSettings(), T.PretrainSettings.profile("paper")
     assert d.tau == 10 and p.tau == 50
     assert d.dtype == "float64" and len(d.seeds) >= 3 and d.total_steps % d.tau == 0
-    assert p == T.PretrainSettings(**T.PAPER_PRETRAIN)
+    assert p == T.PretrainSettings(**T.PAPER_PRETRAIN, **{k: v for k, (v, _) in T.PRETRAIN_STATED.items()})
     assert (p.model, p.channels, p.hidden, p.clients, p.n_pretrain, p.classes_per_client) == \
         ("fedavg_cnn", (32, 64, 128), (256, 128), 80, None, 5)
     assert (p.train.lr, p.train.momentum, p.train.batch_size, p.train.participation) == (0.01, 0.5, 10, 0.1)
     assert (p.total_steps, p.dtype, p.ft_lr, p.ft_batch_size) == (125_000, "float32", 0.01, 10)
     assert p.total_steps % p.tau == 0
-    long = T.PretrainSettings.long()
+    long = T.PretrainSettings.profile("long")
     # near-paper: the paper's network, clients and optimiser; fewer local updates, subset data, 2 seeds
     assert long.total_steps > d.total_steps and len(long.seeds) >= 2 and not long.full_data
     assert long.total_steps < p.total_steps
@@ -165,4 +165,4 @@ def test_settings_hold_a_TrainConfig_and_check_every_field(cls):
     check_composes_train(cls)
     check_fields_type_checked(cls)
     if cls is not T.MatchedTraining:                    # the base has no paper profile of its own
-        assert differences(cls), f"{cls.__name__}: paper() equals the CPU default"
+        assert differences(cls), f"{cls.__name__}: the paper profile equals the CPU default"

@@ -1,23 +1,27 @@
 """Experiment settings and their scales: a CPU-sized ``default`` and the papers' ``paper`` settings
 (the library's base layer: the theory, the engine and the book's sections all configure with it).
 
-Each experiment's settings are a frozen dataclass whose field defaults are the CPU profile
-(what CI runs and what the stored notebook outputs show) and whose ``paper()`` classmethod
-returns the paper-scale settings. Readers switch every experiment at once with the
-environment variable ``REPLEARN_PROFILE=paper`` (``default`` when unset). A third profile,
-``long``, is a CPU run of up to about half an hour per section (``long()``; the CPU default
-unless a settings class defines it), for the committed results files of ``make results``; a
-fourth, ``gpu``, sizes the CIFAR sections for a few minutes of one GPU (``gpu()``; the paper
-profile unless a settings class defines it)::
+Each experiment's settings are a frozen dataclass whose field defaults are the CPU profile (what
+CI runs and what the stored notebook outputs show). Every other profile is data: a
+:class:`Profile`, the changes it makes to a base profile, written as a class attribute named
+after it (``PAPER``, ``LONG``, ``GPU``). Readers switch every experiment at once with the
+environment variable ``REPLEARN_PROFILE=paper`` (``default`` when unset). ``long`` is a CPU run of
+up to about half an hour per section, for the committed results files of ``make results`` (the
+CPU default unless a class says otherwise); ``gpu`` sizes the CIFAR sections for a few minutes of
+one GPU (the paper profile unless a class says otherwise)::
 
     @dataclass(frozen=True)
     class StallSettings(Settings):
         d: int = 30
-        @classmethod
-        def paper(cls):
-            return cls(d=100)
+        PAPER = Profile({"d": 100}, doc="Fig. 2's dimension")
 
     cfg = StallSettings.current()
+    StallSettings.profile("paper")      # StallSettings(d=100)
+
+A change names a field (``"d"``) or a field of a composed dataclass (``"train.lr"``); a subclass's
+profile applies its base classes' changes first, then its own. Where the sources state a value,
+:func:`sourced` builds the paper profile from the table of those values and where each is stated,
+so every value is written once.
 """
 
 from __future__ import annotations
@@ -28,14 +32,15 @@ import numbers
 import os
 import sys
 import types
-from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import ClassVar
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import ClassVar, Mapping
 
 from replearn.table import Table
 from replearn.checks import (check_bool, check_count, check_int, check_ints, check_nonnegative, check_number,
                              check_positive, check_positives, check_seed, check_sequence)
 
-__all__ = ["COMMON_WORDS", "Each", "Ge", "Gt", "PROFILES", "Settings", "differences", "profile_name", "setting_value"]
+__all__ = ["COMMON_WORDS", "Each", "Ge", "Gt", "PROFILES", "Profile", "Settings", "differences", "profile_name",
+           "setting_value", "sourced"]
 
 PROFILES = ("default", "long", "paper", "gpu")
 
@@ -96,6 +101,77 @@ class Each:
         return check_sequence(value, name, lambda v, n: self.bound.check(v, n, {"float"}))
 
 
+@dataclass(frozen=True)
+class Profile:
+    """A profile as data: the settings of profile ``base`` with ``changes`` applied. A change maps
+    a field (``"d"``) or a field of a composed dataclass (``"train.lr"``) to its value; whole
+    fields are set before dotted ones, so ``{"train": cfg, "train.lr": 0.01}`` is ``cfg`` with
+    ``lr = 0.01``. ``base``: another profile's name (None: ``"paper"`` for the ``gpu`` profile,
+    ``"default"`` for the others); ``doc``: what the profile is and where its values come from."""
+
+    changes: Mapping[str, object] = field(default_factory=dict)
+    base: str | None = None
+    doc: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.changes, Mapping) or not all(isinstance(k, str) and k for k in self.changes):
+            raise ValueError(f"Profile changes must map field names ('d', 'train.lr') to values, got {self.changes!r}")
+        if self.base is not None and self.base not in PROFILES:
+            raise ValueError(f"Profile base must be one of {PROFILES}, got {self.base!r}")
+
+
+#: the base of a profile whose :class:`Profile` names none
+USUAL_BASE = {"long": "default", "paper": "default", "gpu": "paper"}
+
+
+def sourced(stated: Mapping[str, tuple], code: Mapping[str, tuple] | None = None, *,
+            ours: Mapping[str, object] | None = None, departures: Mapping[str, str] | None = None,
+            doc: str = "") -> Profile:
+    """The paper profile as the table of the sources' values: ``ours`` (the values no source
+    states: widths, dtype, scale), then every value the authors' code sets (``code[field] =
+    (value, file)``; a ``str`` with a space describes rather than states and is skipped), then
+    every value the paper's text states (``stated[field] = (value, where)``), except the fields of
+    ``departures`` (``{field: reason}``: where the profile departs from the sources on purpose,
+    its value then given in ``ours``). A field of ``ours`` that a source states and that is not a
+    departure is a ValueError: each value is written once. The same tables feed Appendix B
+    (:func:`replearn.book.scales.settings_table`)."""
+    ours, departures, code = dict(ours or {}), dict(departures or {}), dict(code or {})
+    twice = sorted((set(ours) & (set(stated) | set(code))) - set(departures))
+    if twice:
+        raise ValueError(f"sourced: {twice} are stated by a source and again in ours; drop them from ours, "
+                         f"or name them in departures with the reason")
+    missing = sorted(set(departures) - set(ours))
+    if missing:
+        raise ValueError(f"sourced: the departures {missing} need their value in ours")
+    changes = {}
+    for table in code, stated:
+        changes.update({name: value for name, (value, _) in table.items()
+                        if not (isinstance(value, str) and " " in value) and name not in departures})
+    return Profile({**ours, **changes}, doc=doc)
+
+
+def apply_changes(settings, changes: Mapping[str, object]):
+    """``settings`` (a dataclass) with ``changes`` (field or dotted field -> value) applied in one
+    ``replace`` per dataclass, whole fields before dotted ones; an unknown name is a ValueError."""
+    names = {f.name for f in fields(settings)}
+    top = {k: v for k, v in changes.items() if "." not in k}
+    nested: dict[str, dict] = {}
+    for key, value in changes.items():
+        if "." in key:
+            head, rest = key.split(".", 1)
+            nested.setdefault(head, {})[rest] = value
+    unknown = sorted((set(top) | set(nested)) - names)
+    if unknown:
+        raise ValueError(f"{type(settings).__name__} has no settings {unknown}; a profile names fields "
+                         f"(composed ones as 'train.lr')")
+    for head, sub in nested.items():
+        inner = top.get(head, getattr(settings, head))
+        if not is_dataclass(inner):
+            raise ValueError(f"{type(settings).__name__}.{head} is not a composed dataclass; cannot set {sorted(sub)}")
+        top[head] = apply_changes(inner, sub)
+    return replace(settings, **top)
+
+
 def field_bounds(cls) -> dict[str, list]:
     """The bounds written beside the fields of the settings class ``cls`` (``Annotated[kind,
     bound, ...]``; :class:`Ge`, :class:`Gt`, :class:`Each`), by field, from every class of its MRO
@@ -138,6 +214,10 @@ class Settings:
 
     #: words for the fields in :meth:`table`, e.g. ``{"d": "dimension d"}`` (see the class docstring)
     WORDS: ClassVar[dict[str, str]] = {}
+    #: the profiles as data (see the module docstring): none changes anything unless a class says so
+    PAPER: ClassVar[Profile] = Profile()
+    LONG: ClassVar[Profile] = Profile()
+    GPU: ClassVar[Profile] = Profile()
 
     def __post_init__(self):
         self.validate()
@@ -210,35 +290,36 @@ class Settings:
         return repr(self.table())
 
     @classmethod
-    def default(cls):
-        return cls()
-
-    @classmethod
-    def paper(cls):
-        return cls()
-
-    @classmethod
-    def long(cls):
-        """A longer CPU run (default: the CPU default itself)."""
-        return cls.default()
-
-    @classmethod
-    def gpu(cls):
-        """A run sized for a few minutes of one GPU (the CIFAR sections define theirs; default:
-        the paper profile, which the linear sections run in seconds anyway)."""
-        return cls.paper()
-
-    @classmethod
     def profile(cls, name: str):
-        """The settings of profile ``name`` (one of :data:`PROFILES`)."""
+        """The settings of profile ``name`` (one of :data:`PROFILES`): the CPU default for
+        ``"default"``; otherwise the base profile with the changes of every class of the MRO that
+        writes this profile (``PAPER``, ``LONG``, ``GPU``), base classes first."""
         if name not in PROFILES:
             raise ValueError(f"unknown profile {name!r}; use one of {PROFILES}")
-        return getattr(cls, name)()
+        return _build(cls, name, ())
 
     @classmethod
     def current(cls, **overrides):
         """Settings of the active profile, with optional field overrides."""
         return replace(cls.profile(profile_name()), **overrides)
+
+
+def _build(cls, name: str, seen: tuple):
+    """Profile ``name`` of ``cls`` (see :meth:`Settings.profile`); ``seen``: the profiles whose
+    base is being built, to refuse a cycle."""
+    if name == "default":
+        return cls()
+    if name in seen:
+        raise ValueError(f"{cls.__name__}: the profiles {seen + (name,)} are each other's base")
+    written = [vars(k)[name.upper()] for k in reversed(cls.__mro__) if name.upper() in vars(k)]
+    for p in written:
+        if not isinstance(p, Profile):
+            raise ValueError(f"{cls.__name__}.{name.upper()} must be a Profile, got {p!r}")
+    base = next((p.base for p in reversed(written) if p.base is not None), USUAL_BASE[name])
+    changes = {}
+    for p in written:
+        changes.update(p.changes)
+    return apply_changes(_build(cls, base, seen + (name,)), changes)
 
 
 #: how the caption of :meth:`Settings.table` names each profile
@@ -352,12 +433,12 @@ def _check_tuple(value, name: str, default: tuple) -> tuple:
 
 def differences(cls: type[Settings]) -> list[tuple[str, object, object]]:
     """``(field, default value, paper value)`` for every field of the settings class ``cls``
-    whose ``paper()`` value differs from its CPU default, in declaration order; a field that
+    whose paper-profile value differs from its CPU default, in declaration order; a field that
     holds a dataclass (e.g. a ``neural.TrainConfig``) is compared field by field, named
     ``"train.lr"`` and so on."""
     if not (isinstance(cls, type) and issubclass(cls, Settings)):
         raise ValueError(f"expected a Settings subclass, got {cls!r}")
-    return _differences(cls.default(), cls.paper(), "")
+    return _differences(cls(), cls.profile("paper"), "")
 
 
 def _differences(default, paper, prefix: str) -> list[tuple[str, object, object]]:

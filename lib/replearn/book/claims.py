@@ -223,8 +223,10 @@ def glue_number(name: str, value, digits: int = 3):
 
 
 def _shown(label: str, values: dict, digits: int) -> str:
+    """The values a claim rests on as the reader sees them: ``(largest gap = 0.12, n = 3)``, a
+    keyword's underscores read as spaces (``largest_gap`` -> "largest gap")."""
     check_digits(digits)
-    shown = ", ".join(f"{name} = {format_value(v, digits)}" for name, v in values.items())
+    shown = ", ".join(f"{name.replace('_', ' ')} = {format_value(v, digits)}" for name, v in values.items())
     return f" ({shown})" if shown else ""
 
 
@@ -255,7 +257,7 @@ def _non_finite(values: dict) -> list[str]:
 
 
 def claim(label: str, condition, *, digits: int = 3, **values) -> None:
-    """Print ``label: holds (name = value, ...)`` and raise :class:`ClaimFailed` if
+    """Print ``label: holds (name = value, ...)`` (a keyword's underscores shown as spaces) and raise :class:`ClaimFailed` if
     ``condition`` is false or a reported value is NaN. ``condition`` must be a bool (or a 0-d
     boolean array/tensor)."""
     condition = _condition(label, condition)

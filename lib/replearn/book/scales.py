@@ -160,9 +160,9 @@ def settings_table(cls, paper_values: dict, *, code_values: dict | None = None, 
     code does (``code`` and ``code_source``: ``code_values[field] = (value, repository path)``;
     ``"not in the code"`` for a field it does not set, :data:`NO_PUBLIC_CODE` for every field when
     ``code_values`` is None), beside the value of every profile in ``profiles`` (columns
-    ``"paper()"``, ``"long()"``, ``"default()"``), whether ``paper()`` differs from the paper's
+    ``"paper()"``, ``"long()"``, ``"default()"``), whether the paper profile differs from the paper's
     value (``deviation``) and from the code's (``code_deviation``; a code value given as a
-    sentence, a ``str`` with a space, describes and is not compared); ``departure``: why ``paper()``
+    sentence, a ``str`` with a space, describes and is not compared); ``departure``: why the paper profile
     departs from the paper on purpose (``departures[field]``, e.g. an analogue on another dataset;
     "" otherwise). Rows are the fields that
     differ between profiles or that the paper or the code state, in declaration order; ``skip``
@@ -228,9 +228,9 @@ def show_value(v) -> str:
 def settings_display(cls, paper_values: dict, caption: str, *, code_values: dict | None = None,
                      departures: dict | None = None):
     """:func:`settings_table` as one :class:`replearn.book.plotting.Table`: what the paper's text
-    states, what the authors' code does, ``paper()``, ``long()``, the CPU default, and last,
+    states, what the authors' code does, the paper profile, the long profile, the CPU default, and last,
     where each source states it (the longest text, so that the values stand side by side); a
-    ``paper()`` value that deviates from the paper's text or the authors' code is marked "≠", a
+    paper-profile value that deviates from the paper's text or the authors' code is marked "≠", a
     setting the code does not set shows "—"; a departure on purpose (``departures``) says why in the
     last column."""
     rows = []
@@ -243,5 +243,5 @@ def settings_display(cls, paper_values: dict, caption: str, *, code_values: dict
                          "—" if r["code_source"] == "not in the code" else r["code_source"]),
                      ("≠ " if r["deviation"] or r["code_deviation"] else "") + show_value(r["paper()"]),
                      show_value(r["long()"]), show_value(r["default()"]), "; ".join(w for w in where if w) or "—"])
-    return Table(["setting", "paper", "authors' code", "paper()", "long()", "CPU default", "where stated"], rows,
+    return Table(["setting", "paper", "authors' code", "paper profile", "long profile", "CPU default", "where stated"], rows,
                  caption=caption, align="lllllll")

@@ -1,6 +1,6 @@
 """One driver per book section: ``book/NN_chapter/MM_section.ipynb`` is driven by
 ``replearn.experiments.chNN_chapter.sMM_section`` (its settings with a CPU default and
-``paper()``, validated when constructed, and the functions from settings to arrays). A chapter
+the paper profile, validated when constructed, and the functions from settings to arrays). A chapter
 folder also holds the set-ups its drivers share: the CIFAR studies that several sections run
 (``ch04_fedavg.cifar_transfer``: FedAvg against D-SGD pre-trained on CIFAR-100, for 4.7-4.9;
 ``ch05_fedrep.cifar_federation``: the personalised CIFAR federation of 5.7-5.9). A driver imports
@@ -54,7 +54,7 @@ def paper_settings() -> dict[str, tuple[type[Settings], dict, dict | None, dict]
     """The sections whose driver states the sources' settings, keyed by section number:
     ``(settings class, PAPER_SETTINGS, AUTHORS_CODE, DEPARTURES)``, the class being the driver's
     first settings class: what the paper's text states, what the authors' code does (None: no
-    public code) and where ``paper()`` departs from the paper on purpose, with the reason ({} when
+    public code) and where the paper profile departs from the paper on purpose, with the reason ({} when
     nowhere); see :func:`replearn.book.scales.settings_table`. In book order. A driver with
     ``PAPER_SETTINGS`` must say ``AUTHORS_CODE`` too."""
     found = {}

@@ -27,7 +27,7 @@ import torch
 from replearn.theory import linalg, linear
 from replearn.backend import default_device
 from replearn.checks import check_int
-from replearn.settings import Ge, Gt, Settings
+from replearn.settings import Ge, Gt, Profile, Settings
 
 __all__ = ["FedAvgProblemSettings", "make_problem"]
 
@@ -45,10 +45,8 @@ class FedAvgProblemSettings(Settings):
     rounds: int = 600
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """Collins et al. (2022), Fig. 1: d = 100, k = 5, M = 40, all clients, tau = 2."""
-        return cls(d=100, k=5, M=40, tau=2, rounds=1000)
+    PAPER = Profile({"d": 100, "k": 5, "M": 40, "tau": 2, "rounds": 1000},
+                    doc="Collins et al. (2022), Fig. 1: d = 100, k = 5, M = 40, all clients, tau = 2.")
 
     def validate(self) -> None:
         super().validate()

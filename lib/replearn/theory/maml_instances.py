@@ -27,7 +27,7 @@ import torch
 from replearn.theory import linear, maml
 from replearn.backend import default_device
 from replearn.checks import check_int, check_nonnegative, check_number, check_positive
-from replearn.settings import Ge, Gt, Settings
+from replearn.settings import Ge, Gt, Profile, Settings
 
 __all__ = ["PopulationSettings", "check_instance_settings", "make_problem"]
 
@@ -51,12 +51,10 @@ class PopulationSettings(Settings):
     iterations: Annotated[int, Ge(1)] = 300
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """A larger instance (d = 100, k = 5, n = 100 tasks), the size of the population
-        simulations of Collins et al. (2022); heads with exact diversity replace their
-        Gaussian draws so that mu_*^2 is known."""
-        return cls(d=100, k=5, n=100, iterations=500)
+    PAPER = Profile({"d": 100, "k": 5, "n": 100, "iterations": 500},
+                    doc="A larger instance (d = 100, k = 5, n = 100 tasks), the size of the population "
+                        "simulations of Collins et al. (2022); heads with exact diversity replace their "
+                        "Gaussian draws so that mu_*^2 is known.")
 
     def validate(self) -> None:
         super().validate()

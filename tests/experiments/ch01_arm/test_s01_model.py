@@ -16,7 +16,7 @@ def test_output_shapes_and_profiles(monkeypatch):
         assert bool((res.errors[name] >= 0).all())
     monkeypatch.setenv("REPLEARN_PROFILE", "paper")
     paper = Cfg.current()
-    assert paper == Cfg.paper() and paper.d > Cfg().d and paper.trials > Cfg().trials
+    assert paper == Cfg.profile("paper") and paper.d > Cfg().d and paper.trials > Cfg().trials
 
 
 def test_monte_carlo_agrees_with_closed_forms():

@@ -43,7 +43,7 @@ def test_settings_validation(bad):
 
 
 def test_paper_profile_is_larger():
-    paper = s03.LowerBoundSweepSettings.paper()
+    paper = s03.LowerBoundSweepSettings.profile("paper")
     paper.validate()
     assert paper.instances > SMALL.instances and paper.d_max > s03.LowerBoundSweepSettings().d_max
 

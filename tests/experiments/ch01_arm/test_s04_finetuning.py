@@ -37,7 +37,7 @@ def test_joint_finetuning_respects_the_subspace_bound():
 
 def test_paper_profile(monkeypatch):
     monkeypatch.setenv("REPLEARN_PROFILE", "paper")
-    assert Cfg.current() == Cfg.paper() and Cfg.paper().d > Cfg().d
+    assert Cfg.current() == Cfg.profile("paper") and Cfg.profile("paper").d > Cfg().d
 
 
 @pytest.mark.parametrize("change", [dict(k=12), dict(k=13), dict(ms=()), dict(ms=(0, 5)), dict(ms=(2.5,)),

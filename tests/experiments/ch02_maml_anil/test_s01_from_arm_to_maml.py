@@ -17,7 +17,7 @@ def test_hessian_term():
 
 
 def test_settings_extend_the_population_instance():
-    paper = s01.HessianTermSettings.paper()
+    paper = s01.HessianTermSettings.profile("paper")
     assert paper.d == 100 and paper.hessian_alphas == s01.HessianTermSettings().hessian_alphas
     with pytest.raises(ValueError, match="hessian_alphas"):
         replace(SMALL, hessian_alphas=(0.1, 0.0))

@@ -48,7 +48,7 @@ def test_contraction_envelope():
 
 
 def test_paper_settings_and_bad_sweeps():
-    paper = s02.PopulationDynamicsSettings.paper()
+    paper = s02.PopulationDynamicsSettings.profile("paper")
     assert (paper.d, paper.k, paper.n, paper.iterations, paper.sweep_iterations) == (100, 5, 100, 500, 1000)
     with pytest.raises(ValueError, match="conds"):
         replace(SMALL, conds=(0.5, 2.0))

@@ -30,7 +30,7 @@ def test_tightness_settings_validate():
         s04.make_tightness_problem(12, 2, 10, cond=2.0, mean_norm=1.0, alpha=0.25, delta0=1.5)
     with pytest.raises(ValueError, match="k"):
         s04.make_tightness_problem(3, 3, 10, cond=2.0, mean_norm=1.0, alpha=0.25)
-    assert s04.TightnessSettings.paper().d > s04.TightnessSettings().d
+    assert s04.TightnessSettings.profile("paper").d > s04.TightnessSettings().d
     with pytest.raises(ValueError, match="delta0"):
         s04.TightnessSettings(delta0=1.0)
 

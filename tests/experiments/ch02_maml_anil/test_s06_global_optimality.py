@@ -26,13 +26,13 @@ def test_run_neural_optimality_small():
     assert bool((res.gap <= res.first_order + 1e-12).all() and (res.first_order <= res.bound + 1e-12).all())
     assert np.allclose(res.stationarity + res.expressivity, res.bound)
     assert res.comparator[0] in cfg.widths and float(res.gap.min()) == 0.0
-    assert s06.NeuralMamlSettings.paper().steps > cfg.steps
+    assert s06.NeuralMamlSettings.profile("paper").steps > cfg.steps
     with pytest.raises(ValueError, match="width"):
         s06.run_neural_optimality(s06.NeuralMamlSettings(widths=()))
 
 
 def test_fixed_feature_settings():
-    assert s06.FixedFeatureSettings.paper().steps > s06.FixedFeatureSettings().steps
+    assert s06.FixedFeatureSettings.profile("paper").steps > s06.FixedFeatureSettings().steps
     with pytest.raises(ValueError, match="eta"):
         s06.FixedFeatureSettings(eta=0.0)
 

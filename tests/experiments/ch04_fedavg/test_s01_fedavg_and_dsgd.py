@@ -29,7 +29,7 @@ def test_fedavg_learns_the_representation_and_dgd_does_not():
 def test_profiles(monkeypatch):
     monkeypatch.setenv("REPLEARN_PROFILE", "paper")
     paper = Cfg.current()
-    assert paper == Cfg.paper() and (paper.d, paper.k, paper.n) == (100, 5, 40)
+    assert paper == Cfg.profile("paper") and (paper.d, paper.k, paper.n) == (100, 5, 40)
     assert paper.rounds > Cfg().rounds
 
 

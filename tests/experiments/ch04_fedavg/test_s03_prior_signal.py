@@ -40,5 +40,5 @@ def test_contraction_identity_and_prior_norm():
 
 
 def test_paper_profile():
-    paper = s03.PriorSignalSettings.paper()
+    paper = s03.PriorSignalSettings.profile("paper")
     assert isinstance(paper, s03.PriorSignalSettings) and (paper.d, paper.M, paper.rounds) == (100, 40, 1000)

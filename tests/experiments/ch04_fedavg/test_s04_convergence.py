@@ -62,7 +62,7 @@ def test_settings_validation():
         s04.rate_sweep(replace(SMALL, delta0=1.0))
     with pytest.raises(ValueError, match="local step"):
         s04.rate_sweep(replace(SMALL, taus=(0, 2)))
-    assert s04.ConvergenceSettings.paper().d == 100 and s04.ConvergenceSettings.paper().seeds == 10
+    assert s04.ConvergenceSettings.profile("paper").d == 100 and s04.ConvergenceSettings.profile("paper").seeds == 10
 
 
 # --------------------------------------------------------------------------- explorer

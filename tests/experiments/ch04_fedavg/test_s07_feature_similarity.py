@@ -14,13 +14,13 @@ TINY_TRAIN = replace(s07.SimilaritySettings().train, batch_size=5, participation
 
 
 def test_paper_profile_follows_the_paper():
-    d, p = s07.SimilaritySettings(), s07.SimilaritySettings.paper()
+    d, p = s07.SimilaritySettings(), s07.SimilaritySettings.profile("paper")
     assert (p.clients, p.alpha, p.taus, p.model) == (100, 0.6, (1, 5, 10, 50), "fedavg_cnn")
     assert (p.train.lr, p.train.momentum, p.train.batch_size, p.train.participation, p.dtype) == \
         (0.01, 0.5, 10, 0.1, "float32")
     assert all(p.total_steps % tau == 0 for tau in p.taus)
     assert d.dtype == "float64" and len(d.seeds) >= 3
-    long = s07.SimilaritySettings.long()
+    long = s07.SimilaritySettings.profile("long")
     # near-paper: the paper's network, clients and optimiser; fewer local updates, subset data, 2 seeds
     assert long.total_steps > d.total_steps and len(long.seeds) >= 2 and not long.full_data
     assert long.total_steps < p.total_steps
@@ -160,7 +160,7 @@ def test_settings_in_words():
     assert "D-SGD (τ = 1) and FedAvg with τ = 5, 20" in text and "3 (0, 1 and 2)" in text
     for python in ("fedrep_cnn", "(16, 32", "[", "None", "True", "TrainConfig"):
         assert python not in text, python
-    long = repr(words.settings_table(s07.settings_rows(s07.SimilaritySettings.long())))
+    long = repr(words.settings_table(s07.settings_rows(s07.SimilaritySettings.profile("long"))))
     assert "the paper's CNN, three blocks of two convolutions (32, 64 and 128 channels)" in long
     with pytest.raises(ValueError, match="no field 'nope'"):
         words.get(s07.SimilaritySettings(), "nope")

@@ -15,7 +15,7 @@ TINY = dict(total_steps=4, n_pretrain=None, clients=16, classes_per_client=5,
 
 
 def test_paper_profile_follows_the_paper():
-    d, p = s08.TransferSettings(), s08.TransferSettings.paper()
+    d, p = s08.TransferSettings(), s08.TransferSettings.profile("paper")
     assert (p.clients, p.n_new, p.tau, p.ft_epochs, p.trials, p.new_clients) == (80, 20, 50, 10, 5, 5)
     assert p.total_steps % p.tau == 0
     assert (p.train.lr, p.train.momentum, p.train.batch_size, p.dtype) == (0.01, 0.5, 10, "float32")

@@ -15,7 +15,7 @@ TINY = dict(total_steps=4, n_pretrain=None, clients=16, classes_per_client=5,
 
 
 def test_paper_profile_follows_the_paper():
-    d, p = s09.CKASettings(), s09.CKASettings.paper()
+    d, p = s09.CKASettings(), s09.CKASettings.profile("paper")
     assert (p.model, p.classes_per_client, p.tau) == ("fedavg_cnn", 5, 50)
     assert (p.train.lr, p.train.momentum, p.train.batch_size, p.dtype) == (0.01, 0.5, 10, "float32")
     assert p.train == PAPER_PRETRAIN["train"] and p.total_steps % p.tau == 0

@@ -31,7 +31,7 @@ def test_bad_inputs_raise(make):
 
 
 def test_paper_profile_is_valid():
-    assert isinstance(s01.PersonalisationSettings.paper(), s01.PersonalisationSettings)
+    assert isinstance(s01.PersonalisationSettings.profile("paper"), s01.PersonalisationSettings)
 
 
 def test_tables_and_figure():

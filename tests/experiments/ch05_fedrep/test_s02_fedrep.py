@@ -33,7 +33,7 @@ def test_bad_inputs_raise(make):
 
 def test_paper_profiles_are_valid():
     for cls in (s02.MomentSettings, s02.TrajectorySettings):
-        cfg = cls.paper()
+        cfg = cls.profile("paper")
         assert isinstance(cfg, cls)
 
 

@@ -47,7 +47,7 @@ def test_bad_inputs_raise(make):
 
 def test_paper_profiles_are_valid():
     for cls in (s03.RateSettings, s03.LinearFederationSettings):
-        cfg = cls.paper()
+        cfg = cls.profile("paper")
         assert isinstance(cfg, cls)
 
 

@@ -12,7 +12,7 @@ SMALL1 = s04.Fig1Settings(n=50, ms=(5, 20), rounds=100, seeds=2)
 
 
 def test_paper_profile_has_the_papers_sizes():
-    p1 = s04.Fig1Settings.paper()
+    p1 = s04.Fig1Settings.profile("paper")
     assert (p1.d, p1.k, p1.n, p1.ms) == (20, 2, 100, (5, 10, 20))
 
 

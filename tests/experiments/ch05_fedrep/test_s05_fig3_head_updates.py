@@ -11,7 +11,7 @@ SMALL3 = s05.Fig3Settings(ns=(100,), rounds=100, seeds=1)
 
 
 def test_paper_profile_has_the_papers_sizes():
-    p3 = s05.Fig3Settings.paper()
+    p3 = s05.Fig3Settings.profile("paper")
     assert (p3.d, p3.k, p3.m, p3.r) == (10, 2, 5, 0.1) and len(p3.ns) == 4
     assert p3.noise_std == pytest.approx(math.sqrt(1e-3))
 

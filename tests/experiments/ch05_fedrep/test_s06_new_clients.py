@@ -10,7 +10,7 @@ SMALL4 = s06.Fig4Settings(n=40, rounds=100, m_news=(2, 4, 10, 40), new=50, seeds
 
 
 def test_paper_profile_has_the_papers_sizes():
-    p4 = s06.Fig4Settings.paper()
+    p4 = s06.Fig4Settings.profile("paper")
     assert (p4.d, p4.k, p4.n) == (20, 2, 100)
 
 

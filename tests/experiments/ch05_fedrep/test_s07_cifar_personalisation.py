@@ -10,10 +10,10 @@ import torch
 from cifar_fixtures import RESULTS, fake_cifar
 
 from replearn.book import results
-from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s07
+from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s07, table1, table1_pages as pages
 from replearn.neural import TrainConfig
 from replearn.neural import algorithms
-from replearn.experiments.ch05_fedrep.cifar_federation import PAPER_OPTIM, make_federation
+from replearn.experiments.ch05_fedrep.cifar_federation import FederationSettings, make_federation
 
 TINY_TRAIN = TrainConfig(rounds=2, participation=0.4, lr=0.05, momentum=0.5, batch_size=10, local_epochs=1,
                          head_epochs=1, local_steps=None, head_steps=None, eval_every=2, last_rounds=1)
@@ -44,12 +44,12 @@ def test_run_table_tiny():
     assert bool(torch.isnan(r.curves[p]["FedAvg+FT"]).all())      # fine-tuned once, after training
     assert r.train_sizes[p].tolist() == [20] * 5 and r.test_sizes[p].tolist() == [10] * 5
     # the paper's numbers cover every method and every paper partition
-    assert set(s07.TableSettings.paper().partitions) == set(s07.PAPER_TABLE1)
+    assert set(s07.TableSettings.profile("paper").partitions) == set(s07.PAPER_TABLE1)
     assert all(tuple(v) == algorithms.table1() for v in s07.PAPER_TABLE1.values())  # every method, in order
     assert set(s07.TABLE_METHODS) <= set(algorithms.table1())
     assert s07.PAPER_TABLE1[("cifar10", 100, 2)]["FedRep"] == 87.70
     assert s07.PAPER_TABLE1[("cifar100", 100, 20)]["Ditto"] == 56.34
-    assert s07.TableSettings.paper().methods == algorithms.table1()
+    assert s07.TableSettings.profile("paper").methods == algorithms.table1()
 
 
 def test_run_table_is_deterministic():
@@ -81,26 +81,26 @@ def test_bad_settings_raise_at_construction():
 
 
 def test_paper_reference():
-    assert s07.paper_reference(("cifar10", 10, 2))[0] == ("cifar10", 100, 2)
-    assert s07.paper_reference(("cifar10", 1000, 2))[0] == ("cifar10", 1000, 2)
-    assert s07.paper_reference(("cifar100", 20, 20))[1]["FedRep"] == 56.10
+    assert table1.paper_reference(("cifar10", 10, 2))[0] == ("cifar10", 100, 2)
+    assert table1.paper_reference(("cifar10", 1000, 2))[0] == ("cifar10", 1000, 2)
+    assert table1.paper_reference(("cifar100", 20, 20))[1]["FedRep"] == 56.10
     with pytest.raises(ValueError, match="no column"):
-        s07.paper_reference(("cifar10", 10, 3))
+        table1.paper_reference(("cifar10", 10, 3))
 
 
 def test_cpu_default_and_paper_profile():
-    t, p = s07.TableSettings(), s07.TableSettings.paper()
+    t, p = s07.TableSettings(), s07.TableSettings.profile("paper")
     assert t.train_per_client >= 200 and t.train.rounds * t.train.participation >= 16  # 16 rounds per client
     assert len(t.seeds) >= 3 and t.dtype == "float64" and t.variant == "narrow"
     m = t.network("cifar10", 10, 0, "cpu")
     assert m.head.weight.dtype == torch.float64 and m.body.conv1.out_channels == 16
     mp = p.network("cifar10", 10, 0, "cpu")
     assert mp.head.weight.dtype == torch.float32 and mp.body.conv1.out_channels == 64
-    assert p.train == replace(PAPER_OPTIM["train"], first_visit="average")   # the authors' shared memory
+    assert p.train == replace(FederationSettings.profile("paper").train, first_visit="average")   # the authors' shared memory
     assert (p.train.batch_size, p.train.lr, p.train.local_steps, p.train.head_steps, p.train.head_epochs) == \
         (10, 0.01, None, None, 10)
     assert (p.train_per_client, p.test_per_client, p.ft_epochs) == (None, None, 10)
-    long = s07.TableSettings.long()  # near-paper: the authors' values on the first column, one seed
+    long = s07.TableSettings.profile("long")  # near-paper: the authors' values on the first column, one seed
     # the authors' protocol (their split, weight decay and augmentation), as in the paper profile
     assert p.split == "authors" and p.train.weight_decay == 1e-4 and p.train.augment
     assert long.split == p.split and long.train.weight_decay == p.train.weight_decay and long.train.augment
@@ -118,7 +118,7 @@ def test_options_are_validated_per_row():
     assert s.options_for("FedRep") is None and s.config_for("FedRep", s.partitions[0]) == s.config()
     with pytest.raises(ValueError, match="FedProxOptions"):
         replace(s, methods=("FedProx",), options={"FedProx": algorithms.get("Ditto").Options()})
-    with pytest.raises(ValueError, match="neither a method"):
+    with pytest.raises(ValueError, match="neither a registered method"):
         replace(s, options={"FedProxx": algorithms.get("FedProx").Options()})
     with pytest.raises(ValueError, match="not a TrainConfig field"):
         replace(s, train_overrides=(("FedRep", "*", "mu", 0.1),))
@@ -142,10 +142,10 @@ def test_a_variant_row_runs_its_method_with_its_options():
 
 
 def test_the_authors_values_are_stated_once_with_their_source():
-    rows = {(row, option) for row, option, _, _ in s07.AUTHORS_OPTIONS}
-    assert len(rows) == len(s07.AUTHORS_OPTIONS) and all(where for *_, where in s07.AUTHORS_OPTIONS)
+    rows = {(row, option) for row, option, _, _ in table1.AUTHORS_OPTIONS}
+    assert len(rows) == len(table1.AUTHORS_OPTIONS) and all(where for *_, where in table1.AUTHORS_OPTIONS)
     built = s07.authors_options((*algorithms.table1(), *s07.AUTHORS_VARIANTS))
-    for row, option, value, _ in s07.AUTHORS_OPTIONS:
+    for row, option, value, _ in table1.AUTHORS_OPTIONS:
         assert getattr(built[row], option) == value
     assert ("FedProx", "mu") in rows and ("Ditto", "lam") in rows and ("SCAFFOLD", "global_lr") in rows
 
@@ -167,10 +167,10 @@ def test_cpu_tables_and_checks(glued):
     runs = _runs()
     acc = s07.accuracies(runs, PART)
     assert list(acc) == list(s07.TABLE_METHODS) and len(acc["FedRep"]) == 3
-    key, paper = s07.paper_reference(PART)
+    key, paper = table1.paper_reference(PART)
     shown, (ours, leads) = s07.glue_tables(acc, PART, key, paper)
-    assert glued["t1-fedrep"] == shown["FedRep"].text and f"t1-diff-{s07.slug('FedPer')}" in glued
-    assert [row[0] for row in ours.rows] == list(s07.TABLE_METHODS) and len(leads.rows) == len(s07.PERSONAL)
+    assert glued["t1-fedrep"] == shown["FedRep"].text and f"t1-diff-{pages.slug('FedPer')}" in glued
+    assert [row[0] for row in ours.rows] == list(s07.TABLE_METHODS) and len(leads.rows) == len(pages.PERSONAL)
     checks = s07.checks(acc, shown, S=2)
     assert [c[0] for c in checks] == ["t1-v-fedrep-fedavg", "t1-v-ft", "t1-v-fedavg-floor", "t1-v-floor", "t1-v-rank"]
     assert checks[0][3]["require"] and checks[0][3]["fedrep"] == shown["FedRep"].text
@@ -182,7 +182,7 @@ def test_figures_count_the_methods_from_the_run():
     import matplotlib.pyplot as plt
 
     acc = s07.accuracies(_runs(), PART)
-    key, paper = s07.paper_reference(PART)
+    key, paper = table1.paper_reference(PART)
     fig = s07.plot_table(acc, paper, PART, key, rounds=20)
     assert len(fig.axes) == 2 and "3 seeds" in fig.axes[0].get_title()
     plt.close(fig)
@@ -221,42 +221,42 @@ def test_kept_per_client_keeps_the_label_sets_and_test_sets():
 # --------------------------------------------------------------------------- Appendix B.5.7
 
 def test_names_ranks_and_words():
-    assert [s07.slug(m) for m in ("FedAvg+FT", "LG-FedAvg", "Local only")] == ["fedavgft", "lgfedavg", "localonly"]
-    assert s07.method_color("FedAvg+FT") == s07.method_color("FedAvg") and s07.method_color("Ditto") == "#8c564b"
-    assert s07.rank({"a": 3.0, "b": 1.0, "c": 3.0}) == {"a": 1, "b": 3, "c": 1}
-    assert [s07.ordinal(k) for k in (1, 2, 3, 7)] == ["first", "second", "third", "7th"]
-    assert s07.paper_word({"a": 80.0, "b": 82.09}, "a", "b") == "lower (-2.09)"
-    assert "FedAvg" not in s07.PERSONAL and "FedRep" not in s07.PERSONAL
+    assert [pages.slug(m) for m in ("FedAvg+FT", "LG-FedAvg", "Local only")] == ["fedavgft", "lgfedavg", "localonly"]
+    assert pages.method_color("FedAvg+FT") == pages.method_color("FedAvg") and pages.method_color("Ditto") == "#8c564b"
+    assert pages.rank({"a": 3.0, "b": 1.0, "c": 3.0}) == {"a": 1, "b": 3, "c": 1}
+    assert [pages.ordinal(k) for k in (1, 2, 3, 7)] == ["first", "second", "third", "7th"]
+    assert pages.paper_word({"a": 80.0, "b": 82.09}, "a", "b") == "lower (-2.09)"
+    assert "FedAvg" not in pages.PERSONAL and "FedRep" not in pages.PERSONAL
 
 
 def test_the_committed_runs_are_read_and_shown(glued):
-    own = s07.read_long(results.load("5.7-defaults", "long", root=RESULTS))
+    own = pages.read_long(results.load("5.7-defaults", "long", root=RESULTS))
     assert own.part == ("cifar10", 100, 2) and len(own.client["FedRep"]) == 100
     more = results.load("5.7-seeds", "long", root=RESULTS)
-    sacc = s07.seed_accuracies(more, own)
+    sacc = pages.seed_accuracies(more, own)
     assert list(sacc) == list(s07.TABLE_METHODS) and all(len(v) == 3 for v in sacc.values())
-    per_seed, claims = s07.seed_tables(sacc, own, (own.seed,) + more.seeds, rounds=100)
-    assert [c[0] for c in s07.seed_checks(sacc, own.paper)][-1] == "t1-seeds-v-fedrep-local"
-    gaps, beyond = s07.paper_gaps(own)
+    per_seed, claims = pages.seed_tables(sacc, own, (own.seed,) + more.seeds, rounds=100)
+    assert [c[0] for c in pages.seed_checks(sacc, own.paper)][-1] == "t1-seeds-v-fedrep-local"
+    gaps, beyond = pages.paper_gaps(own)
     assert set(beyond) <= set(own.methods) and glued["t1-long-n-gaps"].endswith(f"of {len(own.methods)}")
-    small, big = s07.read_data_gap(*(results.load(f"5.7-m{m}", "long", root=RESULTS) for m in (200, 500)))
-    assert s07.data_gap_table(small, big, own).rows
-    s07.fedavg_local(results.load("5.7-fedavg-local", "long", root=RESULTS), results.load("5.7-defaults", "long",
+    small, big = pages.read_data_gap(*(results.load(f"5.7-m{m}", "long", root=RESULTS) for m in (200, 500)))
+    assert pages.data_gap_table(small, big, own).rows
+    pages.fedavg_local(results.load("5.7-fedavg-local", "long", root=RESULTS), results.load("5.7-defaults", "long",
                                                                                        root=RESULTS), own)
-    ten, hundred = (s07.read_long(results.load(s, "long", root=RESULTS)) for s in ("5.7-m500", "5.7-m500-local100"))
-    table = s07.local_budget(ten, hundred)
+    ten, hundred = (pages.read_long(results.load(s, "long", root=RESULTS)) for s in ("5.7-m500", "5.7-m500-local100"))
+    table = pages.local_budget(ten, hundred)
     assert glued["t1-local-gain"] == table.rows[2][1] and table.rows[2][2] in ("holds", "opposite") or \
         table.rows[2][2].startswith("not separated")
 
 
 def test_columns_are_read_as_far_as_they_are_committed():
-    runs = s07.read_columns(RESULTS)
+    runs = pages.read_columns(RESULTS)
     assert set(runs) <= set(s07.PAPER_TABLE1)
-    assert len(s07.missing_columns(runs)) == len(s07.PAPER_TABLE1) - len(runs)
-    own = s07.read_long(results.load("5.7-defaults", "long", root=RESULTS))
-    table, summary = s07.columns_table({own.part: own}), s07.columns_summary({own.part: own})
-    assert [row[0] for row in table.rows] == own.methods and summary.rows[0][0] == s07.column_label(own.part)
-    names = [v[0] for v in s07.column_verdicts(own)]
+    assert len(pages.missing_columns(runs)) == len(s07.PAPER_TABLE1) - len(runs)
+    own = pages.read_long(results.load("5.7-defaults", "long", root=RESULTS))
+    table, summary = pages.columns_table({own.part: own}), pages.columns_summary({own.part: own})
+    assert [row[0] for row in table.rows] == own.methods and summary.rows[0][0] == table1.column_label(own.part)
+    names = [v[0] for v in pages.column_verdicts(own)]
     assert names == ["t1a-c10-100-2-best", "t1a-c10-100-2-head", "t1a-c10-100-2-personal"]
 
 
@@ -264,24 +264,24 @@ def test_authors_values_against_own_defaults_are_paired_over_the_same_clients(gl
     own = _long_table({"FedAvg": 30.0, "FedRep": 80.0}, {"FedAvg": [30.0, 31, 29, 30], "FedRep": [80.0, 79, 81, 80]})
     authors = _long_table({"FedAvg": 30.0, "FedRep": 85.0},
                           {"FedAvg": [30.0, 31, 29, 30], "FedRep": [85.0, 84, 86, 85]})
-    table = s07.authors_against_defaults(authors, own)
+    table = pages.authors_against_defaults(authors, own)
     assert [row[4] for row in table.rows] == ["not separated (n = 4)", "holds"]
     assert glued["t1-ad-fedrep"].startswith("+5")
     with pytest.raises(ValueError, match="same column"):
-        s07.authors_against_defaults(_long_table({"FedRep": 1.0}, {"FedRep": [1.0, 1.0]}, n=100), own)
+        pages.authors_against_defaults(_long_table({"FedRep": 1.0}, {"FedRep": [1.0, 1.0]}, n=100), own)
 
 
 def test_the_authors_table_names_every_value_and_its_source():
-    table = s07.authors_table()
-    assert len(table.rows) == len(s07.AUTHORS_OPTIONS) + len(s07.AUTHORS_TRAIN) + 1
+    table = pages.authors_table()
+    assert len(table.rows) == len(table1.AUTHORS_OPTIONS) + len(table1.AUTHORS_TRAIN) + 1
     fedprox = next(row for row in table.rows if row[:2] == ["FedProx", "mu"])
     assert fedprox[2:4] == ["0.01", "0.1"] and "options.py" in fedprox[4]
 
 
 def _long_table(acc: dict, client: dict, n=40):
     part = ("cifar10", n, 2)
-    key, paper = s07.paper_reference(part)
-    return s07.LongTable(part, s07.column_key(part), key, paper, list(acc), 0, acc, client)
+    key, paper = table1.paper_reference(part)
+    return pages.LongTable(part, s07.column_key(part), key, paper, list(acc), 0, acc, client)
 
 
 def test_the_data_gap_table_pairs_the_clients_and_glues_what_the_page_says(glued):
@@ -290,7 +290,7 @@ def test_the_data_gap_table_pairs_the_clients_and_glues_what_the_page_says(glued
     big = _long_table({"FedAvg": 31.0, "FedRep": 85.0},
                       {"FedAvg": [31.0, 29, 31, 30], "FedRep": [85.0, 84, 86, 85]})
     near = _long_table({"FedAvg": 29.0, "FedRep": 81.0, "Local only": 75.0}, {}, n=100)
-    table = s07.data_gap_table(small, big, near)
+    table = pages.data_gap_table(small, big, near)
     assert [row[0] for row in table.rows] == ["FedAvg", "FedRep"] and table.rows[1][2] == "81.0"
     assert glued["t1-m500-fedrep"] == "85.0" and glued["t1-m200-fedrep"] == "80.0"
     assert glued["t1-mgain-fedrep"].startswith("higher beyond the spread (+5")       # paired over the clients
@@ -304,10 +304,10 @@ def test_read_data_gap_refuses_runs_that_differ_in_more_than_the_data():
         settings = {"partitions": [["cifar10", 40, 2]], "methods": ["FedRep"], "kept_per_client": kept, **extra}
         return SimpleNamespace(settings=settings, seeds=(0,), values=lambda *a: [0.8],
                                results={"0": {"client_accuracy": {"cifar10/40/2": {"FedRep": [0.8, 0.9]}}}})
-    small, big = s07.read_data_gap(file(200), file(None))
+    small, big = pages.read_data_gap(file(200), file(None))
     assert small.acc["FedRep"] == big.acc["FedRep"] == 80.0
     with pytest.raises(ValueError, match="rounds"):
-        s07.read_data_gap(file(200, rounds=50), file(None, rounds=100))
+        pages.read_data_gap(file(200, rounds=50), file(None, rounds=100))
 
 
 def test_paper_gaps_count_a_gap_beyond_the_spread_over_clients(glued):
@@ -315,7 +315,7 @@ def test_paper_gaps_count_a_gap_beyond_the_spread_over_clients(glued):
     near = _long_table({"FedAvg": paper["FedAvg"] - 20, "FedRep": paper["FedRep"] - 0.5},
                        {"FedAvg": [paper["FedAvg"] - 20 + d for d in (-1, 0, 1, 0)],
                         "FedRep": [paper["FedRep"] - 0.5 + d for d in (-5, 5, -5, 5)]}, n=100)
-    table, beyond = s07.paper_gaps(near)
+    table, beyond = pages.paper_gaps(near)
     assert beyond == ["FedAvg"] and glued["t1-long-n-gaps"] == "1 of 2"
     assert glued["t1-long-gap-fedavg"] == "-20.0" and [row[-1] for row in table.rows] == \
         ["beyond the spread", "within the spread"]
@@ -328,10 +328,42 @@ def test_fedavg_local_is_checked_against_5_7s_run_and_paired_over_clients(glued)
         return SimpleNamespace(section="5.7-defaults", settings=settings, seeds=(0,), values=lambda *a: [sum(accs) / len(accs)],
                                results={"0": {"client_accuracy": {"cifar10/4/2": {"FedAvg": accs}}}})
     long = file("global", [0.2, 0.3, 0.25, 0.25])
-    lv = s07.read_long(long)
-    text = s07.fedavg_local(file("local", [0.6, 0.7, 0.65, 0.66]), long, lv)
+    lv = pages.read_long(long)
+    text = pages.fedavg_local(file("local", [0.6, 0.7, 0.65, 0.66]), long, lv)
     assert glued["t1-fedavg-local"] == "65.2" and text.startswith("higher beyond the spread (+40")
     with pytest.raises(ValueError, match="rounds"):
-        s07.fedavg_local(file("local", [0.6] * 4, rounds=50), long, lv)
+        pages.fedavg_local(file("local", [0.6] * 4, rounds=50), long, lv)
     with pytest.raises(ValueError, match="FedAvg options"):
-        s07.fedavg_local(file("global", [0.6] * 4), long, lv)
+        pages.fedavg_local(file("global", [0.6] * 4), long, lv)
+
+
+def test_a_method_of_ones_own_runs_in_the_table_by_settings_and_shows_in_its_own_part():
+    """Issue 42, item 5: a method registered from one file (outside Table 1) is a row of the table
+    by settings alone (``methods``), trains there like Table 1's rows, and the methods table of
+    5.7 lists it in its own part, after Table 1's. Unregistered afterwards."""
+    from replearn import neural
+    from replearn.neural.algorithms.base import Algorithm, Summary
+
+    class HeadOnly(Algorithm):
+        name = "Head-only FedPer (one-file test)"
+        summary = Summary("the body", "the head", "nothing: only the head trains", "arivazhagan2019fedper")
+
+        def personal_names(self, model, options):
+            return neural.split_body_head(model)[1]
+
+        def phases(self, model, cfg, options):
+            return (neural.Phase(neural.split_body_head(model)[1], cfg.local_steps, cfg.local_epochs),)
+
+    name = algorithms.register(HeadOnly()).name
+    try:
+        s = s07.TableSettings(**dict(TINY, methods=("FedAvg", name)))
+        r = s07.run_table(s, cifar={"cifar10": fake_cifar()})
+        part = s.partitions[0]
+        assert set(r.accuracy[part]) == {"FedAvg", name} and 0 <= r.accuracy[part][name] <= 1
+        table = algorithms.methods_table().table()
+        assert table.rows[-1][0] == name and table.parts[len(algorithms.table1())] == "registered beside Table 1"
+        assert "[registered beside Table 1]" in repr(table) and "colspan" in table._repr_html_()
+    finally:
+        algorithms.unregister(name)
+    with pytest.raises(ValueError, match="registered methods"):
+        s07.TableSettings(**dict(TINY, methods=("FedAvg", name)))

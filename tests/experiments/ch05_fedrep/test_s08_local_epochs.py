@@ -88,8 +88,8 @@ def test_cpu_default_long_and_paper_profiles():
     assert e.train_per_client * e.clients % 10 == 0 and len(set(e.epochs)) == len(e.epochs)
     assert e.train.local_steps is None and e.train.head_steps is None       # epochs, not steps
     assert e.train.eval_every == e.train.rounds and len(e.seeds) >= 3
-    long = s08.EpochSettings.long()  # near-paper: the paper profile with fewer rounds, values of E and seeds
-    p = s08.EpochSettings.paper()
+    long = s08.EpochSettings.profile("long")  # near-paper: the paper profile with fewer rounds, values of E and seeds
+    p = s08.EpochSettings.profile("paper")
     # the authors' protocol (their split, weight decay and augmentation), as in the paper profile
     assert p.split == "authors" and p.train.weight_decay == 1e-4 and p.train.augment
     assert long.split == p.split and long.train.weight_decay == p.train.weight_decay and long.train.augment

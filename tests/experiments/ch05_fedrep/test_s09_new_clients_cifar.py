@@ -71,8 +71,8 @@ def test_cpu_default_long_and_paper_profiles():
     n = s09.NewClientSettings()
     assert n.train_per_client * n.clients % (10 - n.n_new) == 0 and n.new_train * n.new_clients % n.n_new == 0
     assert n.new_classes_per_client <= n.n_new and len(n.seeds) >= 3
-    long = s09.NewClientSettings.long()  # near-paper: the paper profile with fewer rounds and seeds, 250 new images
-    p = s09.NewClientSettings.paper()
+    long = s09.NewClientSettings.profile("long")  # near-paper: the paper profile with fewer rounds and seeds, 250 new images
+    p = s09.NewClientSettings.profile("paper")
     # the authors' protocol (their split, weight decay and augmentation), as in the paper profile
     assert p.split == "authors" and p.train.weight_decay == 1e-4 and p.train.augment
     assert long.split == p.split and long.train.weight_decay == p.train.weight_decay and long.train.augment
@@ -130,7 +130,7 @@ def test_settings_in_words():
     text = repr(s09.settings_table(s09.NewClientSettings(), "c"))
     assert "4 of CIFAR-10's 10 held out" in text and "10 steps on the head" in text
     assert "NewClientSettings" not in text and "None" not in text and "(0, 1, 2)" not in text
-    long = repr(s09.settings_table(s09.NewClientSettings.long(), "c"))
+    long = repr(s09.settings_table(s09.NewClientSettings.profile("long"), "c"))
     assert "1 epoch on the body" in long and "weight decay" in long and "mean over the last 10 rounds" in long
 
 

@@ -32,7 +32,7 @@ from replearn.backend import DTYPE, default_device, derive_seed, make_generator,
 from replearn.checks import check_ints
 from replearn.theory.few_shot import KNOWN, SCRATCH, new_task_errors
 from replearn.theory.linear import expected_ls_error, ground_truth_representation
-from replearn.settings import Ge, Settings
+from replearn.settings import Ge, Profile, Settings
 
 METHODS = (KNOWN, SCRATCH)
 
@@ -53,11 +53,10 @@ class SampleComplexitySettings(Settings):
     batch: Annotated[int, Ge(1)] = 500
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """A larger instance (the papers state this comparison without an experiment)."""
-        return cls(d=200, k=10, ms=(20, 30, 40, 60, 80, 120, 160, 190, 210, 250, 300, 400, 600, 800),
-                   trials=4000, batch=1000)
+    PAPER = Profile({"d": 200, "k": 10,
+                     "ms": (20, 30, 40, 60, 80, 120, 160, 190, 210, 250, 300, 400, 600, 800), "trials": 4000,
+                     "batch": 1000},
+                    doc="A larger instance (the papers state this comparison without an experiment).")
 
     def validate(self) -> None:
         super().validate()

@@ -22,7 +22,7 @@ import torch
 from replearn.theory import linear_federated, linalg, linear, meta
 from replearn.backend import default_device
 from replearn.checks import check_int, check_number
-from replearn.settings import Ge, Gt, Settings
+from replearn.settings import Ge, Gt, Profile, Settings
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,8 @@ class ArmDynamicsSettings(Settings):
     tau: Annotated[int, Ge(1)] = 2
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """The size of Collins et al. (2022), Fig. 1: d = 100, k = 5, 40 tasks/clients."""
-        return cls(d=100, k=5, n=40, iterations=1000)
+    PAPER = Profile({"d": 100, "k": 5, "n": 40, "iterations": 1000},
+                    doc="The size of Collins et al. (2022), Fig. 1: d = 100, k = 5, 40 tasks/clients.")
 
     def validate(self) -> None:
         super().validate()

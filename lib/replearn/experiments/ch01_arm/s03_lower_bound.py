@@ -29,7 +29,7 @@ from replearn.theory.linear_federated import fedavg
 from replearn.theory.lower_bound import make_instance, stable_step
 from replearn.theory.meta import arm
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.settings import Ge, Settings
+from replearn.settings import Ge, Profile, Settings
 from replearn.book.widgets import Slider, explorer as build_explorer
 
 
@@ -58,10 +58,8 @@ class LowerBoundSweepSettings(Settings):
     step_fraction: tuple[float, float] = (0.05, 0.5)
     seed: Annotated[int, Ge(0)] = 0
 
-    @classmethod
-    def paper(cls):
-        """More and larger instances with longer runs."""
-        return cls(instances=2000, d_max=100, k_max=20, n_max=100, T_max=1000)
+    PAPER = Profile({"instances": 2000, "d_max": 100, "k_max": 20, "n_max": 100, "T_max": 1000},
+                    doc="More and larger instances with longer runs.")
 
     def validate(self) -> None:
         """Raise ValueError on inconsistent settings."""

@@ -44,7 +44,7 @@ from replearn.theory.linear import (expected_head_error, expected_ls_error, grou
                        make_heads, population_tasks)
 from replearn.theory.lower_bound import adversarial_ground_truth
 from replearn.theory.meta import arm
-from replearn.settings import Ge, Settings
+from replearn.settings import Ge, Profile, Settings
 
 LEARNED = ("ARM", "FedAvg", "true representation")
 METHODS = LEARNED + (SCRATCH,)
@@ -87,11 +87,9 @@ class FinetuneSettings(Settings):
     joint_lr: float = 0.5
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """A larger instance (the papers show the fine-tuning gap on images, not in this model)."""
-        return cls(d=100, k=10, n=50, rounds=6000, ms=(5, 20, 40, 80, 160, 320, 640),
-                   trials=4000, batch=500)
+    PAPER = Profile({"d": 100, "k": 10, "n": 50, "rounds": 6000, "ms": (5, 20, 40, 80, 160, 320, 640),
+                     "trials": 4000, "batch": 500},
+                    doc="A larger instance (the papers show the fine-tuning gap on images, not in this model).")
 
     def validate(self) -> None:
         super().validate()

@@ -21,7 +21,7 @@ from replearn.theory import linear, maml, meta, rates
 from replearn.checks import check_number, check_positives, check_sequence
 from replearn.theory.maml_instances import PopulationSettings, make_problem
 from replearn.book.plotting import COLORS
-from replearn.settings import Ge
+from replearn.settings import Ge, Profile
 
 METHODS = ("ARM",) + maml.ALGORITHMS
 
@@ -44,11 +44,8 @@ class PopulationDynamicsSettings(PopulationSettings):
     betas: tuple = (0.1, 0.2, 0.4, 0.8, 1.6)
     sweep_iterations: Annotated[int, Ge(1)] = 600
 
-    @classmethod
-    def paper(cls):
-        """The paper-size instance of :meth:`PopulationSettings.paper
-        <replearn.theory.maml_instances.PopulationSettings.paper>` with longer sweep runs."""
-        return replace(super().paper(), sweep_iterations=1000)
+    PAPER = Profile({"sweep_iterations": 1000}, doc="The paper-size instance of PopulationSettings.PAPER with "
+                                                    "longer sweep runs.")
 
     def validate(self) -> None:
         super().validate()

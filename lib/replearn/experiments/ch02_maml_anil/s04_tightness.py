@@ -23,7 +23,7 @@ from replearn.checks import check_choice, check_int, check_nonnegative, check_nu
 from replearn.theory.maml_instances import check_instance_settings
 from replearn.theory.meta import arm
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.settings import Ge, Settings
+from replearn.settings import Ge, Profile, Settings
 from replearn.book.widgets import Menu, Slider
 from replearn.book.widgets import explorer as build_explorer
 
@@ -54,10 +54,8 @@ class TightnessSettings(Settings):
     seeds: Annotated[int, Ge(1)] = 5
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """A larger instance (the talk does not state the settings of its tightness figure)."""
-        return cls(d=50, k=5, n=50, iterations=2000, seeds=10)
+    PAPER = Profile({"d": 50, "k": 5, "n": 50, "iterations": 2000, "seeds": 10},
+                    doc="A larger instance (the talk does not state the settings of its tightness figure).")
 
     def validate(self) -> None:
         super().validate()

@@ -18,7 +18,7 @@ import torch
 from replearn.theory import linear, maml
 from replearn.checks import check_choice, check_int, check_ints, check_sequence
 from replearn.theory.maml_instances import check_instance_settings
-from replearn.settings import Ge, Settings
+from replearn.settings import Ge, Profile, Settings
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,9 @@ class FiniteSampleSettings(Settings):
     seeds: Annotated[int, Ge(1)] = 2
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """The paper's dimension d = 100 with k = 5 (Collins et al. 2022, Sec. 5), longer runs."""
-        return cls(d=100, k=5, iterations=500, tail=50, ms=(16, 32, 64, 128, 256), ns=(10, 20, 40, 80, 160, 320),
-                   m_fixed=32, n_fixed=50, seeds=5)
+    PAPER = Profile({"d": 100, "k": 5, "iterations": 500, "tail": 50, "ms": (16, 32, 64, 128, 256),
+                     "ns": (10, 20, 40, 80, 160, 320), "m_fixed": 32, "n_fixed": 50, "seeds": 5},
+                    doc="The paper's dimension d = 100 with k = 5 (Collins et al. 2022, Sec. 5), longer runs.")
 
     def validate(self) -> None:
         super().validate()

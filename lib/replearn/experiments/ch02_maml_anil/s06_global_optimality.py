@@ -21,7 +21,7 @@ import torch
 
 from replearn.theory import sinusoid
 from replearn.checks import check_int
-from replearn.settings import Each, Ge, Gt, Settings
+from replearn.settings import Each, Ge, Gt, Profile, Settings
 
 
 # --------------------------------------------------------------------------- a neural feature map
@@ -48,10 +48,8 @@ class NeuralMamlSettings(Settings):
     restarts: int = 3
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """Wang et al. (2020) state the theory without this experiment; a larger version."""
-        return cls(n=25, widths=(2, 5, 10, 20, 40, 80), steps=4000, restarts=5)
+    PAPER = Profile({"n": 25, "widths": (2, 5, 10, 20, 40, 80), "steps": 4000, "restarts": 5},
+                    doc="Wang et al. (2020) state the theory without this experiment; a larger version.")
 
     def validate(self) -> None:
         super().validate()
@@ -87,10 +85,8 @@ class FixedFeatureSettings(Settings):
     steps: Annotated[int, Ge(0)] = 60000
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """More tasks (as :meth:`NeuralMamlSettings.paper`) and a longer run."""
-        return cls(n=25, steps=150000)
+    PAPER = Profile({"n": 25, "steps": 150000},
+                    doc="More tasks (as NeuralMamlSettings.PAPER) and a longer run.")
 
     def validate(self) -> None:
         super().validate()

@@ -20,7 +20,7 @@ import torch
 from replearn.theory import aruba
 from replearn.backend import DTYPE
 from replearn.checks import check_int
-from replearn.settings import Each, Ge, Settings
+from replearn.settings import Each, Ge, Profile, Settings
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,8 @@ class SingleTaskSettings(Settings):
     sign_runs: int = 400
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """Longer tasks and more repetitions (the blog states these rates without an experiment)."""
-        return cls(ms=(10, 20, 40, 80, 160, 320, 640, 1280, 2560), tasks=50, sign_runs=2000)
+    PAPER = Profile({"ms": (10, 20, 40, 80, 160, 320, 640, 1280, 2560), "tasks": 50, "sign_runs": 2000},
+                    doc="Longer tasks and more repetitions (the blog states these rates without an experiment).")
 
     def validate(self) -> None:
         super().validate()

@@ -19,7 +19,7 @@ import torch
 
 from replearn.theory import aruba
 from replearn.backend import DTYPE
-from replearn.settings import Each, Ge, Gt, Settings
+from replearn.settings import Each, Ge, Gt, Profile, Settings
 from replearn.book.plotting import legend_outside, log_ticks, to_numpy
 
 
@@ -43,10 +43,8 @@ class MetaInitSettings(Settings):
     rates: Annotated[tuple[float, ...], Each(Gt(0))] = tuple(0.0005 * 2 ** k for k in range(13))
     seed: int = 1
 
-    @classmethod
-    def paper(cls):
-        """More tasks and runs."""
-        return cls(T=1000, runs=10)
+    PAPER = Profile({"T": 1000, "runs": 10},
+                    doc="More tasks and runs.")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import torch
 from replearn.theory import aruba
 from replearn.backend import DTYPE
 from replearn.checks import check_nonnegative, check_sequence
-from replearn.settings import Each, Ge, Gt, Settings
+from replearn.settings import Each, Ge, Gt, Profile, Settings
 from replearn.book.plotting import to_numpy
 
 
@@ -48,10 +48,8 @@ class FrameworkSettings(Settings):
     smoothing: Annotated[float, Gt(0)] = 1e-4
     seed: int = 2
 
-    @classmethod
-    def paper(cls):
-        """More tasks and runs."""
-        return cls(T=1000, runs=10)
+    PAPER = Profile({"T": 1000, "runs": 10},
+                    doc="More tasks and runs.")
 
     def validate(self) -> None:
         super().validate()

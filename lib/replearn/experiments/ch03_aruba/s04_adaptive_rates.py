@@ -36,7 +36,7 @@ import torch
 from replearn.theory import aruba
 from replearn.checks import check_int, check_number, check_seed
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.settings import Each, Gt, Settings
+from replearn.settings import Each, Gt, Profile, Settings
 from replearn.book.widgets import Menu, Slider
 from replearn.book.widgets import explorer as build_explorer
 
@@ -66,10 +66,8 @@ class ArubaRatesSettings(Settings):
     adagrad_grid: Annotated[tuple, Each(Gt(0))] = (0.03, 0.1, 0.3, 1.0)
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """A larger instance (d = 50 with 10 varying coordinates, m = 100, T = 1000, 5 runs)."""
-        return cls(d=50, varying=10, m=100, T=1000, runs=5)
+    PAPER = Profile({"d": 50, "varying": 10, "m": 100, "T": 1000, "runs": 5},
+                    doc="A larger instance (d = 50 with 10 varying coordinates, m = 100, T = 1000, 5 runs).")
 
     def validate(self) -> None:
         super().validate()

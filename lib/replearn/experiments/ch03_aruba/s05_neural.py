@@ -37,7 +37,7 @@ import torch
 from replearn.theory import sinusoid
 from replearn.backend import SeedLike, make_generator
 from replearn.checks import check_int, check_number, check_positive
-from replearn.settings import Each, Gt, Settings
+from replearn.settings import Each, Gt, Profile, Settings
 from replearn.book.plotting import to_numpy
 
 
@@ -69,11 +69,9 @@ class ArubaNeuralSettings(Settings):
     rate_grid: Annotated[tuple, Each(Gt(0))] = (0.001, 0.003, 0.01, 0.02, 0.03, 0.05, 0.1)
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """Longer meta-training and more held-out tasks (Finn et al. 2017: 70k iterations of
-        25 tasks; a CPU-feasible fraction of it)."""
-        return cls(meta_iterations=10000, meta_batch=25, eval_tasks=2000)
+    PAPER = Profile({"meta_iterations": 10000, "meta_batch": 25, "eval_tasks": 2000},
+                    doc="Longer meta-training and more held-out tasks (Finn et al. 2017: 70k iterations of 25 "
+                        "tasks; a CPU-feasible fraction of it).")
 
     def validate(self) -> None:
         super().validate()

@@ -28,7 +28,7 @@ from replearn import neural
 from replearn.neural import algorithms
 from replearn.backend import default_device, derive_seed
 from replearn.checks import check_int
-from replearn.settings import Ge, Settings
+from replearn.settings import Ge, Profile, Settings, sourced
 from replearn.book.scales import require_data
 from replearn.book.seeds import check_seeds
 from replearn.neural.specs import DTYPES, FederationSpec, NetworkSpec
@@ -145,6 +145,21 @@ def accuracy(model, state: dict, x: torch.Tensor, y: torch.Tensor) -> float:
 # --------------------------------------------------------------------------- CIFAR-100 pre-training
 
 
+#: What the FedAvg-FT paper and the talk state of the pre-training that 4.8 and 4.9 share, by
+#: settings field: (value, where).
+PRETRAIN_STATED = {"clients": (80, "FedAvg-FT paper, Sec. 5.2 (80 clients)"),
+                   "classes_per_client": (5, "FedAvg-FT paper, Fig. 2 caption (CIFAR-100 with 5 classes/client)"),
+                   "tau": (50, "FedAvg-FT paper, Fig. 5 caption; talk (FedAvg tau = 50)"),
+                   "total_steps": (125_000, "talk (T tau = 125,000: tau = 50, T = 2,500)")}
+
+#: The paper-scale pre-training's values that no source states: the paper's CNN (our widths), all
+#: 80 training classes, the FedRep authors' optimiser (lr 0.01, momentum 0.5, batch 10, 10%
+#: participation; the FedAvg-FT paper has no public code), float32 on a GPU, the full dataset.
+PAPER_PRETRAIN = dict(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128),
+                      train=neural.TrainConfig(lr=0.01, momentum=0.5, batch_size=10, participation=0.1),
+                      dtype="float32", n_pretrain=None, ft_lr=0.01, ft_batch_size=10, full_data=True)
+
+
 @dataclass(frozen=True)
 class PretrainSettings(MatchedTraining):
     """Training on CIFAR-100 for Figs. 2 and 5: ``n_new`` classes are held out
@@ -177,37 +192,19 @@ class PretrainSettings(MatchedTraining):
         if not self.ft_lr > 0:
             raise ValueError(f"ft_lr must be positive, got {self.ft_lr!r}")
 
-    @classmethod
-    def long(cls):
-        """Near-paper on a CPU: the paper profile (:data:`PAPER_PRETRAIN`: the paper's CNN, 80
-        clients of 5 of the 80 training classes, tau = 50, the authors' optimiser, float32) on the
-        offline subset (250 images of each CIFAR-100 class, so 250 per client, not 500), with
-        750 local updates (T = 15 rounds of tau = 50; the paper: 125,000, which would take about
-        two weeks of one core), 2 seeds (a seed of 4.8 takes about 40 minutes of one core here). One
-        pre-training per seed serves 4.8 and 4.9."""
-        return replace(cls.paper(), total_steps=750, seeds=(0, 1), full_data=False)
-
-    @classmethod
-    def paper(cls):
-        """The paper-scale pre-training of :data:`PAPER_PRETRAIN`."""
-        return cls(**PAPER_PRETRAIN)
-
-    @classmethod
-    def gpu(cls):
-        """The paper profile sized for a minute of one GPU on the offline subset (250 images of
-        each CIFAR-100 class): 10,000 local updates (2,000 x fewer rounds than the paper's
-        125,000), one seed; a round's 8 clients trained as one batched computation."""
-        p = cls.paper()
-        return replace(p, total_steps=10_000, seeds=(0,), full_data=False, train=replace(p.train, vmap_clients=8))
-
-
-#: The paper-scale pre-training: the paper's CNN (our widths), 80 clients of C = 5 of the 80
-#: training classes, tau = 50, 125,000 local updates (the book's design notes), the authors'
-#: optimiser (lr 0.01, momentum 0.5, batch 10, 10% participation), float32 on a GPU.
-PAPER_PRETRAIN = dict(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128), clients=80,
-                      train=neural.TrainConfig(lr=0.01, momentum=0.5, batch_size=10, participation=0.1),
-                      tau=50, total_steps=125_000, dtype="float32", n_pretrain=None, classes_per_client=5,
-                      ft_lr=0.01, ft_batch_size=10, full_data=True)
+    PAPER = sourced(PRETRAIN_STATED, ours=PAPER_PRETRAIN,
+                    doc="The paper-scale pre-training: PRETRAIN_STATED with PAPER_PRETRAIN's choices.")
+    LONG = Profile({"total_steps": 750, "seeds": (0, 1), "full_data": False}, base="paper",
+                   doc="Near-paper on a CPU: the paper profile (the paper's CNN, 80 clients of 5 of the 80 training "
+                       "classes, tau = 50, the authors' optimiser, float32) on the offline subset (250 images of "
+                       "each CIFAR-100 class, so 250 per client, not 500), with 750 local updates (T = 15 rounds "
+                       "of tau = 50; the paper: 125,000, which would take about two weeks of one core), 2 seeds (a "
+                       "seed of 4.8 takes about 40 minutes of one core here). One pre-training per seed serves 4.8 "
+                       "and 4.9.")
+    GPU = Profile({"total_steps": 10_000, "seeds": (0,), "full_data": False, "train.vmap_clients": 8},
+                  doc="The paper profile sized for a minute of one GPU on the offline subset (250 images of each "
+                      "CIFAR-100 class): 10,000 local updates (2,000 x fewer rounds than the paper's 125,000), one "
+                      "seed; a round's 8 clients trained as one batched computation.")
 
 
 @dataclass(frozen=True)

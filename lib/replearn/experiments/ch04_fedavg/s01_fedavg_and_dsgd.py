@@ -17,7 +17,7 @@ import torch
 
 from replearn.theory import linear
 from replearn.checks import check_int, check_number
-from replearn.settings import Ge, Gt, Settings
+from replearn.settings import Ge, Gt, Profile, Settings
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,8 @@ class FedAvgDsgdSettings(Settings):
     rounds: Annotated[int, Ge(1)] = 1000
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """The size of Collins et al. (2022), Fig. 1: d = 100, k = 5, 40 clients."""
-        return cls(d=100, k=5, n=40, rounds=2500)
+    PAPER = Profile({"d": 100, "k": 5, "n": 40, "rounds": 2500},
+                    doc="The size of Collins et al. (2022), Fig. 1: d = 100, k = 5, 40 clients.")
 
     def validate(self) -> None:
         super().validate()

@@ -30,7 +30,7 @@ from replearn.backend import DTYPE, default_device, make_generator, randn
 from replearn.checks import check_int
 from replearn.theory.linear_federated import AveragedModel
 from replearn.theory.linear import PopulationTasks
-from replearn.settings import Each, Ge, Gt, Settings
+from replearn.settings import Each, Ge, Gt, Profile, Settings
 from replearn.book.plotting import COLORS
 
 
@@ -97,10 +97,8 @@ class LocalFitsSettings(Settings):
     perturbation: Annotated[float, Ge(0)] = 0.01
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """A larger ambient dimension (the paper has no such instance; d = 100 as in its Fig. 1)."""
-        return cls(d=100, rounds=1000)
+    PAPER = Profile({"d": 100, "rounds": 1000},
+                    doc="A larger ambient dimension (the paper has no such instance; d = 100 as in its Fig. 1).")
 
     def validate(self) -> None:
         super().validate()

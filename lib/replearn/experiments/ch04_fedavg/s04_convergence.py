@@ -20,6 +20,7 @@ from replearn.theory import linear_federated, linear, rates
 from replearn.backend import DTYPE, derive_seed
 from replearn.checks import check_fraction, check_int, check_ints, check_number, check_sequence
 from replearn.theory.fedavg_problems import FedAvgProblemSettings, make_problem
+from replearn.settings import Profile
 from replearn.book.plotting import COLORS, plot_curves, to_numpy
 from replearn.book.widgets import explorer as build_explorer, Slider
 
@@ -57,10 +58,8 @@ class ConvergenceSettings(FedAvgProblemSettings):
     sweep_seeds: int = 2
     fractions: tuple = (1.0, 0.5, 0.25)
 
-    @classmethod
-    def paper(cls):
-        """Collins et al. (2022), Fig. 1: d = 100, k = 5, M = 40, all clients, tau = 2, 10 runs."""
-        return cls(d=100, k=5, M=40, tau=2, rounds=1000, seeds=10, sweep_seeds=5)
+    PAPER = Profile({"d": 100, "k": 5, "M": 40, "tau": 2, "rounds": 1000, "seeds": 10, "sweep_seeds": 5},
+                    doc="Collins et al. (2022), Fig. 1: d = 100, k = 5, M = 40, all clients, tau = 2, 10 runs.")
 
     def validate(self) -> None:
         super().validate()

@@ -34,7 +34,7 @@ import torch
 from replearn.theory import linear_federated, linalg, linear
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
 from replearn.checks import check_int, check_ints, check_number
-from replearn.settings import Ge, Gt, Settings
+from replearn.settings import Ge, Gt, Profile, Settings
 from replearn.theory.linear import expected_head_error
 from replearn.book.plotting import COLORS
 
@@ -71,12 +71,11 @@ class GeneralisationSettings(Settings):
     ft_lr: float = 0.25
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """Collins et al. (2022), Sec. 5.1: d = 100, k = 5, M = 40, tau = 2, 10 runs,
-        tau' = 200 fine-tuning steps with batch size b = n. The source does not state the
-        grid of n of Fig. 3 (right) nor the step sizes; we take n from 3 to 2d."""
-        return cls(d=100, k=5, M=40, rounds=10000, ns=(3, 10, 20, 50, 100, 200), runs=10, clients=10)
+    PAPER = Profile({"d": 100, "k": 5, "M": 40, "rounds": 10000, "ns": (3, 10, 20, 50, 100, 200), "runs": 10,
+                     "clients": 10},
+                    doc="Collins et al. (2022), Sec. 5.1: d = 100, k = 5, M = 40, tau = 2, 10 runs, tau' = 200 "
+                        "fine-tuning steps with batch size b = n. The source does not state the grid of n of "
+                        "Fig. 3 (right) nor the step sizes; we take n from 3 to 2d.")
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a clear message on settings that cannot run."""

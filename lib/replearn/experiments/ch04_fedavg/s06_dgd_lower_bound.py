@@ -21,7 +21,7 @@ from replearn.backend import DTYPE, derive_seed, make_generator
 from replearn.checks import check_int, check_number
 from replearn.theory.linear import Problem
 from replearn.theory.lower_bound import weighted_adversarial_instance
-from replearn.settings import Ge, Gt, Settings
+from replearn.settings import Ge, Gt, Profile, Settings
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,8 @@ class DgdLowerBoundSettings(Settings):
     alpha: Annotated[float, Gt(0)] = 0.3
     seed: int = 0
 
-    @classmethod
-    def paper(cls):
-        """The paper's dimensions (d = 100, k = 5, M = 40) on more instances and rounds."""
-        return cls(instances=100, d_range=(100, 100), k_range=(5, 5), clients=40, rounds=2000)
+    PAPER = Profile({"instances": 100, "d_range": (100, 100), "k_range": (5, 5), "clients": 40, "rounds": 2000},
+                    doc="The paper's dimensions (d = 100, k = 5, M = 40) on more instances and rounds.")
 
     def validate(self) -> None:
         super().validate()

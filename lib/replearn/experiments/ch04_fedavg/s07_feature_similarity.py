@@ -10,7 +10,7 @@ inter-class gap.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import numpy as np
@@ -30,7 +30,7 @@ from replearn.experiments.ch04_fedavg.cifar_transfer import (MatchedTraining, ac
 from replearn.book.widgets import explorer as build_explorer, Menu
 from replearn.table import Table
 from replearn.book.seeds import points, separated
-from replearn.settings import Ge
+from replearn.settings import Ge, Profile, sourced
 
 
 #: What the paper states of Fig. 4's setting, by settings field: (value, where it says so).
@@ -61,37 +61,29 @@ class SimilaritySettings(MatchedTraining):
         if not self.alpha > 0:
             raise ValueError(f"alpha must be positive, got {self.alpha!r}")
 
-    @classmethod
-    def long(cls):
-        """Near-paper on a CPU: the paper profile (M = 100, Dirichlet(0.6), r = 0.1, the paper's
-        CNN, the authors' optimiser, float32) on the offline subset (20,000 of CIFAR-10's 50,000
-        training images, so 200 per client; a probe of 500 test images per class and 50 test
-        images per client, all the subset holds), tau in {1, 5, 50} (paper() adds 10) at 750 local
-        updates, so 15 rounds at tau = 50 (paper(): 50,000, about 4 days of one core), 2 seeds (a
-        seed takes about 40 minutes of one core here)."""
-        return replace(cls.paper(), taus=(1, 5, 50), total_steps=750, seeds=(0, 1), probe_per_class=500,
-                       test_per_client=50, full_data=False)
-
-    @classmethod
-    def paper(cls):
-        """M = 100 clients, Dirichlet(0.6), the paper's CNN (our widths 32/64/128, MLP 256/128);
-        tau in {1, 5, 10, 50} (our choice: our copy's text says only "varying tau"); optimiser as in
-        the FedRep authors' code (lr 0.01, momentum 0.5, batch 10, 10% participation; the FedAvg
-        paper has no public code); 50,000 local updates (our choice: not in our source)."""
-        return cls(model="fedavg_cnn", channels=(32, 64, 128), hidden=(256, 128), clients=100,
-                   train=replace(cls().train, lr=0.01, momentum=0.5, batch_size=10, participation=0.1),
-                   total_steps=50_000, dtype="float32", taus=(1, 5, 10, 50), probe_per_class=1000,
-                   test_per_client=100, full_data=True)
-
-    @classmethod
-    def gpu(cls):
-        """The paper profile sized for about a minute of one GPU on the offline subset (20,000
-        images: 200 per client): tau in {1, 5, 50} at 5,000 local updates, one seed, probe of
-        500 test images per class (all the subset has), 50 test images per client; a round's 10
-        clients trained as one batched computation (``vmap_clients``)."""
-        p = cls.paper()
-        return replace(p, taus=(1, 5, 50), total_steps=5000, seeds=(0,), probe_per_class=500,
-                       test_per_client=50, full_data=False, train=replace(p.train, vmap_clients=10))
+    PAPER = sourced(PAPER_SETTINGS, ours={"model": "fedavg_cnn", "channels": (32, 64, 128), "hidden": (256, 128),
+                                          "train.lr": 0.01, "train.momentum": 0.5, "train.batch_size": 10,
+                                          "train.participation": 0.1, "total_steps": 50_000, "dtype": "float32",
+                                          "taus": (1, 5, 10, 50), "probe_per_class": 1000, "test_per_client": 100,
+                                          "full_data": True},
+                    doc="M = 100 clients, Dirichlet(0.6), the paper's CNN (our widths 32/64/128, MLP 256/128); tau "
+                        "in {1, 5, 10, 50} (our choice: our copy's text says only \"varying tau\"); optimiser as in "
+                        "the FedRep authors' code (lr 0.01, momentum 0.5, batch 10, 10% participation; the FedAvg "
+                        "paper has no public code); 50,000 local updates (our choice: not in our source).")
+    LONG = Profile({"taus": (1, 5, 50), "total_steps": 750, "seeds": (0, 1), "probe_per_class": 500,
+                    "test_per_client": 50, "full_data": False}, base="paper",
+                   doc="Near-paper on a CPU: the paper profile (M = 100, Dirichlet(0.6), r = 0.1, the paper's CNN, "
+                       "the authors' optimiser, float32) on the offline subset (20,000 of CIFAR-10's 50,000 "
+                       "training images, so 200 per client; a probe of 500 test images per class and 50 test "
+                       "images per client, all the subset holds), tau in {1, 5, 50} (the paper profile adds 10) "
+                       "at 750 local updates, so 15 rounds at tau = 50 (the paper profile: 50,000, about 4 days of "
+                       "one core), 2 seeds (a seed takes about 40 minutes of one core here).")
+    GPU = Profile({"taus": (1, 5, 50), "total_steps": 5000, "seeds": (0,), "probe_per_class": 500,
+                   "test_per_client": 50, "full_data": False, "train.vmap_clients": 10},
+                  doc="The paper profile sized for about a minute of one GPU on the offline subset (20,000 images: "
+                      "200 per client): tau in {1, 5, 50} at 5,000 local updates, one seed, probe of 500 test "
+                      "images per class (all the subset has), 50 test images per client; a round's 10 clients "
+                      "trained as one batched computation (vmap_clients).")
 
 
 def work(s: SimilaritySettings, *, batched: bool = True) -> dict:

@@ -10,7 +10,7 @@ accuracy per new client.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -21,18 +21,17 @@ from replearn.book import scales, seeds, wording as w
 from replearn.book.results import Section, floats
 from replearn.book.claims import fmt, glue_diff, glue_pm, glue_text
 from replearn.book.scales import require_data
-from replearn.experiments.ch04_fedavg.cifar_transfer import (PAPER_PRETRAIN, PretrainSettings, finetune_all,
+from replearn.experiments.ch04_fedavg.cifar_transfer import (PRETRAIN_STATED, PretrainSettings, finetune_all,
                                                              new_clients, pretrain, pretrain_work)
 from replearn.table import Table
 from replearn.book.seeds import mean_sd, points
 from replearn.book.plotting import COLORS
+from replearn.settings import Profile, sourced
 
 
 #: What the sources state of Fig. 5's setting, by settings field: (value, where it says so).
-PAPER_SETTINGS = {"clients": (80, "FedAvg-FT paper, Sec. 5.2 (80 clients)"),
+PAPER_SETTINGS = {**{name: PRETRAIN_STATED[name] for name in ("clients", "tau", "total_steps")},
                   "n_new": (20, "FedAvg-FT paper, Sec. 5.2 (20 new classes)"),
-                  "tau": (50, "FedAvg-FT paper, Fig. 5 caption; talk"),
-                  "total_steps": (125_000, "talk (T tau = 125,000: tau = 50, T = 2,500)"),
                   "ft_epochs": (10, "FedAvg-FT paper, Sec. 5.2 (10 epochs of SGD)"),
                   "trials": (5, "FedAvg-FT paper, Fig. 5 caption (five trials)"),
                   "new_clients": (5, "FedAvg-FT paper, Fig. 5 caption (five new clients per trial)")}
@@ -65,26 +64,17 @@ class TransferSettings(PretrainSettings):
         for name in ("new_clients", "new_classes_per_client", "test_per_client", "trials"):
             check_int(getattr(self, name), name, 1)
 
-    @classmethod
-    def paper(cls):
-        """The paper's 80/20 classes, tau = 50, 10 fine-tuning epochs and 5 trials x 5 new clients;
-        80 clients of C = 5 classes (500 images each on the full dataset); the rest as in
-        :data:`~replearn.experiments.ch04_fedavg.cifar_transfer.PAPER_PRETRAIN`. Sample sizes per new client: our choice."""
-        return cls(**PAPER_PRETRAIN, samples=(50, 100, 200, 500), cifar10_samples=(50, 100, 200, 500),
-                   new_clients=5, new_classes_per_client=5, trials=5, test_per_client=200)
-
-    @classmethod
-    def long(cls):
-        """:meth:`~replearn.experiments.ch04_fedavg.cifar_transfer.PretrainSettings.long`'s pre-training (shared with 4.9), then
-        one trial (the paper: 5) of 5 new clients with 5 held-out classes each, and 5 CIFAR-10
-        clients, each fine-tuning for 10 epochs on 50 and on 500 images."""
-        return replace(super().long(), samples=(50, 500), cifar10_samples=(50, 500), trials=1)
-
-    @classmethod
-    def gpu(cls):
-        """:meth:`~replearn.experiments.ch04_fedavg.cifar_transfer.PretrainSettings.gpu`'s pre-training (shared with 4.9), one
-        trial of 5 new clients."""
-        return replace(super().gpu(), trials=1)
+    PAPER = sourced(PAPER_SETTINGS, ours={"samples": (50, 100, 200, 500), "cifar10_samples": (50, 100, 200, 500),
+                                          "new_classes_per_client": 5, "test_per_client": 200},
+                    doc="The paper's 80/20 classes, tau = 50, 10 fine-tuning epochs and 5 trials x 5 new clients; "
+                        "80 clients of C = 5 classes (500 images each on the full dataset); the rest as in "
+                        "PretrainSettings.PAPER. Sample sizes per new client: our choice.")
+    LONG = Profile({"samples": (50, 500), "cifar10_samples": (50, 500), "trials": 1},
+                   doc="PretrainSettings.LONG's pre-training (shared with 4.9), then one trial (the paper: 5) of 5 "
+                       "new clients with 5 held-out classes each, and 5 CIFAR-10 clients, each fine-tuning for 10 "
+                       "epochs on 50 and on 500 images.")
+    GPU = Profile({"trials": 1}, doc="PretrainSettings.GPU's pre-training (shared with 4.9), one trial of 5 new "
+                                     "clients.")
 
 
 def work(s: TransferSettings, *, batched: bool = True) -> dict:

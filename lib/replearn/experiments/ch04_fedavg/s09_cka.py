@@ -22,19 +22,17 @@ from replearn.book import scales, seeds, wording as w
 from replearn.book.results import Section, floats
 from replearn.book.claims import fmt, fmt as fmt_, glue_diff, glue_pm, glue_text
 from replearn.book.scales import require_data
-from replearn.experiments.ch04_fedavg.cifar_transfer import (DSGD, PAPER_PRETRAIN, PretrainSettings, layer_activations, new_clients, new_model,
+from replearn.experiments.ch04_fedavg.cifar_transfer import (DSGD, PRETRAIN_STATED, PretrainSettings, layer_activations, new_clients, new_model,
                          pretrain, pretrain_work, probe_set)
 from replearn.table import Table
 from replearn.book.seeds import mean_sd, points, separated
 from replearn.book.plotting import COLORS
-from replearn.settings import Ge
+from replearn.settings import Ge, sourced
 
 
 #: What the sources state of Fig. 2's setting, by settings field: (value, where it says so)
 #: (the paper defers the details to an appendix that our copy does not hold).
-PAPER_SETTINGS = {"classes_per_client": (5, "FedAvg-FT paper, Fig. 2 caption (CIFAR-100 with 5 classes/client)"),
-                  "tau": (50, "talk (FedAvg tau = 50)"),
-                  "total_steps": (125_000, "talk (T tau = 125,000)")}
+PAPER_SETTINGS = {name: PRETRAIN_STATED[name] for name in ("classes_per_client", "tau", "total_steps")}
 
 #: What the authors' code does: the FedAvg-FT paper (Collins et al., 2022) has no public code, so
 #: Appendix B's column says so for every setting.
@@ -52,11 +50,9 @@ class CKASettings(PretrainSettings):
     ft_samples: Annotated[int, Ge(1)] = 200
     probe_per_class: Annotated[int, Ge(2)] = 30
 
-    @classmethod
-    def paper(cls):
-        """CIFAR-100 with 5 classes per client (paper Fig. 2), fine-tuned on CIFAR-10; the rest as
-        in :data:`~replearn.experiments.ch04_fedavg.cifar_transfer.PAPER_PRETRAIN`; 5 CIFAR-10 clients of 500 images (our choice)."""
-        return cls(**PAPER_PRETRAIN, ft_clients=5, ft_samples=500, probe_per_class=100)
+    PAPER = sourced(PAPER_SETTINGS, ours={"ft_clients": 5, "ft_samples": 500, "probe_per_class": 100},
+                    doc="CIFAR-100 with 5 classes per client (paper Fig. 2), fine-tuned on CIFAR-10; the rest as in "
+                        "PretrainSettings.PAPER; 5 CIFAR-10 clients of 500 images (our choice).")
 
 
 def work(s: CKASettings, *, batched: bool = True, shared_pretraining: bool = True) -> dict:

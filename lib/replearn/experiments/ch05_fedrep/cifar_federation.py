@@ -24,10 +24,10 @@ from replearn.neural import algorithms
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.neural.specs import DTYPES, Federation, FederationSpec, NetworkSpec
-from replearn.settings import Ge, Settings
+from replearn.settings import Ge, Settings, sourced
 from replearn.book.seeds import check_seeds
 
-__all__ = ["AUTHORS_PIPELINE", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
+__all__ = ["AUTHORS_PIPELINE", "PAPER_CIFAR", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
 
 
 
@@ -40,10 +40,24 @@ AUTHORS_PIPELINE = {"train.lr": (0.01, "utils/options.py (--lr default)"),
                     "train.batch_size": (10, "utils/options.py (--local_bs default)"),
                     "train.participation": (0.1, "utils/options.py (--frac default)"),
                     "train.weight_decay": (1e-4, "models/Update.py (weights only)"),
+                    "train.local_epochs": (1, "utils/options.py (--local_rep_ep default)"),
                     "train.augment": (True, "utils/train_utils.py (RandomCrop(32, 4) + flip)"),
                     "split": ("authors", "utils/sampling.py (noniid)"),
                     "variant": (None, "models/Nets.py (CNNCifar, CNNCifar100)"),
                     "dtype": ("float32", "PyTorch's default")}
+
+
+#: What Sec. 5.2 of the FedRep paper states of every CIFAR experiment, by settings field: (value, where).
+PAPER_CIFAR = {"train_per_client": (None, "FedRep paper, Sec. 5.2 (50,000/n each: the whole training set)"),
+               "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)"),
+               "train.rounds": (100, "FedRep paper, Sec. 5.2 (T = 100 for CIFAR)"),
+               "train.head_epochs": (10, "FedRep paper, Sec. 5.2 (ten head epochs)"),
+               "train.last_rounds": (10, "FedRep paper, Sec. 5.2 (accuracy averaged over the final 10 rounds)")}
+
+#: The paper profile's values that neither the paper's text nor the authors' pipeline states: the
+#: whole test set, the full datasets, epochs (not steps) in both phases, evaluated every round.
+PAPER_OPTIM = {"test_per_client": None, "full_data": True, "train.local_steps": None, "train.head_steps": None,
+               "train.eval_every": 1}
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,13 @@ class FederationSettings(Settings):
     full_data: bool = False
     split: str = "authors"
 
+    PAPER = sourced(PAPER_CIFAR, AUTHORS_PIPELINE, ours=PAPER_OPTIM,
+                    doc="Sec. 5.2 of the FedRep paper and the authors' pipeline: full datasets, the authors' shard "
+                        "split, r = 0.1, T = 100 rounds, 10 head epochs and 1 representation epoch, SGD with lr "
+                        "0.01, momentum 0.5, weight decay 1e-4 on the weights, batch 10, RandomCrop(32, padding 4) "
+                        "and horizontal flips, evaluated every round (final 10 averaged), the authors' widths, "
+                        "float32 on a GPU.")
+
     def validate(self) -> None:
         super().validate()
         if self.split not in D.SHARD_SPLITS:
@@ -114,18 +135,6 @@ class FederationSettings(Settings):
     def network(self, dataset: str, n_classes: int, seed: int, device):
         """The network of :meth:`network_spec` for ``n_classes`` classes, initialised from ``seed``."""
         return self.network_spec(dataset).build(n_classes, seed, device)
-
-
-#: Sec. 5.2 of the FedRep paper and the authors' code (lgcollins/FedRep): full datasets, the
-#: authors' shard split, r = 0.1, T = 100 rounds, 10 head epochs and 1 representation epoch, SGD
-#: with lr 0.01, momentum 0.5, weight decay 1e-4 on the weights (``models/Update.py``), batch 10,
-#: RandomCrop(32, padding 4) and horizontal flips (``utils/train_utils.py``), evaluated every
-#: round (final 10 averaged), the authors' widths, float32 on a GPU.
-PAPER_OPTIM = dict(train_per_client=None, test_per_client=None, variant=None, dtype="float32", full_data=True,
-                   split="authors",
-                   train=neural.TrainConfig(rounds=100, participation=0.1, lr=0.01, momentum=0.5, weight_decay=1e-4,
-                                            batch_size=10, local_epochs=1, head_epochs=10, augment=True,
-                                            eval_every=1, last_rounds=10))
 
 
 def make_federation(cifar: D.CifarData, n_clients: int, classes_per_client: int, *,

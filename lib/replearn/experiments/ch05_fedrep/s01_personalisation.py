@@ -19,7 +19,7 @@ from replearn.theory import linear_fedrep, linear
 from replearn.backend import default_device
 from replearn.theory.linear_fedrep import InstanceSettings
 from replearn.book.plotting import COLORS, to_numpy
-from replearn.settings import Each, Ge, Gt
+from replearn.settings import Each, Ge, Gt, Profile
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,8 @@ class PersonalisationSettings(InstanceSettings):
     eta: Annotated[float, Gt(0)] = 0.5
     rounds: Annotated[int, Ge(0)] = 200
 
-    @classmethod
-    def paper(cls):
-        """Sec. 5.1 of the paper: d = 20, k = 2, n = 100 clients."""
-        return cls(n=100, m=100, rounds=500)
+    PAPER = Profile({"n": 100, "m": 100, "rounds": 500},
+                    doc="Sec. 5.1 of the paper: d = 20, k = 2, n = 100 clients.")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from replearn.backend import default_device
 from replearn.checks import check_fraction
 from replearn.theory.linear_fedrep import InstanceSettings
 from replearn.book.plotting import COLORS, to_numpy
-from replearn.settings import Each, Ge, Gt
+from replearn.settings import Each, Ge, Gt, Profile
 
 
 # --------------------------------------------------------------------------- method of moments
@@ -36,9 +36,7 @@ class MomentSettings(InstanceSettings):
     repeats: Annotated[int, Ge(1)] = 4
     noise_std: Annotated[float, Ge(0)] = 0.0
 
-    @classmethod
-    def paper(cls):
-        return cls(ns=(10, 30, 100, 300, 1000, 3000), repeats=10)
+    PAPER = Profile({"ns": (10, 30, 100, 300, 1000, 3000), "repeats": 10})
 
 
 @dataclass(frozen=True)
@@ -86,9 +84,7 @@ class TrajectorySettings(InstanceSettings):
     rounds: Annotated[int, Ge(0)] = 150
     noise_std: Annotated[float, Ge(0)] = 0.0
 
-    @classmethod
-    def paper(cls):
-        return cls(rounds=500)
+    PAPER = Profile({"rounds": 500})
 
     def validate(self) -> None:
         super().validate()

@@ -21,7 +21,7 @@ from replearn.backend import default_device
 from replearn.checks import check_int, check_number, check_positives, check_sequence
 from replearn.theory.linear_fedrep import InstanceSettings
 from replearn.book.plotting import to_numpy
-from replearn.settings import Each, Ge, Gt
+from replearn.settings import Each, Ge, Gt, Profile
 
 
 # --------------------------------------------------------------------------- rates
@@ -46,9 +46,7 @@ class RateSettings(InstanceSettings):
     rounds: Annotated[int, Ge(3)] = 400
     window: tuple = (1e-12, 0.1)
 
-    @classmethod
-    def paper(cls):
-        return cls(etas=(0.025, 0.05, 0.1, 0.25), conds=(1.0, 2.0, 4.0, 8.0), rounds=1000)
+    PAPER = Profile({"etas": (0.025, 0.05, 0.1, 0.25), "conds": (1.0, 2.0, 4.0, 8.0), "rounds": 1000})
 
     def validate(self) -> None:
         super().validate()
@@ -119,9 +117,8 @@ class LinearFederationSettings(InstanceSettings):
     rounds: Annotated[int, Ge(0)] = 300
     tol: Annotated[float, Gt(0)] = 1e-3
 
-    @classmethod
-    def paper(cls):
-        return cls(ns=(10, 20, 50, 100, 200, 400, 1000), ms=(3, 4, 5, 6, 8, 10, 12, 16, 24, 32), rounds=1000)
+    PAPER = Profile({"ns": (10, 20, 50, 100, 200, 400, 1000), "ms": (3, 4, 5, 6, 8, 10, 12, 16, 24, 32),
+                     "rounds": 1000})
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from replearn.backend import DTYPE, default_device, derive_seed
 from replearn.checks import check_fraction, check_int, check_ints
 from replearn.theory.linear_fedrep import FigureSettings
 from replearn.theory.linear import predict, targets
-from replearn.settings import Ge
+from replearn.settings import Ge, Profile
 
 FIG1_METHODS = ("local only", "single model", "FedRep")
 
@@ -46,11 +46,9 @@ class Fig1Settings(FigureSettings):
     r: float = 1.0
     ridge: Annotated[float, Ge(0)] = 0.01
 
-    @classmethod
-    def paper(cls):
-        """The paper's d = 20, k = 2, n = 100 and m in {5, 10, 20}; rounds and repetitions are
-        not stated, we use 1000 rounds and 10 repetitions."""
-        return cls(rounds=1000, seeds=10)
+    PAPER = Profile({"rounds": 1000, "seeds": 10},
+                    doc="The paper's d = 20, k = 2, n = 100 and m in {5, 10, 20}; rounds and repetitions are "
+                        "not stated, we use 1000 rounds and 10 repetitions.")
 
     def validate(self) -> None:
         super().validate()

@@ -19,7 +19,7 @@ from replearn.backend import default_device, derive_seed
 from replearn.checks import check_fraction, check_int, check_ints
 from replearn.theory.linear_fedrep import PAPER_NOISE_STD, FigureSettings
 from replearn.book.plotting import to_numpy
-from replearn.settings import Gt
+from replearn.settings import Gt, Profile
 
 FIG3_METHODS = ("FedRep", "10GD-GD", "GD-GD")
 HEAD_STEPS = {"FedRep": None, "10GD-GD": 10, "GD-GD": 1}
@@ -44,12 +44,10 @@ class Fig3Settings(FigureSettings):
     ns: tuple[int, ...] = (10, 100, 1000)
     head_lr: Annotated[float, Gt(0)] = 0.1
 
-    @classmethod
-    def paper(cls):
-        """The paper's d = 10, k = 2, m = 5, r = 0.1 with its label noise. The text plots four
-        values of n without listing them; we add n = 10000 to our three, and use 1000 rounds
-        and 5 repetitions (not stated)."""
-        return cls(ns=(10, 100, 1000, 10000), noise_std=PAPER_NOISE_STD, rounds=1000, seeds=5)
+    PAPER = Profile({"ns": (10, 100, 1000, 10000), "noise_std": PAPER_NOISE_STD, "rounds": 1000, "seeds": 5},
+                    doc="The paper's d = 10, k = 2, m = 5, r = 0.1 with its label noise. The text plots four "
+                        "values of n without listing them; we add n = 10000 to our three, and use 1000 rounds "
+                        "and 5 repetitions (not stated).")
 
     def validate(self) -> None:
         super().validate()

@@ -27,7 +27,7 @@ from replearn.theory.linalg import principal_angle_distance, random_orthonormal
 from replearn.theory.linear import expected_ls_error, SampledTasks, targets
 from replearn.book.plotting import COLORS, legend_outside, plot_curves, to_numpy
 from replearn.book.widgets import explorer as build_explorer, Slider
-from replearn.settings import Gt
+from replearn.settings import Gt, Profile
 
 FIG4_METHODS = ("FedRep", "FedAvg", "FedAvg, unscaled start", "local only", "true representation")
 #: The methods of Fig. 4 that learn a representation on the training clients.
@@ -52,11 +52,9 @@ class Fig4Settings(FigureSettings):
     fedavg_tau: int = 10
     fedavg_alpha: Annotated[float, Gt(0)] = 0.1
 
-    @classmethod
-    def paper(cls):
-        """The paper's d = 20, k = 2, n = 100 (m, rounds and the number of new clients are not
-        stated; we keep m = 10 and use 1000 rounds, 1000 new clients, 5 repetitions)."""
-        return cls(rounds=1000, new=1000, seeds=5)
+    PAPER = Profile({"rounds": 1000, "new": 1000, "seeds": 5},
+                    doc="The paper's d = 20, k = 2, n = 100 (m, rounds and the number of new clients are not "
+                        "stated; we keep m = 10 and use 1000 rounds, 1000 new clients, 5 repetitions).")
 
     def validate(self) -> None:
         super().validate()

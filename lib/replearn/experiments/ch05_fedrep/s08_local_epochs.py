@@ -19,22 +19,21 @@ from replearn.checks import check_int
 from replearn.book import scales, seeds, wording
 from replearn.book.results import Section, floats
 from replearn.book.scales import require_data
-from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings,
+from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE, PAPER_CIFAR, FederationSettings,
                                                                make_federation)
 from replearn.book.claims import fmt, glue_diff, glue_pm
 from replearn.table import Table
 from replearn.book.plotting import COLORS
 from replearn.book.seeds import mean_sd
+from replearn.settings import Profile, sourced
 
 
 #: What the FedRep paper's text states of Fig. 5's setting, by settings field: (value, where).
 PAPER_SETTINGS = {"dataset": ("cifar10", "FedRep paper, Fig. 5 caption"),
                   "clients": (100, "FedRep paper, Sec. 5.2 (Fig. 5: n = 100 clients)"),
                   "classes_per_client": (2, "FedRep paper, Sec. 5.2 (Fig. 5: S = 2 classes each)"),
-                  "train.last_rounds": (10, "FedRep paper, Sec. 5.2 (accuracy averaged over the final 10 rounds)"),
-                  "train_per_client": (None, "FedRep paper, Sec. 5.2 (50,000/n each)"),
-                  "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)"),
-                  "train.rounds": (100, "FedRep paper, Sec. 5.2 (T = 100 for CIFAR)")}
+                  **{name: PAPER_CIFAR[name] for name in ("train.last_rounds", "train_per_client",
+                                                          "train.participation", "train.rounds")}}
 
 #: What the FedRep authors' code (lgcollins/FedRep) does, by settings field: (value, where). It
 #: has no script for Fig. 5; these are its defaults and its optimiser and data pipeline.
@@ -63,31 +62,21 @@ class EpochSettings(FederationSettings):
         if self.dataset not in ("cifar10", "cifar100"):
             raise ValueError(f"unknown dataset {self.dataset!r}; use 'cifar10' or 'cifar100'")
 
-    @classmethod
-    def long(cls):
-        """Near-paper on a CPU: the paper profile (n = 100, S = 2, r = 0.1, the authors' CNN and
-        optimiser, float32) on the offline subset (20,000 of CIFAR-10's 50,000 training images,
-        so 200 per client; 50 test images per client), E in {1, 5} (paper(): also 10 and 20),
-        T = 50 rounds (the paper: 100), evaluated every round and reported as the mean of the
-        last 10, 2 seeds (a seed takes about 15 minutes of one core here; E = 10 would double it)."""
-        p = cls.paper()
-        return replace(p, epochs=(1, 5), seeds=(0, 1), full_data=False,
-                       train=replace(p.train, rounds=50))
-
-    @classmethod
-    def paper(cls):
-        """n = 100, S = 2 (Sec. 5.2); E in {1, 5, 10, 20} is our choice (our copy of the paper
-        has the caption of Fig. 5 but not its axis)."""
-        return cls(clients=100, classes_per_client=2, epochs=(1, 5, 10, 20), **PAPER_OPTIM)
-
-    @classmethod
-    def gpu(cls):
-        """The paper profile sized for a few minutes of one GPU on the offline subset (200
-        images per client): E in {1, 5, 10}, T = 50, evaluated every 5 rounds (the final 10
-        rounds' mean uses the evaluations in them), one seed, a round's 10 clients batched."""
-        p = cls.paper()
-        return replace(p, epochs=(1, 5, 10), seeds=(0,), full_data=False,
-                       train=replace(p.train, rounds=50, eval_every=5, vmap_clients=10, augment=False))
+    PAPER = sourced(PAPER_SETTINGS, AUTHORS_CODE, ours={"epochs": (1, 5, 10, 20)},
+                    doc="n = 100, S = 2 (Sec. 5.2); E in {1, 5, 10, 20} is our choice (our copy of the paper has "
+                        "the caption of Fig. 5 but not its axis).")
+    LONG = Profile({"epochs": (1, 5), "seeds": (0, 1), "full_data": False, "train.rounds": 50}, base="paper",
+                   doc="Near-paper on a CPU: the paper profile (n = 100, S = 2, r = 0.1, the authors' CNN and "
+                       "optimiser, float32) on the offline subset (20,000 of CIFAR-10's 50,000 training images, "
+                       "so 200 per client; 50 test images per client), E in {1, 5} (the paper profile: also 10 "
+                       "and 20), T = 50 rounds (the paper: 100), evaluated every round and reported as the mean "
+                       "of the last 10, 2 seeds (a seed takes about 15 minutes of one core here; E = 10 would "
+                       "double it).")
+    GPU = Profile({"epochs": (1, 5, 10), "seeds": (0,), "full_data": False, "train.rounds": 50,
+                   "train.eval_every": 5, "train.vmap_clients": 10, "train.augment": False},
+                  doc="The paper profile sized for a few minutes of one GPU on the offline subset (200 images per "
+                      "client): E in {1, 5, 10}, T = 50, evaluated every 5 rounds (the final 10 rounds' mean uses "
+                      "the evaluations in them), one seed, a round's 10 clients batched.")
 
 
 def work(s: EpochSettings, *, batched: bool = True) -> dict:

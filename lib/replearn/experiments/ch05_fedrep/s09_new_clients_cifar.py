@@ -20,11 +20,12 @@ from replearn.checks import check_int
 from replearn.book import scales, wording
 from replearn.book.results import Section, floats
 from replearn.book.scales import require_data
-from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE, PAPER_OPTIM, FederationSettings,
+from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE, PAPER_CIFAR, FederationSettings,
                                                                fit_heads, make_federation)
 from replearn.book.claims import fmt, glue_diff, glue_pm, glue_text
 from replearn.table import Table
 from replearn.book.plotting import COLORS
+from replearn.settings import Profile, sourced
 
 NEW_METHODS = ("FedRep", "FedAvg", "random body")
 
@@ -36,9 +37,9 @@ PAPER_SETTINGS = {"dataset": ("femnist", "FedRep paper, Sec. 5.2 (Fig. 6: FEMNIS
                   "clients": (150, "FedRep paper, Sec. 5.2 (FEMNIST: n = 150)"),
                   "train.rounds": (200, "FedRep paper, Sec. 5.2 (T = 200 for FEMNIST)"),
                   "new_train": (500, "FedRep paper, Sec. 5.2 (500 samples at the new client)"),
-                  "train.participation": (0.1, "FedRep paper, Sec. 5.2 (r = 0.1)")}
+                  "train.participation": PAPER_CIFAR["train.participation"]}
 
-#: Where ``paper()`` departs from Fig. 6's setting on purpose, and why (Appendix B shows it).
+#: Where the paper profile departs from Fig. 6's setting on purpose, and why (Appendix B shows it).
 DEPARTURES = {"dataset": "a CIFAR-100 analogue: FEMNIST is not among the book's data; 20 held-out classes play "
                          "the digits",
               "clients": "the CIFAR-100 analogue's 80 clients, 5 of the 80 training classes each",
@@ -79,37 +80,28 @@ class NewClientSettings(FederationSettings):
         if self.new_classes_per_client > self.n_new:
             raise ValueError(f"new_classes_per_client = {self.new_classes_per_client} exceeds n_new = {self.n_new}")
 
-    @classmethod
-    def long(cls):
-        """Near-paper on a CPU: the paper profile (CIFAR-100, 80/20 classes, 80 training clients
-        with S = 5, r = 0.1, the authors' CNN and optimiser, float32; 20 new clients with 5
-        held-out classes, 20 head epochs) on the offline subset (250 training images per
-        CIFAR-100 class, so 250 per training client and 250 per new client; the paper: 500),
-        T = 50 rounds (the paper: 100), evaluated every round and reported as the mean of the last
-        10, 2 seeds (a seed takes about 10 minutes of one core here)."""
-        p = cls.paper()
-        return replace(p, new_train=250, seeds=(0, 1), full_data=False,
-                       train=replace(p.train, rounds=50))
-
-    @classmethod
-    def paper(cls):
-        """Our CIFAR-100 analogue of Fig. 6 (which trains a 2-layer MLP on FEMNIST): 80/20
-        classes; n = 80 training clients with S = 5 (the paper's n = 100 cannot cut 80 classes
-        into equally many shards: 100 x 5 shards over 80 classes; 80 x 5 gives 5 shards per
-        class), Sec. 5.2's optimiser and T = 100; 20 new clients with 5 held-out classes and 500
-        training images each (all 500 training images of each held-out class are used), 20 head
-        epochs (our choice)."""
-        return cls(dataset="cifar100", n_new=20, clients=80, classes_per_client=5, new_clients=20,
-                   new_classes_per_client=5, new_train=500, new_test=100, head_epochs_new=20, **PAPER_OPTIM)
-
-    @classmethod
-    def gpu(cls):
-        """The paper profile on the offline subset (250 images per CIFAR-100 class, so new
-        clients get 250 training images, not 500), T = 100, evaluated every 5 rounds, one seed,
-        a round's 8 clients batched."""
-        p = cls.paper()
-        return replace(p, new_train=250, seeds=(0,), full_data=False,
-                       train=replace(p.train, eval_every=5, vmap_clients=8, augment=False))
+    PAPER = sourced(PAPER_SETTINGS, AUTHORS_CODE, departures=DEPARTURES,
+                    ours={"dataset": "cifar100", "clients": 80, "train.rounds": 100, "n_new": 20,
+                          "classes_per_client": 5, "new_clients": 20, "new_classes_per_client": 5,
+                          "head_epochs_new": 20},
+                    doc="Our CIFAR-100 analogue of Fig. 6 (which trains a 2-layer MLP on FEMNIST): 80/20 classes; "
+                        "n = 80 training clients with S = 5 (the paper's n = 100 cannot cut 80 classes into "
+                        "equally many shards: 100 x 5 shards over 80 classes; 80 x 5 gives 5 shards per class), "
+                        "Sec. 5.2's optimiser and T = 100; 20 new clients with 5 held-out classes and 500 training "
+                        "images each (all 500 training images of each held-out class are used), 20 head epochs "
+                        "(our choice).")
+    LONG = Profile({"new_train": 250, "seeds": (0, 1), "full_data": False, "train.rounds": 50}, base="paper",
+                   doc="Near-paper on a CPU: the paper profile (CIFAR-100, 80/20 classes, 80 training clients with "
+                       "S = 5, r = 0.1, the authors' CNN and optimiser, float32; 20 new clients with 5 held-out "
+                       "classes, 20 head epochs) on the offline subset (250 training images per CIFAR-100 class, "
+                       "so 250 per training client and 250 per new client; the paper: 500), T = 50 rounds (the "
+                       "paper: 100), evaluated every round and reported as the mean of the last 10, 2 seeds (a "
+                       "seed takes about 10 minutes of one core here).")
+    GPU = Profile({"new_train": 250, "seeds": (0,), "full_data": False, "train.eval_every": 5,
+                   "train.vmap_clients": 8, "train.augment": False},
+                  doc="The paper profile on the offline subset (250 images per CIFAR-100 class, so new clients get "
+                      "250 training images, not 500), T = 100, evaluated every 5 rounds, one seed, a round's 8 "
+                      "clients batched.")
 
 
 def work(s: NewClientSettings, *, batched: bool = True) -> dict:

@@ -145,9 +145,14 @@ class MethodsTable(tuple):
 
     def table(self, caption: str | None = None):
         """A :class:`replearn.table.Table` of the rows without their citation keys, which the
-        page's prose cites as links (``display(...)`` it, with a caption)."""
-        shown = self.COLUMNS[:-1]
-        return Table(shown, [row[:-1] for row in self], caption=caption, align="l" * len(shown))
+        page's prose cites as links (``display(...)`` it, with a caption); when rows of Table 1
+        and others are both present, in two parts, Table 1's first."""
+        shown, paper = self.COLUMNS[:-1], set(table1())
+        rows = sorted(self, key=lambda r: r.method not in paper)    # stable: each part keeps its order
+        first_other = next((i for i, r in enumerate(rows) if r.method not in paper), None)
+        parts = {} if first_other in (None, 0) else {0: "the methods of Table 1",
+                                                       first_other: "registered beside Table 1"}
+        return Table(shown, [row[:-1] for row in rows], caption=caption, align="l" * len(shown), parts=parts)
 
     def to_frame(self):
         import pandas as pd
@@ -163,10 +168,12 @@ class MethodsTable(tuple):
 def methods_table(algorithms=None) -> MethodsTable:
     """What each algorithm shares, keeps personal and adds to its local objective, and its
     paper's key in ``references.bib``: one :class:`MethodRow` per algorithm of ``algorithms``
-    (names; default: the methods of Table 1, :func:`table1`, in its order), from its
-    ``summary`` (:class:`~replearn.neural.algorithms.base.Summary`)."""
+    (names; default: the methods of Table 1, :func:`table1`, in its order, then every other
+    registered method, a reader's own included), from its ``summary``
+    (:class:`~replearn.neural.algorithms.base.Summary`)."""
     rows = []
-    for name in (table1() if algorithms is None else algorithms):
+    default = (*table1(), *(n for n in names() if n not in table1()))
+    for name in (default if algorithms is None else algorithms):
         alg = get(name)
         if alg.summary is None:
             raise ValueError(f"{name}: the algorithm has no summary")

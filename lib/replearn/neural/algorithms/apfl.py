@@ -57,9 +57,9 @@ class APFL(Algorithm):
     paper_accuracy = table1_accuracy(83.77, 72.29, 82.39, 78.20, 55.44)
     models = 2  # a client trains two models a round (cost estimates)
     summary = Summary(
-        shares="the global model w (weighted average)",
-        personal="a personal model vᵢ and a mixing weight αᵢ; it uses αᵢvᵢ + (1 − αᵢ)w",
-        local_objective="vᵢ and αᵢ trained on the loss of the mixture, besides w's local SGD",
+        shares="the global model (weighted average)",
+        personal="a personal model and a mixing weight α; it predicts with the α-weighted mixture of both models",
+        local_objective="the personal model and α trained on the mixture's loss, besides the global model's local SGD",
         cite="deng2020apfl")
     batched = True  # its client_update also runs batched (vmap-safe)
 

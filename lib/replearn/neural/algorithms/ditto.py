@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from replearn import neural
 from replearn.neural.algorithms.base import Algorithm, Summary, joint_names, joint_phase, set_real, table1_accuracy
 
@@ -39,9 +37,10 @@ class Ditto(Algorithm):
     paper_accuracy = table1_accuracy(85.39, 70.34, 80.36, 78.91, 56.34)
     models = 2  # a client trains two models a round (cost estimates)
     summary = Summary(
-        shares="the global model w (weighted average, trained as by FedAvg)",
-        personal="a personal model vᵢ",
-        local_objective="for vᵢ, a pull (λ/2)‖vᵢ − w‖² toward the global model (a second local phase)",
+        shares="the global model (weighted average, trained as by FedAvg)",
+        personal="a personal model",
+        local_objective=("for the personal model, a pull toward the global model: λ/2 times their squared distance "
+                         "(a second local phase)"),
         cite="li2021ditto")
     batched = True  # its client_update also runs batched (vmap-safe)
 

@@ -56,8 +56,9 @@ class FedMTL(Algorithm):
     paper_accuracy = table1_accuracy(80.46, 58.31, 76.53, 71.47, 41.25)
     summary = Summary(
         shares="the sum of the round's client models (for the regulariser); nothing averaged",
-        personal="the whole model wᵢ",
-        local_objective="the MOCHA regulariser λ(‖W‖² + tr(WΩWᵀ)) over the round's models W, Ω fixed",
+        personal="the whole model",
+        local_objective=("MOCHA's regulariser over the round's models: λ times their squared norms plus their "
+                         "coupling through a fixed task-relationship matrix"),
         cite="smith2017fedmtl")
     batched = True  # its client_update also runs batched (vmap-safe)
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from replearn import neural
 from replearn.neural.algorithms.base import Algorithm, Summary, set_real, table1_accuracy
 
@@ -39,7 +37,7 @@ class FedProx(Algorithm):
     summary = Summary(
         shares="the whole model (weighted average)",
         personal="nothing",
-        local_objective="a proximal term (μ/2)‖w − wᵗ‖² toward the server's model wᵗ",
+        local_objective="a proximal term: μ/2 times the squared distance to the server's model",
         cite="li2020fedprox")
     batched = True  # its client_update also runs batched (vmap-safe)
 

@@ -65,9 +65,10 @@ class L2GD(Algorithm):
     name, table1_row, Options = "L2GD", 10, L2GDOptions
     paper_accuracy = table1_accuracy(81.04, 59.98, 71.96, 72.13, 42.84)
     summary = Summary(
-        shares="the average x̄ of the clients' models",
-        personal="the whole model xᵢ",
-        local_objective="a penalty (λ/2)‖xᵢ − x̄‖², taken as random steps toward x̄ (probability p)",
+        shares="the average of the clients' models",
+        personal="the whole model",
+        local_objective=("a penalty, λ/2 times the squared distance to that average, taken as random steps toward "
+                         "it (probability p)"),
         cite="hanzely2020l2gd")
     batched = True  # its client_update also runs batched (vmap-safe)
 

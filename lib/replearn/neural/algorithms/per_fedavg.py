@@ -19,8 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-
 from replearn import neural
 from replearn.neural.algorithms.base import Momentum, Algorithm, Summary, joint_names, joint_phase, set_real, table1_accuracy
 
@@ -54,7 +52,7 @@ class PerFedAvg(Algorithm):
     summary = Summary(
         shares="the whole model, a meta-initialisation (weighted average)",
         personal="nothing kept; adapted for evaluation by one gradient step (size α) on its data",
-        local_objective="MAML's: the loss after one inner step, fᵢ(w − α∇fᵢ(w)) (first-order version)",
+        local_objective="MAML's: the loss after one inner gradient step of size α (first-order version)",
         cite="fallah2020perfedavg")
     batched = True  # its client_update also runs batched (vmap-safe)
 

@@ -47,9 +47,9 @@ class Scaffold(Algorithm):
     name, table1_row, Options = "SCAFFOLD", 5, ScaffoldOptions
     paper_accuracy = table1_accuracy(37.72, 47.33, 33.79, 20.32, 22.52)
     summary = Summary(
-        shares="the whole model and a control variate c (clients send the change of theirs)",
-        personal="no model; its control variate cᵢ",
-        local_objective="a gradient correction c − cᵢ in every step (control variates, against client drift)",
+        shares="the whole model and a control variate (clients send the change of theirs)",
+        personal="no model; its own control variate",
+        local_objective="every step corrected by the server's control variate minus its own (against client drift)",
         cite="karimireddy2020scaffold")
     batched = True  # its client_update also runs batched (vmap-safe)
 

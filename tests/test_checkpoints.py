@@ -283,3 +283,25 @@ def test_a_stored_run_with_non_finite_parameters_is_refused(tmp_path):
         with pytest.raises(ValueError, match="non-finite") as err:
             checkpoints.cached(key, lambda: bad)
     assert "state" in str(err.value) and "delete it to re-run" in str(err.value)
+
+
+def test_a_run_holding_zero_dimensional_tensors_is_stored_and_loaded(tmp_path):
+    """APFL keeps each client's mixing weight as a 0-d tensor: the payload digest reads it as one
+    element (a 0-d tensor cannot be viewed as bytes directly), and the digests of every other
+    tensor are as before (a 1-d tensor's bytes, unchanged)."""
+    assert checkpoints.digest(torch.tensor(0.5)) != checkpoints.digest(torch.tensor([0.5]))  # the shape counts
+    h = __import__("hashlib").sha256()
+    t = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+    h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+    h.update(t.numpy().tobytes())
+    assert checkpoints.digest(t) == h.hexdigest()
+    model, clients, cfg = tiny_model(), tiny_clients(), one_round()
+    good = algorithms.run("FedAvg", model, clients, cfg)
+    alphas = {"client_states": [{"alpha": torch.tensor(0.75, dtype=torch.float64)},
+                                {"alpha": torch.tensor(0.5, dtype=torch.float64)}]}
+    result = neural.FedResult(**{**{f: getattr(good, f) for f in good.__dataclass_fields__}, "extras": alphas})
+    key = {"kind": "test", "what": "a run with 0-d tensors"}
+    with checkpoints.resumable(tmp_path):
+        first = checkpoints.cached(key, lambda: result)
+        again = checkpoints.cached(key, lambda: pytest.fail("the stored run was not used"))
+    assert [float(c["alpha"]) for c in again.extras["client_states"]] == [0.75, 0.5] and first is result

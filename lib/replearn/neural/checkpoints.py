@@ -72,7 +72,7 @@ def _feed(h, obj) -> None:
     if isinstance(obj, torch.Tensor):
         t = obj.detach().cpu().contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # 0-d: as one element
     elif isinstance(obj, dict):
         h.update(b"D")
         for k in sorted(obj, key=str):

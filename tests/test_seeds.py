@@ -87,6 +87,10 @@ def test_every_printed_bound_shows_its_sign():
                 else "not separated") == c.outcome
     assert S.compare([0.2, 0.2], [0.2, 0.2]).text == "0 [0, 0]"                 # an exact zero is "0"
     assert S.Comparison(3, 1e-17, -1e-17, 3e-17).text == "0 [0, 0]"             # rounding noise too
+    # a mean of float noise beside a wide interval (two identical trainings): zero at the interval's
+    # precision, not "+0.0000001 [-0.0797684, +0.0797686]"
+    assert S.Comparison(100, 1e-7, -0.0797684, 0.0797686, "points").text == "0 [-0.08, +0.08] points"
+    assert S.Comparison(100, 0.004, -0.0797684, 0.0877686).text == "+0.004 [-0.080, +0.088]"  # one more digit
 
 
 def test_joint_comparisons():

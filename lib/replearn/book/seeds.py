@@ -99,6 +99,8 @@ OUTCOMES = ("holds", "not separated", "opposite")
 
 #: how far :meth:`Comparison.decimals` widens the decimals so that a nonzero number shows its sign
 MOST_DECIMALS = 12
+#: how many decimals beyond its bounds' a comparison's mean may take to show its sign
+MEAN_EXTRA = 2
 
 
 def _signed(x: float, d: int) -> str:
@@ -138,14 +140,24 @@ class Comparison:
         return f"not separated (n = {self.n})" if self.outcome == "not separated" else self.outcome
 
     def decimals(self, *extra: float) -> int:
-        """The decimals of :attr:`text`: one significant digit of the half-width (at most 3), then
-        more until the mean, both bounds and any of ``extra`` that is nonzero shows a nonzero digit
+        """The decimals of :attr:`text`'s bounds: one significant digit of the half-width (at most
+        3), then more until both bounds and any of ``extra`` that is nonzero shows a nonzero digit
         (at most :data:`MOST_DECIMALS`)."""
         d = decimals((self.hi - self.lo) / 2) if self.n > 1 else 3
-        for x in (self.mean, self.lo, self.hi, *extra):
+        for x in (self.lo, self.hi, *extra):
             while math.isfinite(x) and x != 0 and float(f"{x:.{d}f}") == 0 and d < MOST_DECIMALS:
                 d += 1
         return d
+
+    def mean_decimals(self) -> int:
+        """The decimals of :attr:`text`: the bounds' (:meth:`decimals`), widened by at most
+        :data:`MEAN_EXTRA` so that a small nonzero mean shows its sign; a mean still zero at that
+        precision (rounding noise next to an interval many times wider) prints as ``"0"``."""
+        bounds = d = self.decimals()
+        most = d + MEAN_EXTRA if self.n > 1 else MOST_DECIMALS
+        while math.isfinite(self.mean) and self.mean != 0 and float(f"{self.mean:.{d}f}") == 0 and d < most:
+            d += 1
+        return d if float(f"{self.mean:.{d}f}") != 0 else bounds
 
     def signed(self, x: float) -> str:
         """``x`` (a number in this comparison's unit) as :attr:`text` prints it, with the unit."""
@@ -157,8 +169,8 @@ class Comparison:
         the unit when there is one: ``"+56 [+35, +78] points"``."""
         unit = f" {self.unit}" if self.unit else ""
         if self.n < 2:
-            return f"{_signed(self.mean, self.decimals())}{unit} (one pair: no interval)"
-        d = self.decimals()
+            return f"{_signed(self.mean, self.mean_decimals())}{unit} (one pair: no interval)"
+        d = self.mean_decimals()   # the bounds' decimals, or the mean's where it needs (a few) more
         return f"{_signed(self.mean, d)} [{_signed(self.lo, d)}, {_signed(self.hi, d)}]{unit}"
 
     @property

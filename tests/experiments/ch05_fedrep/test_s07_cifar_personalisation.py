@@ -221,7 +221,8 @@ def test_kept_per_client_keeps_the_label_sets_and_test_sets():
 # --------------------------------------------------------------------------- Appendix B.5.7
 
 def test_names_ranks_and_words():
-    assert [pages.slug(m) for m in ("FedAvg+FT", "LG-FedAvg", "Local only")] == ["fedavgft", "lgfedavg", "localonly"]
+    assert [pages.slug(m) for m in ("FedAvg+FT", "LG-FedAvg", "Local only", "Per-FedAvg (authors' code)")] == \
+        ["fedavgft", "lgfedavg", "localonly", "perfedavgauthorscode"]
     assert pages.method_color("FedAvg+FT") == pages.method_color("FedAvg") and pages.method_color("Ditto") == "#8c564b"
     assert pages.rank({"a": 3.0, "b": 1.0, "c": 3.0}) == {"a": 1, "b": 3, "c": 1}
     assert [pages.ordinal(k) for k in (1, 2, 3, 7)] == ["first", "second", "third", "7th"]

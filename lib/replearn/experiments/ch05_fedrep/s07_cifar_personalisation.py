@@ -33,14 +33,16 @@ from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE,
                                                                make_federation)
 from replearn.experiments.ch05_fedrep.table1 import (AUTHORS_ROWS, AUTHORS_VARIANTS, DATA_CLIENTS, DATA_METHODS,
                                                      PAPER_TABLE1, TABLE_METHODS, authors_options, authors_rows,
-                                                     authors_train, column_key, column_slug)
+                                                     authors_train, column_key, column_label, column_slug,
+                                                     paper_reference)
 from replearn.experiments.ch05_fedrep.table1_pages import accuracies, checks, glue_tables, plot_table
 from replearn.settings import Ge, Profile, sourced
 
 #: What the 5.7 page calls here: the run, and the page helpers of
 #: :mod:`~replearn.experiments.ch05_fedrep.table1_pages` it shows the run with.
 __all__ = ["AUTHORS_CODE", "PAPER_SETTINGS", "RESULTS", "TableResult", "TableSettings", "accuracies", "checks",
-           "clients_and_network", "glue_tables", "plot_table", "run_table", "summarise", "work"]
+           "clients_and_network", "column_label", "glue_tables", "paper_reference", "plot_table", "run_table",
+           "summarise", "work"]
 
 #: What the FedRep paper's text states of Table 1's setting, by settings field: (value, where).
 PAPER_SETTINGS = {"partitions": (tuple(PAPER_TABLE1), "FedRep paper, Table 1 (CIFAR columns)"),

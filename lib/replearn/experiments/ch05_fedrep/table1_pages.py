@@ -33,8 +33,9 @@ PAIRS = (("FedRep", "FedAvg"), ("FedAvg+FT", "FedAvg"), ("FedRep", "FedAvg+FT"),
 
 
 def slug(method: str) -> str:
-    """A method's name in glue labels: ``"FedAvg+FT"`` -> ``"fedavgft"``, ``"LG-FedAvg"`` -> ``"lgfedavg"``."""
-    return method.lower().replace(" ", "").replace("+", "").replace("-", "")
+    """A method's name in glue labels, its letters and digits: ``"FedAvg+FT"`` -> ``"fedavgft"``,
+    ``"LG-FedAvg"`` -> ``"lgfedavg"``, ``"Per-FedAvg (authors' code)"`` -> ``"perfedavgauthorscode"``."""
+    return "".join(c for c in method.lower() if c.isascii() and c.isalnum())
 
 
 def method_color(method: str) -> str:
@@ -287,6 +288,13 @@ def paper_gaps(lv: LongTable):
     return (Table(["method", "paper %", "near-paper %", "gap, points", "spread (95%, over clients)", ""], rows,
                   align="lrrrrl", caption=f"each method of the near-paper run ({column_label(lv.part)}, one seed) "
                                           f"against the paper's Table 1 ({column_label(lv.key)})"), beyond)
+
+
+def own_gaps(own: LongTable) -> None:
+    """Glue ``t1-own-gap-<slug>``: each row of ``own`` (the run at each method's own defaults,
+    ``5.7-defaults``) minus the paper's number, in points, for the page's list of gaps."""
+    for m in own.methods:
+        glue_text(f"t1-own-gap-{slug(m)}", fmt(own.acc[m] - own.paper[m], "+.1f"))
 
 
 def fedavg_local(local, long, lv: LongTable) -> str:

@@ -31,7 +31,7 @@ from replearn.neural.algorithms.fine_tuning import FineTuned
 from replearn.book.scales import require_data
 from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE, PAPER_CIFAR, FederationSettings,
                                                                make_federation)
-from replearn.experiments.ch05_fedrep.table1 import (AUTHORS_ROWS, AUTHORS_VARIANTS, DATA_CLIENTS, DATA_METHODS,
+from replearn.experiments.ch05_fedrep.table1 import (AUTHORS_ROWS, AUTHORS_VARIANTS, DATA_CLIENTS, DATA_METHODS, GAP_ROWS,
                                                      PAPER_TABLE1, TABLE_METHODS, authors_options, authors_rows,
                                                      authors_train, column_key, column_label, column_slug,
                                                      paper_reference)
@@ -239,6 +239,16 @@ class TableSettings(FederationSettings):
                        methods=DATA_METHODS, train_per_client=500, kept_per_client=None if images == 500 else images)
 
     @classmethod
+    def per_client_images_authors(cls, images: int, profile: str = "long"):
+        """The rows of :data:`~replearn.experiments.ch05_fedrep.table1.GAP_ROWS` with the authors' values
+        (``profile``'s) on the clients of :meth:`per_client_images` with ``images`` training images each
+        (sections ``5.7-m200-authors`` and ``5.7-m500-authors``): paired over the clients, what the
+        paper's 500 images instead of 200 are worth to each row whose first-column gap they may explain."""
+        base = cls.per_client_images(images, profile)
+        return replace(cls.profile(profile), train_per_client=500, kept_per_client=base.kept_per_client,
+                       **authors_rows(GAP_ROWS, base.partitions))
+
+    @classmethod
     def local_budget(cls, profile: str = "long"):
         """Local only at the authors' budget (:data:`~replearn.experiments.ch05_fedrep.table1.AUTHORS_OPTIONS`: 100 epochs, no weight decay) on
         the :data:`~replearn.experiments.ch05_fedrep.table1.DATA_CLIENTS` clients of 500 images of :meth:`per_client_images` (section
@@ -377,6 +387,8 @@ RESULTS = (_section("5.7"),
            _section("5.7-m500", functools.partial(TableSettings.per_client_images, 500)),
            _section("5.7-fedavg-local", TableSettings.fedavg_local),
            _section("5.7-m500-local100", TableSettings.local_budget),
+           _section("5.7-m200-authors", functools.partial(TableSettings.per_client_images_authors, 200)),
+           _section("5.7-m500-authors", functools.partial(TableSettings.per_client_images_authors, 500)),
            _section("5.7-defaults", TableSettings.earlier_protocol),
            *(_section(f"5.7-{column_slug(col)}", functools.partial(TableSettings.column, col))
              for col in PAPER_TABLE1 if col != ("cifar10", 100, 2)))

@@ -368,3 +368,23 @@ def test_a_method_of_ones_own_runs_in_the_table_by_settings_and_shows_in_its_own
         algorithms.unregister(name)
     with pytest.raises(ValueError, match="registered methods"):
         s07.TableSettings(**dict(TINY, methods=("FedAvg", name)))
+
+
+def test_gap_causes_name_each_gap_by_the_run_with_the_papers_data(glued):
+    """A row whose gap closes with 500 images per client is 'data per client'; one whose gap stays
+    is 'not accounted for'; one no 500-image run holds is 'not measured'; rows within the spread
+    are left out."""
+    paper = s07.PAPER_TABLE1[("cifar10", 100, 2)]
+    wobble = (-1, 1, -1, 1)
+    first = _long_table({m: paper[m] + g for m, g in (("FedRep", -3), ("FedAvg", -10), ("Ditto", -6), ("FedPer", 0))},
+                        {m: [paper[m] + g + d for d in wobble]
+                         for m, g in (("FedRep", -3), ("FedAvg", -10), ("Ditto", -6), ("FedPer", 0))}, n=100)
+    big = _long_table({"FedRep": paper["FedRep"], "FedAvg": paper["FedAvg"] - 9},
+                      {"FedRep": [paper["FedRep"] + d for d in wobble],
+                       "FedAvg": [paper["FedAvg"] - 9 + d for d in wobble]})
+    table, open_rows = pages.gap_causes(first, big)
+    assert [r[0] for r in table.rows] == ["FedAvg", "Ditto", "FedRep"]       # largest gap first, FedPer within
+    assert {r[0]: r[-1] for r in table.rows} == {"FedRep": "data per client", "FedAvg": "not accounted for",
+                                                 "Ditto": "not measured"}
+    assert open_rows == ["FedAvg", "Ditto"] and glued["t1-gc-unexplained"] == "2 of 4"
+    assert glued["t1-gc-list"] == "FedAvg, Ditto"

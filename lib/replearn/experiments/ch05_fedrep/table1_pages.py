@@ -388,6 +388,37 @@ def columns_table(runs: dict):
                          "for the method)")
 
 
+def gap_causes(first: LongTable, *with_500: LongTable):
+    """Issue 43's "every gap named": each row of ``first`` (the first column with the authors' values)
+    whose gap to the paper exceeds the spread over its clients (:func:`spread_gaps`), beside its
+    accuracy on the 40 clients with the paper's 500 images each (the first run of ``with_500`` that
+    holds the row: the runs with the authors' values first, then the earlier ones): whether the paper's
+    number lies within that run's spread, so that the 200 images per client account for the gap
+    ("data per client"); "not accounted for" where it does not; "not measured" where no run holds the
+    row. Glues ``t1-gc-unexplained`` (``"<k> of <all>"`` rows with a gap not accounted for or not
+    measured) and ``t1-gc-list`` (those rows). Returns the table and those rows."""
+    rows, open_rows = [], []
+    for m in spread_gaps(first):
+        run = next((r for r in with_500 if m in r.acc), None)
+        gap = fmt(first.acc[m] - first.paper[m], "+.1f")
+        if run is None:
+            rows.append([m, gap, "—", "—", "—", "not measured"])
+            open_rows.append(m)
+            continue
+        half, left = spread(run, m), run.acc[m] - run.paper[m]
+        cause = "data per client" if abs(left) <= half else "not accounted for"
+        if cause != "data per client":
+            open_rows.append(m)
+        rows.append([m, gap, fmt(run.acc[m], ".1f"), fmt(left, "+.1f"), f"± {fmt(half, '.1f')}", cause])
+    glue_text("t1-gc-unexplained", f"{len(open_rows)} of {len(first.methods)}")
+    glue_text("t1-gc-list", ", ".join(open_rows) or "none")
+    n = len(next(iter(with_500[0].client.values()))) if with_500 else 0
+    return (Table(["method", "gap, points (100 x 200)", f"{n} x 500 %", "gap with 500, points",
+                   f"spread (95%, over {n} clients)", "the gap is"], rows, align="lrrrrl",
+                  caption=f"each row of {column_label(first.part)} beyond the spread from the paper, beside the "
+                          f"same method on {n} clients with the paper's 500 images each"), open_rows)
+
+
 def spread_gaps(lv: LongTable) -> list[str]:
     """The rows whose accuracy is further from the paper's than the half-width of the 95% interval
     of the mean over the clients, largest gap first."""

@@ -147,6 +147,234 @@ def test_bounds_written_beside_the_fields_are_checked_and_inherited():
     assert Base(noise=None).noise is None and Child().T == 7
 
 
+def test_upper_bounds_make_one_range_with_the_lower_bound_and_keep_their_why():
+    """Issue 42 ("settings as data"): :class:`Le` and :class:`Lt` beside a lower bound are one
+    range in the message; ``why=`` words follow the field's name; a subclass keeps the bounds."""
+    from typing import Annotated
+
+    from replearn.settings import Ge, Gt, Le, Lt, field_bounds
+
+    @dataclass(frozen=True)
+    class Base(Settings):
+        r: Annotated[float, Gt(0, why="participation rate"), Le(1)] = 1.0
+        delta0: Annotated[float, Ge(0), Lt(1, why="a distance")] = 0.5
+        cap: Annotated[float, Le(2)] = 1.0
+        top: Annotated[int, Lt(5)] = 3
+        tau: Annotated[int, Ge(2, why="FedAvg's local steps; tau = 1 is D-SGD")] = 2
+
+    @dataclass(frozen=True)
+    class Child(Base):
+        r: float = 0.5  # a new default; Base's range still holds
+
+    assert field_bounds(Child)["r"] == [Gt(0, why="participation rate"), Le(1)]
+    for cls in (Base, Child):
+        for bad in (0.0, 1.5):
+            with pytest.raises(ValueError, match=rf"^r \(participation rate\) must be > 0.0 and <= 1.0, got {bad}$"):
+                cls(r=bad)
+    assert Base(r=1.0).r == 1.0 and Base(delta0=0.0).delta0 == 0.0       # the closed ends
+    with pytest.raises(ValueError, match=r"^delta0 \(a distance\) must be >= 0.0 and < 1.0, got 1.0$"):
+        Base(delta0=1.0)
+    with pytest.raises(ValueError, match=r"^cap must be <= 2.0, got 2.5$"):
+        Base(cap=2.5)
+    with pytest.raises(ValueError, match=r"^top must be an integer <= 4, got 5$"):
+        Base(top=5)
+    with pytest.raises(ValueError, match=r"^tau \(FedAvg's local steps; tau = 1 is D-SGD\) must be an integer >= 2, "
+                                         r"got 1$"):
+        Base(tau=1)
+
+
+def test_one_of_distinct_and_pair_bounds():
+    """Issue 42: a value among choices (:class:`OneOf`), a tuple without repeats
+    (:class:`Distinct`) and a ``(low, high)`` pair in order (:class:`Pair`) are bounds beside the
+    field, kept by a subclass that redeclares it; each message names the field, what it must be
+    and what it got."""
+    from typing import Annotated
+
+    from replearn.settings import Distinct, Each, Ge, OneOf, Pair, field_bounds
+
+    @dataclass(frozen=True)
+    class Base(Settings):
+        dtype: Annotated[str, OneOf("float32", "float64")] = "float64"
+        taus: Annotated[tuple[int, ...], Distinct(), Each(Ge(1))] = (1, 5)
+        sizes: Annotated[tuple[int, int], Pair(), Each(Ge(1))] = (10, 200)
+        window: Annotated[tuple[float, float], Pair(strict=True, why="distances")] = (0.0, 0.1)
+
+    @dataclass(frozen=True)
+    class Child(Base):
+        dtype: str = "float32"
+        taus: tuple[int, ...] = (2, 3)
+        sizes: tuple[int, int] = (1, 2)
+
+    assert field_bounds(Child)["dtype"] == [OneOf("float32", "float64")]
+    for cls in (Base, Child):
+        with pytest.raises(ValueError, match=r"^dtype must be one of \('float32', 'float64'\), got 'float16'$"):
+            cls(dtype="float16")
+        with pytest.raises(ValueError, match=r"^taus must be distinct, got \(1, 5, 1\) \(1 more than once\); "
+                                             r"drop the repeats$"):
+            cls(taus=(1, 5, 1))
+        with pytest.raises(ValueError, match=r"^sizes must be a pair \(low, high\) with low <= high, got \(5, 3\)$"):
+            cls(sizes=(5, 3))
+    with pytest.raises(ValueError, match=r"^sizes must be a pair \(low, high\) with low <= high, got \(10,\)$"):
+        Base(sizes=(10,))
+    with pytest.raises(ValueError, match=r"^every entry of sizes must be an integer >= 1 \(a positive integer\), "
+                                         r"got 0$"):
+        Base(sizes=(0, 3))
+    with pytest.raises(ValueError, match=r"^window \(distances\) must be a pair \(low, high\) with low < high, "
+                                         r"got \(0.1, 0.1\)$"):
+        Base(window=(0.1, 0.1))
+    ok = Base(dtype="float32", taus=[5, 1], sizes=(4, 4), window=(0.0, 1.0))
+    assert ok.taus == (5, 1) and ok.sizes == (4, 4)                       # a list is converted; low == high
+    with pytest.raises(ValueError, match="OneOf needs the choices"):
+        OneOf()
+
+
+def test_each_checks_every_entry_with_its_kind_and_words():
+    """Issue 42: :class:`Each` applies several bounds to every entry (a lower and an upper one
+    as one range, a choice), names the entries as ``entry`` says, and checks the entries of a
+    tuple of numbers as numbers (an int entry too) and those of a tuple of ints as integers."""
+    from typing import Annotated
+
+    from replearn.settings import Each, Ge, Gt, Le, OneOf
+
+    @dataclass(frozen=True)
+    class Grid(Settings):
+        fractions: Annotated[tuple, Each(Gt(0), Le(1))] = (1.0, 0.5)
+        conds: Annotated[tuple, Each(Ge(1, why="condition numbers"))] = (1.0, 2.0)
+        ms: Annotated[tuple[int, ...], Each(Ge(1), entry="every m in ms (samples)")] = (2, 5)
+        algorithms: Annotated[tuple[str, ...], Each(OneOf("ANIL", "FO-ANIL"))] = ("ANIL",)
+
+    with pytest.raises(ValueError, match=r"^every entry of fractions must be > 0.0 and <= 1.0, got 1.5$"):
+        Grid(fractions=(0.5, 1.5))
+    with pytest.raises(ValueError, match=r"^every entry of conds \(condition numbers\) must be >= 1.0, got 0$"):
+        Grid(conds=(1, 0))
+    with pytest.raises(ValueError, match=r"^every m in ms \(samples\) must be an integer >= 1 \(a positive integer\), "
+                                         r"got 0$"):
+        Grid(ms=(2, 0))
+    with pytest.raises(ValueError, match=r"^every entry of algorithms must be one of \('ANIL', 'FO-ANIL'\), "
+                                         r"got 'MAML'$"):
+        Grid(algorithms=("ANIL", "MAML"))
+    assert Grid(conds=(1, 3), fractions=(1, 0.25)).conds == (1, 3)
+    with pytest.raises(ValueError, match="Each needs the bounds"):
+        Each()
+
+
+def test_a_number_of_seeds_is_a_count_and_a_seed_field_a_seed():
+    """An int field ``seed`` or ``..._seed`` is a seed (up to 2**64 - 1); any other int field,
+    ``seeds`` (a number of seeds) included, is a count up to MAX_COUNT, bounds beside it or not."""
+    from typing import Annotated
+
+    from replearn.settings import Ge
+
+    @dataclass(frozen=True)
+    class Seeded(Settings):
+        seed: int = 0
+        data_seed: int = 0
+        seeds: Annotated[int, Ge(1, why="independent repetitions")] = 3
+
+    assert Seeded(seed=2**63, data_seed=2**63).seed == 2**63
+    with pytest.raises(ValueError, match=r"^seeds = 100000000 is more work .*MAX_COUNT"):
+        Seeded(seeds=10**8)
+    with pytest.raises(ValueError, match=r"^seeds \(independent repetitions\) must be an integer >= 1"):
+        Seeded(seeds=0)
+
+
+def single_field_checks(cls) -> list[str]:
+    """The statements of ``cls``'s own ``validate`` that read a single field (a check of one field
+    against constants, which belongs beside the field as a bound), as source text. A statement
+    that calls a method of ``self`` or passes ``self`` on may relate fields and is not counted;
+    a local variable reads the fields its assignment read."""
+    import ast
+    import inspect
+    import textwrap
+    from dataclasses import fields
+
+    if "validate" not in vars(cls):
+        return []
+    source = textwrap.dedent(inspect.getsource(vars(cls)["validate"]))
+    names, local, found = {f.name for f in fields(cls)}, {}, []
+
+    def reads(node):
+        out, owned = set(), set()
+        for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+                if n.attr not in names:
+                    return None        # a method of self: may relate fields
+                out.add(n.attr)
+                owned.add(id(n.value))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" \
+                    and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == "self":
+                out.add("getattr(self, ...)")
+                owned.add(id(n.args[0]))
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in local:
+                out |= local[n.id]
+        selves = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == "self"]
+        return None if any(id(n) not in owned for n in selves) else out   # self passed on
+
+    def assign(target, value):
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+            for t, v in zip(target.elts, value.elts):   # (a, b), (c, d) = self.x, self.y: pairwise
+                assign(t, v)
+            return
+        read = reads(value)
+        for n in ast.walk(target):
+            if isinstance(n, ast.Name):
+                local[n.id] = read or set()
+
+    for stmt in ast.parse(source).body[0].body:
+        read = reads(stmt)
+        if isinstance(stmt, ast.Assign):
+            for target in stmt.targets:
+                assign(target, stmt.value)
+        elif read is not None and len(read) == 1:
+            found.append(ast.get_source_segment(source, stmt).splitlines()[0].split("  #")[0].rstrip())
+    return found
+
+
+#: settings classes whose ``validate`` still reads single fields, and why
+SINGLE_FIELD_CHECKS_KEPT = {
+    "replearn.experiments.ch05_fedrep.s07_cifar_personalisation.TableSettings":
+        "its methods and variants are checked against the registry of methods, which grows at run time (a "
+        "reader's own method), so not against fixed choices; its distinct methods and partition entries are "
+        "still to move beside the fields",
+}
+
+
+def test_validate_keeps_only_relations_between_fields():
+    """Issue 42: every bound of a single field is written beside it and checked from its
+    annotation; a subclass's ``validate`` keeps only relations between fields (``k < d``, ``tau``
+    divides ``total_steps``), so no statement of it reads a single field."""
+    from typing import Annotated
+
+    from replearn.checks import check_int
+    from replearn.settings import Ge
+
+    @dataclass(frozen=True)
+    class Mixed(Settings):
+        d: int = 5
+        k: Annotated[int, Ge(1)] = 2
+        m: int = 3
+        pair: tuple = (1, 2)
+
+        def validate(self) -> None:
+            super().validate()
+            check_int(self.d, "d (needs k < d)", self.k + 1)       # a relation
+            check_int(self.m, "m", 1)                               # one field
+            for name in ("d", "m"):
+                check_int(getattr(self, name), name, 1)             # one field each
+            (lo, hi), k = self.pair, self.k
+            if not lo < hi:                                         # one field, through locals
+                raise ValueError("pair")
+            if not hi < k:                                          # a relation, through locals
+                raise ValueError("pair and k")
+
+    assert single_field_checks(Mixed) == ['check_int(self.m, "m", 1)', 'for name in ("d", "m"):', "if not lo < hi:"]
+    flagged = {key: single_field_checks(cls) for key, cls in all_settings_classes().items()}
+    flagged = {key: lines for key, lines in flagged.items() if lines}
+    assert set(flagged) - set(SINGLE_FIELD_CHECKS_KEPT) == set(), \
+        f"move these checks of one field beside it as a bound (replearn.settings.Ge, OneOf, ...): {flagged}"
+    assert set(SINGLE_FIELD_CHECKS_KEPT) <= set(flagged), "a class of SINGLE_FIELD_CHECKS_KEPT no longer needs it"
+
+
 def test_profiles_are_data_on_a_base_with_dotted_changes_merged_down_the_classes():
     """Issue 42: a profile is a :class:`Profile` (changes to a base profile) written as a class
     attribute; dotted names reach into a composed dataclass, whole fields are set first, a

@@ -80,7 +80,7 @@ def test_pretrain_settings_cpu_and_paper_profiles():
 
 
 def test_pretrain_settings_validate_at_construction():
-    with pytest.raises(ValueError, match="tau must be >= 2"):
+    with pytest.raises(ValueError, match=r"tau \(.*tau = 1 is D-SGD\) must be an integer >= 2"):
         T.PretrainSettings(tau=1)
     with pytest.raises(ValueError, match="multiple of every tau"):
         T.PretrainSettings(total_steps=15, tau=10)

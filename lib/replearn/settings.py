@@ -36,11 +36,12 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import ClassVar, Mapping
 
 from replearn.table import Table
-from replearn.checks import (check_bool, check_count, check_int, check_ints, check_nonnegative, check_number,
-                             check_positive, check_positives, check_seed, check_sequence)
+from replearn.checks import (check_bool, check_choice, check_count, check_int, check_nonnegative,
+                             check_number, check_positive, check_seed, check_sequence)
 
-__all__ = ["COMMON_WORDS", "Each", "Ge", "Gt", "PROFILES", "Profile", "Settings", "differences", "profile_name",
-           "setting_value", "sourced"]
+__all__ = ["COMMON_WORDS", "Distinct", "Each", "Ge", "Gt", "Le", "Lt", "OneOf", "PROFILES", "Pair", "Profile",
+           "Settings", "check_bounds", "differences", "field_bounds", "profile_name", "setting_value",
+           "sourced"]
 
 PROFILES = ("default", "long", "paper", "gpu")
 
@@ -64,17 +65,30 @@ def public_name(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+def _label(name: str, why: str) -> str:
+    """The field's name as a message shows it: ``tau (FedAvg's local steps)`` with a bound's ``why``."""
+    return f"{name} ({why})" if why else name
+
+
 @dataclass(frozen=True)
 class Ge:
     """A field's lower bound, written beside it: ``T: Annotated[int, Ge(1)] = 20`` (an integer
-    >= 1), ``noise: Annotated[float, Ge(0)] = 0.1`` (a finite number >= 0)."""
+    >= 1), ``noise: Annotated[float, Ge(0)] = 0.1`` (a finite number >= 0). ``why``: what the
+    field is or why the bound holds, shown after its name in the message (``Ge(2, why="FedAvg's
+    local steps; tau = 1 is D-SGD")`` fails as "tau (FedAvg's local steps; tau = 1 is D-SGD) must
+    be an integer >= 2, got 1"); every bound type takes it too, but :class:`Each`, whose
+    ``entry`` names its entries."""
 
     low: float
+    why: str = ""
 
     def check(self, value, name: str, kinds: set[str]):
+        name = _label(name, self.why)
         if kinds == {"int"}:
-            return check_int(value, name, self.low)
-        return check_nonnegative(value, name) if self.low == 0 else check_number(value, name, low=self.low)
+            return check_int(value, name, math.ceil(self.low))
+        if self.low == 0:
+            return check_nonnegative(value, name)
+        return check_number(value, name, low=float(self.low))
 
 
 @dataclass(frozen=True)
@@ -82,23 +96,174 @@ class Gt:
     """A field's strict lower bound: ``lr: Annotated[float, Gt(0)] = 0.1`` (a finite number > 0)."""
 
     low: float
+    why: str = ""
 
     def check(self, value, name: str, kinds: set[str]):
-        return check_positive(value, name) if self.low == 0 else check_number(value, name, low=self.low, low_open=True)
+        name = _label(name, self.why)
+        if self.low == 0:
+            return check_positive(value, name)
+        return check_number(value, name, low=float(self.low), low_open=True)
 
 
 @dataclass(frozen=True)
-class Each:
-    """A bound on every entry of a tuple field: ``rates: Annotated[tuple, Each(Gt(0))]``."""
+class Le:
+    """A field's upper bound: ``r: Annotated[float, Gt(0), Le(1)] = 1.0`` (a fraction in (0, 1]);
+    beside a lower bound (:class:`Ge`, :class:`Gt`) the two are checked together, so that the
+    message states the whole range ("r must be > 0.0 and <= 1.0, got 2.0")."""
 
-    bound: Ge | Gt
+    high: float
+    why: str = ""
 
     def check(self, value, name: str, kinds: set[str]):
-        if isinstance(self.bound, Gt) and self.bound.low == 0:
-            return check_positives(value, name)
-        if isinstance(self.bound, Ge) and float(self.bound.low).is_integer():
-            return check_ints(value, name, int(self.bound.low))
-        return check_sequence(value, name, lambda v, n: self.bound.check(v, n, {"float"}))
+        name = _label(name, self.why)
+        if kinds == {"int"}:
+            return check_int(value, name, None, math.floor(self.high))
+        return check_number(value, name, high=float(self.high))
+
+
+@dataclass(frozen=True)
+class Lt:
+    """A field's strict upper bound: ``delta0: Annotated[float, Ge(0), Lt(1)] = 0.5`` (in [0, 1)),
+    checked with a lower bound beside it as one range (see :class:`Le`)."""
+
+    high: float
+    why: str = ""
+
+    def check(self, value, name: str, kinds: set[str]):
+        name = _label(name, self.why)
+        if kinds == {"int"}:
+            return check_int(value, name, None, math.ceil(self.high) - 1)
+        return check_number(value, name, high=float(self.high), high_open=True)
+
+
+@dataclass(frozen=True, init=False)
+class OneOf:
+    """A value among ``choices``: ``dataset: Annotated[str, OneOf("cifar10", "cifar100")]``,
+    ``dtype: Annotated[str, OneOf(*DTYPES)]`` (the keys of a table of choices); the message lists
+    the choices to use instead ("dtype must be one of ('float32', 'float64'), got 'float16'")."""
+
+    choices: tuple
+    why: str = ""
+
+    def __init__(self, *choices, why: str = ""):
+        if not choices:
+            raise ValueError("OneOf needs the choices, e.g. OneOf('cifar10', 'cifar100')")
+        object.__setattr__(self, "choices", choices)
+        object.__setattr__(self, "why", why)
+
+    def check(self, value, name: str, kinds: set[str]):
+        return check_choice(value, _label(name, self.why), self.choices)
+
+
+@dataclass(frozen=True)
+class Distinct:
+    """A tuple without repeats: ``taus: Annotated[tuple[int, ...], Distinct()]`` (one run per
+    entry: a repeat would run and show the same entry twice); the message names the repeats."""
+
+    why: str = ""
+
+    def check(self, value, name: str, kinds: set[str]):
+        repeated = [v for i, v in enumerate(value) if v in value[:i]]
+        if repeated:
+            again = ", ".join(dict.fromkeys(repr(v) for v in repeated))
+            raise ValueError(f"{_label(name, self.why)} must be distinct, got {value!r} ({again} more than "
+                             f"once); drop the repeats")
+        return value
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A ``(low, high)`` pair with low <= high (``strict``: low < high), e.g. a range of sizes:
+    ``sizes: Annotated[tuple[int, int], Pair(), Each(Ge(1))] = (10, 200)``; bounds on both ends
+    are written with :class:`Each`."""
+
+    strict: bool = False
+    why: str = ""
+
+    def check(self, value, name: str, kinds: set[str]):
+        op = "<" if self.strict else "<="
+        if not (isinstance(value, tuple) and len(value) == 2
+                and (value[0] < value[1] if self.strict else value[0] <= value[1])):
+            raise ValueError(f"{_label(name, self.why)} must be a pair (low, high) with low {op} high, "
+                             f"got {value!r}")
+        return value
+
+
+@dataclass(frozen=True, init=False)
+class Each:
+    """Bounds on every entry of a tuple field: ``rates: Annotated[tuple, Each(Gt(0))]``,
+    ``fractions: Annotated[tuple, Each(Gt(0), Le(1))]`` (every entry in (0, 1]),
+    ``algorithms: Annotated[tuple, Each(OneOf("ANIL", "FO-ANIL"))]``. The entries of a tuple
+    whose default holds ints are checked as integers, those of a tuple of numbers as real numbers
+    (else each by its own type). The message names "every entry of <field>", or ``entry`` where given
+    (``Each(Ge(1), entry="every m in ms (samples of the new task)")``)."""
+
+    bounds: tuple
+    entry: str = ""
+
+    def __init__(self, *bounds, entry: str = ""):
+        if not bounds:
+            raise ValueError("Each needs the bounds of every entry, e.g. Each(Gt(0))")
+        object.__setattr__(self, "bounds", bounds)
+        object.__setattr__(self, "entry", entry)
+
+    def check(self, value, name: str, kinds: set[str]):
+        entries = kinds - {"tuple"}   # {"tuple", "int"}: a tuple of ints (see Settings.validate)
+        def one(v, n):
+            own = _value_kinds(v)
+            check_bounds(v, n, entries if entries and own <= {"int", "float"} else own, self.bounds)
+            return v
+        return check_sequence(value, name, one, each_name=self.entry or None)
+
+
+def check_bounds(value, name: str, kinds: set[str], bounds) -> None:
+    """``value`` of the field ``name`` (of the simple types ``kinds``: ``{"int"}``, ``{"float"}``,
+    ...) checked against ``bounds`` in order; a field's one lower bound (:class:`Ge`, :class:`Gt`)
+    and one upper bound (:class:`Le`, :class:`Lt`) are checked together, so that the message
+    states the whole range ("delta0 (a distance) must be >= 0.0 and < 1.0, got 1.0")."""
+    bounds = tuple(bounds)
+    lower = [b for b in bounds if isinstance(b, (Ge, Gt))]
+    upper = [b for b in bounds if isinstance(b, (Le, Lt))]
+    ranged, done = len(lower) == 1 and len(upper) == 1, False
+    for bound in bounds:
+        if ranged and (bound is lower[0] or bound is upper[0]):
+            if not done:
+                _check_range(value, name, kinds, lower[0], upper[0])
+                done = True
+        else:
+            bound.check(value, name, kinds)
+
+
+def _check_range(value, name: str, kinds: set[str], lower: Ge | Gt, upper: Le | Lt):
+    """A lower and an upper bound as one range (see :func:`check_bounds`); their ``why`` texts joined."""
+    name = _label(name, "; ".join(dict.fromkeys(b.why for b in (lower, upper) if b.why)))
+    low_open, high_open = isinstance(lower, Gt), isinstance(upper, Lt)
+    if kinds == {"int"}:
+        low = math.floor(lower.low) + 1 if low_open else math.ceil(lower.low)
+        high = math.ceil(upper.high) - 1 if high_open else math.floor(upper.high)
+        return check_int(value, name, low, high)
+    return check_number(value, name, low=float(lower.low), high=float(upper.high), low_open=low_open,
+                        high_open=high_open)
+
+
+def _entry_kinds(default: tuple) -> set[str]:
+    """The kind of the entries of a tuple field, from its default: ``{"int"}`` (all ints),
+    ``{"float"}`` (numbers, not all ints), else an empty set (each entry by its own type)."""
+    kinds = [_value_kinds(v) for v in default]
+    if kinds and all(k == {"int"} for k in kinds):
+        return {"int"}
+    return {"float"} if kinds and all(k <= {"int", "float"} for k in kinds) else set()
+
+
+def _value_kinds(value) -> set[str]:
+    """The simple type of one value, as :func:`_annotated_kinds` names types (an entry of a tuple)."""
+    if isinstance(value, bool):
+        return {"bool"}
+    if isinstance(value, numbers.Integral):
+        return {"int"}
+    if isinstance(value, numbers.Real):
+        return {"float"}
+    return {"str"} if isinstance(value, str) else set()
 
 
 @dataclass(frozen=True)
@@ -174,9 +339,13 @@ def apply_changes(settings, changes: Mapping[str, object]):
 
 def field_bounds(cls) -> dict[str, list]:
     """The bounds written beside the fields of the settings class ``cls`` (``Annotated[kind,
-    bound, ...]``; :class:`Ge`, :class:`Gt`, :class:`Each`), by field, from every class of its MRO
-    that annotates the field: a subclass that redeclares a field (a new default) keeps its base's
-    bounds."""
+    bound, ...]``), by field, from every class of its MRO that annotates the field: a subclass
+    that redeclares a field (a new default) keeps its base's bounds. The bounds: :class:`Ge`,
+    :class:`Gt` (lower), :class:`Le`, :class:`Lt` (upper; a lower and an upper bound make one
+    range), :class:`OneOf` (a value among choices), :class:`Distinct` (a tuple without repeats),
+    :class:`Pair` (a ``(low, high)`` pair in order) and :class:`Each` (bounds on every entry of
+    a tuple, named ``entry=`` in its messages); the others take ``why=``, words that their message
+    shows after the field's name."""
     found: dict[str, list] = {}
     for klass in reversed(cls.__mro__):
         for name, annotation in vars(klass).get("__annotations__", {}).items():
@@ -195,15 +364,28 @@ class Settings:
     Construction validates (``__post_init__`` calls :meth:`validate`), so a bad setting fails
     where it is written, not rounds later inside an experiment. The base :meth:`validate`
     checks every field that is not None against its annotation (``int``: an integer >= 0,
-    bools rejected, at most :data:`replearn.checks.MAX_COUNT` (a seed field: a seed a torch
-    generator accepts, :func:`replearn.checks.check_seed`); ``float``: a finite real number;
+    bools rejected, at most :data:`replearn.checks.MAX_COUNT` (a seed field, ``seed`` or
+    ``..._seed``: a seed a torch generator accepts, :func:`replearn.checks.check_seed`; an int
+    ``seeds``, a number of seeds, is a count); ``float``: a finite real number;
     ``bool``; ``str``; ``tuple``: a non-empty tuple, a list is converted, whose entries have the
     types of the default's entries, integer entries at most ``MAX_COUNT`` except seeds; a field
     whose default is a dataclass, such as a composed ``neural.TrainConfig``: an instance of
     that class, which validated itself when it was built).
-    A field's own range is written beside it, ``T: Annotated[int, Ge(1)] = 20`` (:class:`Ge`,
-    :class:`Gt`, :class:`Each`), and checked here after its type; subclasses extend
-    :meth:`validate` only with relations between fields (calling ``super().validate()``).
+    A field's own range is written beside it and checked here after its type (every bound of
+    a field from its annotation, :func:`field_bounds`)::
+
+        T: Annotated[int, Ge(1)] = 20                                     # an integer >= 1
+        lr: Annotated[float, Gt(0)] = 0.1                                 # a number > 0
+        r: Annotated[float, Gt(0, why="participation rate"), Le(1)] = 1.0  # in (0, 1]
+        dtype: Annotated[str, OneOf("float32", "float64")] = "float64"
+        taus: Annotated[tuple[int, ...], Distinct(), Each(Ge(1))] = (1, 5, 20)
+        sizes: Annotated[tuple[int, int], Pair(), Each(Ge(1))] = (10, 200)  # 1 <= low <= high
+
+    (:class:`Ge`, :class:`Gt`, :class:`Le`, :class:`Lt`, :class:`OneOf`, :class:`Distinct`,
+    :class:`Pair`, :class:`Each`; ``why=`` words shown after the field's name in the message,
+    "tau (FedAvg's local steps; tau = 1 is D-SGD) must be an integer >= 2, got 1"). Subclasses
+    extend :meth:`validate` only with relations between fields, such as ``k < d`` (calling
+    ``super().validate()``); a check of one field against constants is a bound beside it.
 
     A notebook shows its settings with ``display(cfg.table())``: a two-column table of what each
     setting is, in words, and its value, rounded (:meth:`table`); ``print(cfg)`` prints the same
@@ -237,7 +419,7 @@ class Settings:
             if kinds == {"bool"}:
                 check_bool(value, f.name)
             elif kinds == {"int"}:
-                (check_seed if "seed" in f.name else check_count)(value, f.name)
+                (check_seed if f.name == "seed" or f.name.endswith("_seed") else check_count)(value, f.name)
             elif kinds <= {"int", "float"} and "float" in kinds:
                 check_number(value, f.name)
             elif kinds == {"str"}:
@@ -248,8 +430,9 @@ class Settings:
                 if "seed" in f.name:
                     for k in getattr(self, f.name):
                         check_seed(k, f"every entry of {f.name}")
-            for bound in bounds.get(f.name, ()):
-                bound.check(getattr(self, f.name), f.name, kinds)
+            if kinds == {"tuple"} and isinstance(f.default, tuple):
+                kinds = kinds | _entry_kinds(f.default)   # for Each: how to check the entries
+            check_bounds(getattr(self, f.name), f.name, kinds, bounds.get(f.name, ()))
 
 
     def words(self, name: str) -> str:

@@ -41,19 +41,19 @@ class FedAvgProblemSettings(Settings):
     k: Annotated[int, Ge(1)] = 5
     M: int = 20
     alpha: Annotated[float, Gt(0)] = 0.2
-    tau: int = 2
-    rounds: int = 600
+    tau: Annotated[int, Ge(1)] = 2
+    rounds: Annotated[int, Ge(1)] = 600
     seed: int = 0
 
     PAPER = Profile({"d": 100, "k": 5, "M": 40, "tau": 2, "rounds": 1000},
                     doc="Collins et al. (2022), Fig. 1: d = 100, k = 5, M = 40, all clients, tau = 2.")
 
     def validate(self) -> None:
+        """The relations between the fields (each field's own range is beside it): k < d and
+        M >= k + 1 clients."""
         super().validate()
         check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
         check_int(self.M, "M (clients; diverse heads need M >= k + 1)", self.k + 1)
-        for name in ("tau", "rounds"):
-            check_int(getattr(self, name), name, 1)
 
 
 def make_problem(cfg: FedAvgProblemSettings, seed: int, *, cond: float | None = None,

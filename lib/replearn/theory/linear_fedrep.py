@@ -456,11 +456,7 @@ class FigureSettings(InstanceSettings):
     noise_std: Annotated[float, Ge(0)] = PAPER_NOISE_STD
     eta: Annotated[float, Gt(0)] = 0.5
     rounds: Annotated[int, Ge(1)] = 200
-    seeds: int = 3
-
-    def validate(self) -> None:
-        super().validate()
-        check_count(self.seeds, "seeds (independent repetitions)", 1)
+    seeds: Annotated[int, Ge(1, why="independent repetitions")] = 3
 
 
 # --------------------------------------------------------------------------- theory and measurements

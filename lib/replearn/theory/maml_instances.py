@@ -27,7 +27,7 @@ import torch
 from replearn.theory import linear, maml
 from replearn.backend import default_device
 from replearn.checks import check_int, check_nonnegative, check_number, check_positive
-from replearn.settings import Ge, Gt, Profile, Settings
+from replearn.settings import Ge, Gt, Lt, Profile, Settings
 
 __all__ = ["PopulationSettings", "check_instance_settings", "make_problem"]
 
@@ -42,12 +42,12 @@ class PopulationSettings(Settings):
     d: int = 20
     k: Annotated[int, Ge(1)] = 3
     n: int = 20
-    cond: float = 2.0
+    cond: Annotated[float, Ge(1, why="a condition number")] = 2.0
     scale: Annotated[float, Gt(0)] = 1.0
     mean_norm: Annotated[float, Ge(0)] = 0.0
-    delta0: float = 0.5
-    alpha: float = 0.25
-    beta: float = 0.5
+    delta0: Annotated[float, Ge(0, why="a distance"), Lt(1)] = 0.5
+    alpha: Annotated[float, Gt(0, why="the inner step size")] = 0.25
+    beta: Annotated[float, Gt(0, why="the outer step size")] = 0.5
     iterations: Annotated[int, Ge(1)] = 300
     seed: int = 0
 
@@ -57,13 +57,11 @@ class PopulationSettings(Settings):
                         "Gaussian draws so that mu_*^2 is known.")
 
     def validate(self) -> None:
+        """The relations between the fields (each field's own range is beside it): k < d and
+        n >= k + 1 tasks."""
         super().validate()
         check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
         check_int(self.n, "n (tasks; diverse heads need n >= k + 1)", self.k + 1)
-        check_number(self.cond, "cond (a condition number)", low=1.0)
-        check_number(self.delta0, "delta0 (a distance)", low=0.0, high=1.0, high_open=True)
-        check_positive(self.alpha, "the step size alpha")
-        check_positive(self.beta, "the step size beta")
 
     @property
     def mu2(self) -> float:

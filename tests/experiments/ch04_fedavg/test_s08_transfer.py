@@ -30,7 +30,7 @@ def test_bad_settings_raise_at_construction():
         s08.TransferSettings(cifar10_samples=(0,))
     with pytest.raises(ValueError, match="trials"):
         s08.TransferSettings(trials=0)
-    with pytest.raises(ValueError, match="tau must be >= 2"):
+    with pytest.raises(ValueError, match=r"tau \(.*tau = 1 is D-SGD\) must be an integer >= 2"):
         s08.TransferSettings(tau=1)
     with pytest.raises(ValueError, match="participation"):
         s08.TransferSettings(train=replace(s08.TransferSettings().train, participation=0.0))

@@ -27,7 +27,7 @@ def test_bad_settings_raise_at_construction():
         s09.CKASettings(ft_clients=0)
     with pytest.raises(ValueError, match="probe_per_class"):
         s09.CKASettings(probe_per_class=1)
-    with pytest.raises(ValueError, match="tau must be >= 2"):
+    with pytest.raises(ValueError, match=r"tau \(.*tau = 1 is D-SGD\) must be an integer >= 2"):
         s09.CKASettings(tau=1)
     with pytest.raises(ValueError, match="participation"):
         s09.CKASettings(train=replace(s09.CKASettings().train, participation=0.0))

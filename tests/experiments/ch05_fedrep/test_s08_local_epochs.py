@@ -70,7 +70,7 @@ def test_bad_settings_raise_at_construction():
         replace(s, epochs=(1, 1))
     with pytest.raises(ValueError, match="epochs"):
         replace(s, epochs=(0, 1))
-    with pytest.raises(ValueError, match="unknown dataset"):
+    with pytest.raises(ValueError, match=r"dataset must be one of \('cifar10', 'cifar100'\), got 'mnist'"):
         replace(s, dataset="mnist")
     with pytest.raises(ValueError, match="participation"):
         replace(s, train=replace(s.train, participation=0.0))

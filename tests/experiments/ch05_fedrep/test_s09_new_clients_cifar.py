@@ -61,7 +61,7 @@ def test_bad_settings_raise():
         replace(s, new_classes_per_client=3)
     with pytest.raises(ValueError, match="head_epochs_new"):
         replace(s, head_epochs_new=0)
-    with pytest.raises(ValueError, match="unknown dataset"):
+    with pytest.raises(ValueError, match=r"dataset must be one of \('cifar10', 'cifar100'\), got 'mnist'"):
         replace(s, dataset="mnist")
     with pytest.raises(ValueError, match="participation"):
         replace(s, train=replace(s.train, participation=0.0))

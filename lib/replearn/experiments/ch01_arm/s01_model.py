@@ -29,10 +29,9 @@ from typing import Annotated
 import torch
 
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
-from replearn.checks import check_ints
 from replearn.theory.few_shot import KNOWN, SCRATCH, new_task_errors
 from replearn.theory.linear import expected_ls_error, ground_truth_representation
-from replearn.settings import Ge, Profile, Settings
+from replearn.settings import Each, Ge, Profile, Settings
 
 METHODS = (KNOWN, SCRATCH)
 
@@ -48,7 +47,8 @@ class SampleComplexitySettings(Settings):
     d: Annotated[int, Ge(1)] = 50
     k: Annotated[int, Ge(1)] = 5
     noise_std: Annotated[float, Ge(0)] = 0.3
-    ms: tuple[int, ...] = (10, 15, 20, 30, 40, 44, 56, 60, 80, 100, 150, 200)
+    ms: Annotated[tuple[int, ...], Each(Ge(1), entry="every m in ms (samples of the new task)")] = (
+        10, 15, 20, 30, 40, 44, 56, 60, 80, 100, 150, 200)
     trials: Annotated[int, Ge(1)] = 1000
     batch: Annotated[int, Ge(1)] = 500
     seed: int = 0
@@ -59,11 +59,11 @@ class SampleComplexitySettings(Settings):
                     doc="A larger instance (the papers state this comparison without an experiment).")
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): k <= d."""
         super().validate()
         if self.k > self.d:
             raise ValueError(f"k = {self.k} > d = {self.d}: the representation cannot have more columns "
                              "than dimensions")
-        check_ints(self.ms, "ms (the sample sizes)", each_name="every m in ms (samples of the new task)")
 
 
 @dataclass(frozen=True)

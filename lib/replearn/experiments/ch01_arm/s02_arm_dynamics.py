@@ -21,7 +21,7 @@ import torch
 
 from replearn.theory import linear_federated, linalg, linear, meta
 from replearn.backend import default_device
-from replearn.checks import check_int, check_number
+from replearn.checks import check_int
 from replearn.settings import Ge, Gt, Profile, Settings
 
 
@@ -38,9 +38,9 @@ class ArmDynamicsSettings(Settings):
 
     d: int = 50
     k: Annotated[int, Ge(1)] = 5
-    n: int = 20
+    n: Annotated[int, Ge(1, why="tasks")] = 20
     mean_norm: Annotated[float, Ge(0)] = 0.0
-    cond: float = 1.0
+    cond: Annotated[float, Ge(1, why="a condition number")] = 1.0
     beta: Annotated[float, Gt(0)] = 0.2
     iterations: Annotated[int, Ge(1)] = 400
     tau: Annotated[int, Ge(1)] = 2
@@ -50,10 +50,9 @@ class ArmDynamicsSettings(Settings):
                     doc="The size of Collins et al. (2022), Fig. 1: d = 100, k = 5, 40 tasks/clients.")
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): k < d."""
         super().validate()
         check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
-        check_int(self.n, "n (tasks)", 1)
-        check_number(self.cond, "cond (a condition number)", low=1.0)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from replearn.theory.linear_federated import fedavg
 from replearn.theory.lower_bound import make_instance, stable_step
 from replearn.theory.meta import arm
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.settings import Ge, Profile, Settings
+from replearn.settings import Each, Ge, Gt, Lt, Pair, Profile, Settings
 from replearn.book.widgets import Slider, explorer as build_explorer
 
 
@@ -52,28 +52,21 @@ class LowerBoundSweepSettings(Settings):
     d_max: int = 30
     k_max: Annotated[int, Ge(2)] = 6
     n_max: int = 30
-    cond_max: float = 100.0
-    mean_norm_max: float = 2.0
+    cond_max: Annotated[float, Ge(1)] = 100.0
+    mean_norm_max: Annotated[float, Ge(0)] = 2.0
     T_max: Annotated[int, Ge(1)] = 150
-    step_fraction: tuple[float, float] = (0.05, 0.5)
+    step_fraction: Annotated[tuple[float, float], Pair(), Each(Gt(0), Lt(1))] = (0.05, 0.5)
     seed: Annotated[int, Ge(0)] = 0
 
     PAPER = Profile({"instances": 2000, "d_max": 100, "k_max": 20, "n_max": 100, "T_max": 1000},
                     doc="More and larger instances with longer runs.")
 
     def validate(self) -> None:
-        """Raise ValueError on inconsistent settings."""
+        """The relations between the fields (each field's own range is beside it): d_min <= d_max
+        and n_max > min(k_max, d_max - 1)."""
         super().validate()
         check_int(self.d_max, "d_max", self.d_min)
         check_int(self.n_max, "n_max", min(self.k_max, self.d_max - 1) + 1)
-        if not (self.cond_max >= 1 and self.mean_norm_max >= 0):
-            raise ValueError(f"need cond_max >= 1 and mean_norm_max >= 0, got {self.cond_max}, "
-                             f"{self.mean_norm_max}")
-        if len(self.step_fraction) != 2:
-            raise ValueError(f"step_fraction must be a pair (low, high), got {self.step_fraction!r}")
-        lo, hi = self.step_fraction
-        if not 0 < lo <= hi < 1:
-            raise ValueError(f"step_fraction must satisfy 0 < low <= high < 1, got {self.step_fraction}")
 
 
 @dataclass(frozen=True)

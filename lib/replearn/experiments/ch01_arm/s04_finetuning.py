@@ -36,7 +36,7 @@ from typing import Annotated
 import torch
 
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator
-from replearn.checks import check_int, check_ints, check_number, check_positive
+from replearn.checks import check_int
 from replearn.theory.linear_federated import fedavg
 from replearn.theory.few_shot import SCRATCH, head_errors, joint_errors
 from replearn.theory.linalg import principal_angle_distance, random_orthonormal
@@ -44,7 +44,7 @@ from replearn.theory.linear import (expected_head_error, expected_ls_error, grou
                        make_heads, population_tasks)
 from replearn.theory.lower_bound import adversarial_ground_truth
 from replearn.theory.meta import arm
-from replearn.settings import Ge, Profile, Settings
+from replearn.settings import Each, Ge, Gt, Lt, Profile, Settings
 
 LEARNED = ("ARM", "FedAvg", "true representation")
 METHODS = LEARNED + (SCRATCH,)
@@ -69,22 +69,23 @@ class FinetuneSettings(Settings):
              "joint_lr": "joint fine-tuning: relative step size"}
 
     d: int = 50
-    k: int = 5
-    n: int = 20
-    mean_norm: float = 1.0
-    cond: float = 4.0
-    delta: float | None = 0.5
-    beta: float = 0.3
-    arm_iterations: int = 2000
-    alpha: float = 0.3
-    tau: int = 2
-    rounds: int = 3000
+    k: Annotated[int, Ge(1)] = 5
+    n: Annotated[int, Ge(1)] = 20
+    mean_norm: Annotated[float, Gt(0, why="ARM only sees the mean head")] = 1.0
+    cond: Annotated[float, Ge(1, why="a condition number")] = 4.0
+    delta: Annotated[float | None, Gt(0, why="or None for a random B_*"), Lt(1)] = 0.5
+    beta: Annotated[float, Gt(0, why="a step size")] = 0.3
+    arm_iterations: Annotated[int, Ge(1)] = 2000
+    alpha: Annotated[float, Gt(0, why="a step size")] = 0.3
+    tau: Annotated[int, Ge(1)] = 2
+    rounds: Annotated[int, Ge(1)] = 3000
     noise_std: Annotated[float, Ge(0)] = 0.1
-    ms: tuple[int, ...] = (3, 10, 20, 40, 80, 160, 320)
-    trials: int = 1000
-    batch: int = 500
-    joint_steps: int = 300
-    joint_lr: float = 0.5
+    ms: Annotated[tuple[int, ...], Each(Ge(1), entry="every m in ms (samples of the new task)")] = (
+        3, 10, 20, 40, 80, 160, 320)
+    trials: Annotated[int, Ge(1)] = 1000
+    batch: Annotated[int, Ge(1)] = 500
+    joint_steps: Annotated[int, Ge(1)] = 300
+    joint_lr: Annotated[float, Gt(0, why="a step size")] = 0.5
     seed: int = 0
 
     PAPER = Profile({"d": 100, "k": 10, "n": 50, "rounds": 6000, "ms": (5, 20, 40, 80, 160, 320, 640),
@@ -92,19 +93,9 @@ class FinetuneSettings(Settings):
                     doc="A larger instance (the papers show the fine-tuning gap on images, not in this model).")
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): k < d."""
         super().validate()
-        for name in ("k", "n", "arm_iterations", "tau", "rounds", "trials", "batch", "joint_steps"):
-            check_int(getattr(self, name), name, 1)
         check_int(self.d, "d (needs k < d: a representation that can miss directions)", self.k + 1)
-        check_ints(self.ms, "ms (the sample sizes of the new task)",
-                   each_name="every m in ms (samples of the new task)")
-        if self.delta is not None:
-            check_number(self.delta, "delta (or None for a random B_*)", low=0.0, high=1.0, low_open=True,
-                         high_open=True)
-        for name in ("beta", "alpha", "joint_lr"):
-            check_positive(getattr(self, name), f"the step size {name}")
-        check_number(self.mean_norm, "mean_norm (ARM only sees the mean head)", low=0.0, low_open=True)
-        check_number(self.cond, "cond (a condition number)", low=1.0)
 
 
 @dataclass(frozen=True)

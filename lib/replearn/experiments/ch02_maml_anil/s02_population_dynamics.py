@@ -18,10 +18,9 @@ from typing import Annotated
 import torch
 
 from replearn.theory import linear, maml, meta, rates
-from replearn.checks import check_number, check_positives, check_sequence
 from replearn.theory.maml_instances import PopulationSettings, make_problem
 from replearn.book.plotting import COLORS
-from replearn.settings import Ge, Profile
+from replearn.settings import Each, Ge, Gt, Profile
 
 METHODS = ("ARM",) + maml.ALGORITHMS
 
@@ -39,19 +38,13 @@ class PopulationDynamicsSettings(PopulationSettings):
              "conds": "sweep: condition numbers", "alphas": "sweep: inner step sizes α",
              "betas": "sweep: outer step sizes β", "sweep_iterations": "sweep: iterations per value"}
 
-    conds: tuple = (1.0, 2.0, 4.0, 8.0, 16.0)
-    alphas: tuple = (0.05, 0.1, 0.2, 0.4, 0.8)
-    betas: tuple = (0.1, 0.2, 0.4, 0.8, 1.6)
+    conds: Annotated[tuple, Each(Ge(1, why="condition numbers"))] = (1.0, 2.0, 4.0, 8.0, 16.0)
+    alphas: Annotated[tuple, Each(Gt(0))] = (0.05, 0.1, 0.2, 0.4, 0.8)
+    betas: Annotated[tuple, Each(Gt(0))] = (0.1, 0.2, 0.4, 0.8, 1.6)
     sweep_iterations: Annotated[int, Ge(1)] = 600
 
     PAPER = Profile({"sweep_iterations": 1000}, doc="The paper-size instance of PopulationSettings.PAPER with "
                                                     "longer sweep runs.")
-
-    def validate(self) -> None:
-        super().validate()
-        check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
-        for name in ("alphas", "betas"):
-            check_positives(getattr(self, name), name)
 
 
 @dataclass(frozen=True)

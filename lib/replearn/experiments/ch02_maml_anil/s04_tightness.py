@@ -20,10 +20,9 @@ import torch
 
 from replearn.theory import linear, maml
 from replearn.checks import check_choice, check_int, check_nonnegative, check_number, check_positive, check_seed
-from replearn.theory.maml_instances import check_instance_settings
 from replearn.theory.meta import arm
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.settings import Ge, Profile, Settings
+from replearn.settings import Ge, Gt, Lt, Profile, Settings
 from replearn.book.widgets import Menu, Slider
 from replearn.book.widgets import explorer as build_explorer
 
@@ -43,13 +42,13 @@ class TightnessSettings(Settings):
              "beta": "outer step size β", "iterations": "outer iterations", "seeds": "random instances"}
 
     d: int = 20
-    k: int = 3
-    n: int = 20
-    cond: float = 2.0
-    mean_norm: float = 2.0
-    alpha: float = 0.25
-    beta: float = 0.25
-    delta0: float = 0.5
+    k: Annotated[int, Ge(1)] = 3
+    n: Annotated[int, Ge(1, why="tasks")] = 20
+    cond: Annotated[float, Ge(1, why="a condition number")] = 2.0
+    mean_norm: Annotated[float, Ge(0)] = 2.0
+    alpha: Annotated[float, Gt(0, why="the inner step size")] = 0.25
+    beta: Annotated[float, Gt(0, why="the outer step size")] = 0.25
+    delta0: Annotated[float, Gt(0, why="a distance"), Lt(1)] = 0.5
     iterations: Annotated[int, Ge(1)] = 600
     seeds: Annotated[int, Ge(1)] = 5
     seed: int = 0
@@ -58,9 +57,9 @@ class TightnessSettings(Settings):
                     doc="A larger instance (the talk does not state the settings of its tightness figure).")
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): k < d."""
         super().validate()
-        check_instance_settings(self)
-        check_int(self.n, "n (tasks)", 1)
+        check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
 
 
 @dataclass(frozen=True)

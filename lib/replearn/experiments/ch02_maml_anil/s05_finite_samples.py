@@ -16,9 +16,8 @@ import numpy as np
 import torch
 
 from replearn.theory import linear, maml
-from replearn.checks import check_choice, check_int, check_ints, check_sequence
-from replearn.theory.maml_instances import check_instance_settings
-from replearn.settings import Ge, Profile, Settings
+from replearn.checks import check_int
+from replearn.settings import Each, Ge, Gt, Lt, OneOf, Profile, Settings
 
 
 @dataclass(frozen=True)
@@ -39,19 +38,19 @@ class FiniteSampleSettings(Settings):
              "seeds": "random instances"}
 
     d: int = 50
-    k: int = 3
-    cond: float = 2.0
+    k: Annotated[int, Ge(1)] = 3
+    cond: Annotated[float, Ge(1, why="a condition number")] = 2.0
     noise_std: Annotated[float, Ge(0)] = 0.1
-    alpha: float = 0.25
-    beta: float = 0.5
-    delta0: float = 0.5
+    alpha: Annotated[float, Gt(0, why="the inner step size")] = 0.25
+    beta: Annotated[float, Gt(0, why="the outer step size")] = 0.5
+    delta0: Annotated[float, Gt(0, why="a distance"), Lt(1)] = 0.5
     iterations: Annotated[int, Ge(1)] = 80
-    tail: int = 20
-    ms: tuple[int, ...] = (8, 16, 32, 64)
+    tail: Annotated[int, Ge(1)] = 20
+    ms: Annotated[tuple[int, ...], Each(Ge(1, why="sample sizes"))] = (8, 16, 32, 64)
     n_fixed: Annotated[int, Ge(1)] = 40
-    ns: tuple[int, ...] = (5, 10, 20, 40, 80)
+    ns: Annotated[tuple[int, ...], Each(Ge(1, why="task counts"))] = (5, 10, 20, 40, 80)
     m_fixed: Annotated[int, Ge(1)] = 16
-    algorithms: tuple[str, ...] = ("ANIL", "FO-ANIL")
+    algorithms: Annotated[tuple[str, ...], Each(OneOf("ANIL", "FO-ANIL"))] = ("ANIL", "FO-ANIL")
     seeds: Annotated[int, Ge(1)] = 2
     seed: int = 0
 
@@ -60,12 +59,11 @@ class FiniteSampleSettings(Settings):
                     doc="The paper's dimension d = 100 with k = 5 (Collins et al. 2022, Sec. 5), longer runs.")
 
     def validate(self) -> None:
+        """The relations between the fields (each field's own range is beside it): k < d and
+        tail <= iterations."""
         super().validate()
-        check_instance_settings(self)
+        check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
         check_int(self.tail, "tail", 1, self.iterations)
-        check_ints(self.ms, "ms (sample sizes)")
-        check_ints(self.ns, "ns (task counts)")
-        check_sequence(self.algorithms, "algorithms", lambda v, n: check_choice(v, n, ("ANIL", "FO-ANIL")))
 
 
 @dataclass(frozen=True)

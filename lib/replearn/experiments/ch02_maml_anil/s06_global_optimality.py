@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from replearn.theory import sinusoid
-from replearn.checks import check_int
 from replearn.settings import Each, Ge, Gt, Profile, Settings
 
 
@@ -38,23 +37,18 @@ class NeuralMamlSettings(Settings):
              "widths": "hidden widths", "eta": "inner step size η", "lr": "outer step size",
              "steps": "outer steps", "restarts": "random initialisations per width"}
 
-    n: int = 10
-    m_in: int = 10
-    m_out: int = 10
+    n: Annotated[int, Ge(1)] = 10
+    m_in: Annotated[int, Ge(1)] = 10
+    m_out: Annotated[int, Ge(1)] = 10
     widths: Annotated[tuple[int, ...], Each(Ge(1))] = (2, 5, 10, 40)
     eta: Annotated[float, Gt(0)] = 0.05
     lr: Annotated[float, Gt(0)] = 0.2
-    steps: int = 800
-    restarts: int = 3
+    steps: Annotated[int, Ge(1)] = 800
+    restarts: Annotated[int, Ge(1)] = 3
     seed: int = 0
 
     PAPER = Profile({"n": 25, "widths": (2, 5, 10, 20, 40, 80), "steps": 4000, "restarts": 5},
                     doc="Wang et al. (2020) state the theory without this experiment; a larger version.")
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("n", "m_in", "m_out", "steps", "restarts"):
-            check_int(getattr(self, name), name, 1)
 
 
 def sine_tasks(n: int, m_in: int, m_out: int, *, seed: int = 0) -> sinusoid.SinusoidTasks:
@@ -77,21 +71,16 @@ class FixedFeatureSettings(Settings):
     WORDS = {"n": "tasks n", "m_in": "support points per task", "m_out": "query points per task",
              "width": "hidden width", "eta": "inner step size η", "steps": "gradient steps"}
 
-    n: int = 10
-    m_in: int = 10
-    m_out: int = 10
-    width: int = 5
+    n: Annotated[int, Ge(1)] = 10
+    m_in: Annotated[int, Ge(1)] = 10
+    m_out: Annotated[int, Ge(1)] = 10
+    width: Annotated[int, Ge(1)] = 5
     eta: Annotated[float, Gt(0)] = 0.05
     steps: Annotated[int, Ge(0)] = 60000
     seed: int = 0
 
     PAPER = Profile({"n": 25, "steps": 150000},
                     doc="More tasks (as NeuralMamlSettings.PAPER) and a longer run.")
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("n", "m_in", "m_out", "width"):
-            check_int(getattr(self, name), name, 1)
 
 
 # --------------------------------------------------------------------------- optimality over widths

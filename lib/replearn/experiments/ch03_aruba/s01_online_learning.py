@@ -19,7 +19,6 @@ import torch
 
 from replearn.theory import aruba
 from replearn.backend import DTYPE
-from replearn.checks import check_int
 from replearn.settings import Each, Ge, Profile, Settings
 
 
@@ -40,18 +39,13 @@ class SingleTaskSettings(Settings):
 
     family: aruba.TaskFamily = aruba.TaskFamily(spread=0.3, loss="absolute")
     ms: Annotated[tuple[int, ...], Each(Ge(1))] = (10, 20, 40, 80, 160, 320, 640)
-    tasks: int = 25
-    runs: int = 4
-    sign_runs: int = 400
+    tasks: Annotated[int, Ge(1)] = 25
+    runs: Annotated[int, Ge(1)] = 4
+    sign_runs: Annotated[int, Ge(1)] = 400
     seed: int = 0
 
     PAPER = Profile({"ms": (10, 20, 40, 80, 160, 320, 640, 1280, 2560), "tasks": 50, "sign_runs": 2000},
                     doc="Longer tasks and more repetitions (the blog states these rates without an experiment).")
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("tasks", "runs", "sign_runs"):
-            check_int(getattr(self, name), name, 1)
 
 
 @dataclass(frozen=True)

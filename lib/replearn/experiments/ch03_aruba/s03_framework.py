@@ -18,7 +18,6 @@ import torch
 
 from replearn.theory import aruba
 from replearn.backend import DTYPE
-from replearn.checks import check_nonnegative, check_sequence
 from replearn.settings import Each, Ge, Gt, Profile, Settings
 from replearn.book.plotting import to_numpy
 
@@ -43,17 +42,13 @@ class FrameworkSettings(Settings):
     T: Annotated[int, Ge(1)] = 300
     runs: Annotated[int, Ge(1)] = 4
     spreads: Annotated[tuple[float, ...], Each(Gt(0))] = (0.03, 0.1, 0.3)
-    reptile_rates: tuple[float, ...] = (0.0, 0.5)
+    reptile_rates: Annotated[tuple[float, ...], Each(Ge(0, why="0 = the single-task rate"))] = (0.0, 0.5)
     rates: Annotated[tuple[float, ...], Each(Gt(0))] = tuple(0.01 * 2 ** k for k in range(9))
     smoothing: Annotated[float, Gt(0)] = 1e-4
     seed: int = 2
 
     PAPER = Profile({"T": 1000, "runs": 10},
                     doc="More tasks and runs.")
-
-    def validate(self) -> None:
-        super().validate()
-        check_sequence(self.reptile_rates, "reptile_rates (0 = the single-task rate)", check_nonnegative)
 
 
 @dataclass(frozen=True)

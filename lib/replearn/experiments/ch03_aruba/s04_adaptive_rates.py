@@ -36,7 +36,7 @@ import torch
 from replearn.theory import aruba
 from replearn.checks import check_int, check_number, check_seed
 from replearn.book.plotting import plot_curves, to_numpy
-from replearn.settings import Each, Gt, Profile, Settings
+from replearn.settings import Each, Ge, Gt, Lt, Profile, Settings
 from replearn.book.widgets import Menu, Slider
 from replearn.book.widgets import explorer as build_explorer
 
@@ -54,15 +54,15 @@ class ArubaRatesSettings(Settings):
              "smoothing": "ARUBA's smoothing ε", "power": "ARUBA's power p",
              "adagrad_grid": "AdaGrad's base step sizes"}
 
-    d: int = 10
+    d: Annotated[int, Ge(1)] = 10
     varying: int = 2
     high: Annotated[float, Gt(0)] = 1.0
     low: Annotated[float, Gt(0)] = 0.01
-    m: int = 20
-    T: int = 200
-    runs: int = 3
+    m: Annotated[int, Ge(1)] = 20
+    T: Annotated[int, Ge(1)] = 200
+    runs: Annotated[int, Ge(1)] = 3
     smoothing: Annotated[float, Gt(0)] = 0.01
-    power: float = 0.4
+    power: Annotated[float, Ge(0, why="o(t) smoothing"), Lt(1)] = 0.4
     adagrad_grid: Annotated[tuple, Each(Gt(0))] = (0.03, 0.1, 0.3, 1.0)
     seed: int = 0
 
@@ -70,11 +70,9 @@ class ArubaRatesSettings(Settings):
                     doc="A larger instance (d = 50 with 10 varying coordinates, m = 100, T = 1000, 5 runs).")
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): varying <= d."""
         super().validate()
-        for name in ("d", "m", "T", "runs"):
-            check_int(getattr(self, name), name, 1)
         check_int(self.varying, "varying (task-specific coordinates)", 0, self.d)
-        check_number(self.power, "power (o(t) smoothing)", low=0.0, high=1.0, high_open=True)
 
     def family(self) -> aruba.TaskFamily:
         return aruba.TaskFamily.anisotropic(self.d, self.varying, high=self.high, low=self.low, m=self.m)

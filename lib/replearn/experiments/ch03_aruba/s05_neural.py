@@ -36,8 +36,7 @@ import torch
 
 from replearn.theory import sinusoid
 from replearn.backend import SeedLike, make_generator
-from replearn.checks import check_int, check_number, check_positive
-from replearn.settings import Each, Gt, Profile, Settings
+from replearn.settings import Each, Ge, Gt, Lt, Profile, Settings
 from replearn.book.plotting import to_numpy
 
 
@@ -55,31 +54,23 @@ class ArubaNeuralSettings(Settings):
              "smoothing": "ARUBA's smoothing ε", "power": "ARUBA's power p", "eval_tasks": "evaluation tasks",
              "rate_grid": "single step sizes tried"}
 
-    hidden: int = 40
-    shots: int = 10
-    query: int = 50
-    inner_steps: int = 5
-    meta_iterations: int = 1500
-    meta_batch: int = 10
-    meta_step: float = 0.5
-    eta0: float = 0.01
-    smoothing: float = 1.0
-    power: float = 0.4
-    eval_tasks: int = 500
+    hidden: Annotated[int, Ge(1)] = 40
+    shots: Annotated[int, Ge(1)] = 10
+    query: Annotated[int, Ge(1)] = 50
+    inner_steps: Annotated[int, Ge(1)] = 5
+    meta_iterations: Annotated[int, Ge(1)] = 1500
+    meta_batch: Annotated[int, Ge(1)] = 10
+    meta_step: Annotated[float, Gt(0)] = 0.5
+    eta0: Annotated[float, Gt(0)] = 0.01
+    smoothing: Annotated[float, Gt(0)] = 1.0
+    power: Annotated[float, Ge(0, why="o(t) smoothing"), Lt(1)] = 0.4
+    eval_tasks: Annotated[int, Ge(1)] = 500
     rate_grid: Annotated[tuple, Each(Gt(0))] = (0.001, 0.003, 0.01, 0.02, 0.03, 0.05, 0.1)
     seed: int = 0
 
     PAPER = Profile({"meta_iterations": 10000, "meta_batch": 25, "eval_tasks": 2000},
                     doc="Longer meta-training and more held-out tasks (Finn et al. 2017: 70k iterations of 25 "
                         "tasks; a CPU-feasible fraction of it).")
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("hidden", "shots", "query", "inner_steps", "meta_iterations", "meta_batch", "eval_tasks"):
-            check_int(getattr(self, name), name, 1)
-        for name in ("meta_step", "eta0", "smoothing"):
-            check_positive(getattr(self, name), name)
-        check_number(self.power, "power (o(t) smoothing)", low=0.0, high=1.0, high_open=True)
 
 
 def reptile(cfg: ArubaNeuralSettings, *, learn_rate: bool = True, seed: SeedLike = 0) -> sinusoid.MetaTraining:

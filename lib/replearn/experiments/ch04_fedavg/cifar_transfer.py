@@ -28,9 +28,8 @@ from replearn import neural
 from replearn.neural import algorithms
 from replearn.backend import default_device, derive_seed
 from replearn.checks import check_int
-from replearn.settings import Ge, Profile, Settings, sourced
+from replearn.settings import Distinct, Ge, Gt, OneOf, Profile, Settings, sourced
 from replearn.book.scales import require_data
-from replearn.book.seeds import check_seeds
 from replearn.neural.specs import DTYPES, FederationSpec, NetworkSpec
 
 __all__ = ["DSGD", "DTYPES", "PAPER_PRETRAIN", "MatchedTraining", "PretrainSettings", "Pretrained",
@@ -72,16 +71,10 @@ class MatchedTraining(Settings):
     clients: Annotated[int, Ge(1)] = 10
     total_steps: Annotated[int, Ge(1)] = 400
     train: neural.TrainConfig = neural.TrainConfig(lr=0.02, momentum=0.5, batch_size=10, participation=0.3)
-    dtype: str = "float64"
-    seeds: tuple[int, ...] = (0, 1, 2)
+    dtype: Annotated[str, OneOf(*DTYPES)] = "float64"
+    seeds: Annotated[tuple[int, ...], Distinct()] = (0, 1, 2)
     seed: int = 0
     full_data: bool = False
-
-    def validate(self) -> None:
-        super().validate()
-        check_seeds(self.seeds)
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
 
     def check_taus(self, taus) -> None:
         """Every ``tau`` must be a positive int dividing ``total_steps`` (equal local updates)."""
@@ -176,21 +169,17 @@ class PretrainSettings(MatchedTraining):
     n_new: Annotated[int, Ge(1)] = 20
     n_pretrain: Annotated[int | None, Ge(2)] = 20
     classes_per_client: Annotated[int, Ge(1)] = 4
-    tau: int = 10
+    tau: Annotated[int, Ge(2, why="FedAvg's local steps; tau = 1 is D-SGD")] = 10
     ft_epochs: Annotated[int, Ge(1)] = 10
-    ft_lr: float = 0.01
+    ft_lr: Annotated[float, Gt(0)] = 0.01
     ft_batch_size: Annotated[int, Ge(1)] = 10
-    split: str = "authors"
+    split: Annotated[str, OneOf(*D.SHARD_SPLITS)] = "authors"
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): ``tau`` divides
+        ``total_steps``."""
         super().validate()
         self.check_taus((self.tau,))
-        if self.split not in D.SHARD_SPLITS:
-            raise ValueError(f"split must be one of {tuple(D.SHARD_SPLITS)}, got {self.split!r}")
-        if self.tau < 2:
-            raise ValueError(f"FedAvg's tau must be >= 2 (tau = 1 is D-SGD), got {self.tau}")
-        if not self.ft_lr > 0:
-            raise ValueError(f"ft_lr must be positive, got {self.ft_lr!r}")
 
     PAPER = sourced(PRETRAIN_STATED, ours=PAPER_PRETRAIN,
                     doc="The paper-scale pre-training: PRETRAIN_STATED with PAPER_PRETRAIN's choices.")

@@ -16,7 +16,7 @@ from typing import Annotated
 import torch
 
 from replearn.theory import linear
-from replearn.checks import check_int, check_number
+from replearn.checks import check_int
 from replearn.settings import Ge, Gt, Profile, Settings
 
 
@@ -35,9 +35,9 @@ class FedAvgDsgdSettings(Settings):
 
     d: int = 50
     k: Annotated[int, Ge(1)] = 5
-    n: int = 20
+    n: Annotated[int, Ge(1, why="clients")] = 20
     mean_norm: Annotated[float, Ge(0)] = 0.0
-    cond: float = 1.0
+    cond: Annotated[float, Ge(1, why="a condition number")] = 1.0
     alpha: Annotated[float, Gt(0)] = 0.2
     tau: Annotated[int, Ge(1)] = 2
     rounds: Annotated[int, Ge(1)] = 1000
@@ -47,10 +47,9 @@ class FedAvgDsgdSettings(Settings):
                     doc="The size of Collins et al. (2022), Fig. 1: d = 100, k = 5, 40 clients.")
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): k < d."""
         super().validate()
         check_int(self.d, "d (needs 1 <= k < d)", self.k + 1)
-        check_int(self.n, "n (clients)", 1)
-        check_number(self.cond, "cond (a condition number)", low=1.0)
 
 
 def make_problem(cfg: FedAvgDsgdSettings, device=None) -> linear.Problem:

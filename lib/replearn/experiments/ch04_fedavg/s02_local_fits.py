@@ -27,7 +27,6 @@ import torch
 
 from replearn.theory import linear_federated, linalg, linear
 from replearn.backend import DTYPE, default_device, make_generator, randn
-from replearn.checks import check_int
 from replearn.theory.linear_federated import AveragedModel
 from replearn.theory.linear import PopulationTasks
 from replearn.settings import Each, Ge, Gt, Profile, Settings
@@ -90,7 +89,7 @@ class LocalFitsSettings(Settings):
              "taus": "local steps τ (1 is D-GD)",
              "perturbation": "size of the kick added to the averaged local fits"}
 
-    d: int = 10
+    d: Annotated[int, Ge(3, why="the construction needs d >= 3")] = 10
     alpha: Annotated[float, Gt(0)] = 0.2
     rounds: Annotated[int, Ge(1)] = 300
     taus: Annotated[tuple, Each(Ge(1))] = (1, 2, 10, 100)
@@ -99,10 +98,6 @@ class LocalFitsSettings(Settings):
 
     PAPER = Profile({"d": 100, "rounds": 1000},
                     doc="A larger ambient dimension (the paper has no such instance; d = 100 as in its Fig. 1).")
-
-    def validate(self) -> None:
-        super().validate()
-        check_int(self.d, "d (the construction needs d >= 3)", 3)
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,16 @@ for any tau, step size, head condition number and participation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from replearn.theory import linear_federated, linear, rates
 from replearn.backend import DTYPE, derive_seed
-from replearn.checks import check_fraction, check_int, check_ints, check_number, check_sequence
+from replearn.checks import check_fraction, check_number
 from replearn.theory.fedavg_problems import FedAvgProblemSettings, make_problem
-from replearn.settings import Profile
+from replearn.settings import Each, Ge, Gt, Le, Lt, Profile
 from replearn.book.plotting import COLORS, plot_curves, to_numpy
 from replearn.book.widgets import explorer as build_explorer, Slider
 
@@ -49,26 +50,17 @@ class ConvergenceSettings(FedAvgProblemSettings):
              "sweep_seeds": "rate sweep: instances", "fractions": "participation: fractions of clients per round"}
 
     rounds: int = 1000
-    seeds: int = 3
-    taus: tuple = (1, 2, 3, 5, 10)
-    conds: tuple = (1.0, 2.0, 4.0, 8.0, 16.0)
-    diversity_tau: int = 5
-    delta0: float = 0.9
-    sweep_rounds: int = 600
-    sweep_seeds: int = 2
-    fractions: tuple = (1.0, 0.5, 0.25)
+    seeds: Annotated[int, Ge(1)] = 3
+    taus: Annotated[tuple, Each(Ge(1, why="local steps per round"))] = (1, 2, 3, 5, 10)
+    conds: Annotated[tuple, Each(Ge(1, why="condition numbers"))] = (1.0, 2.0, 4.0, 8.0, 16.0)
+    diversity_tau: Annotated[int, Ge(1)] = 5
+    delta0: Annotated[float, Ge(0, why="a distance"), Lt(1)] = 0.9
+    sweep_rounds: Annotated[int, Ge(1)] = 600
+    sweep_seeds: Annotated[int, Ge(1)] = 2
+    fractions: Annotated[tuple, Each(Gt(0, why="of participating clients"), Le(1))] = (1.0, 0.5, 0.25)
 
     PAPER = Profile({"d": 100, "k": 5, "M": 40, "tau": 2, "rounds": 1000, "seeds": 10, "sweep_seeds": 5},
                     doc="Collins et al. (2022), Fig. 1: d = 100, k = 5, M = 40, all clients, tau = 2, 10 runs.")
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("seeds", "diversity_tau", "sweep_rounds", "sweep_seeds"):
-            check_int(getattr(self, name), name, 1)
-        check_ints(self.taus, "taus (local steps per round)")
-        check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
-        check_number(self.delta0, "delta0 (a distance)", low=0.0, high=1.0, high_open=True)
-        check_sequence(self.fractions, "fractions (of participating clients)", check_fraction)
 
 
 # --------------------------------------------------------------------------- Fig. 1

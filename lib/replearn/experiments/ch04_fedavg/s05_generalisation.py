@@ -33,8 +33,8 @@ import torch
 
 from replearn.theory import linear_federated, linalg, linear
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
-from replearn.checks import check_int, check_ints, check_number
-from replearn.settings import Ge, Gt, Profile, Settings
+from replearn.checks import check_int
+from replearn.settings import Each, Ge, Gt, Lt, Profile, Settings
 from replearn.theory.linear import expected_head_error
 from replearn.book.plotting import COLORS
 
@@ -58,17 +58,18 @@ class GeneralisationSettings(Settings):
              "ft_lr": "fine-tuning: step as a fraction of the stability limit"}
 
     d: int = 50
-    k: int = 5
-    M: int = 20
+    k: Annotated[int, Ge(1)] = 5
+    M: Annotated[int, Ge(1)] = 20
     alpha: Annotated[float, Gt(0)] = 0.2
-    tau: int = 2
-    rounds: int = 5000
+    tau: Annotated[int, Ge(2, why="FedAvg's local steps; tau = 1 is D-GD itself")] = 2
+    rounds: Annotated[int, Ge(1)] = 5000
     noise_std: Annotated[float, Ge(0)] = 0.1
-    ns: tuple[int, ...] = (3, 10, 20, 40, 80)
-    runs: int = 5
-    clients: int = 20
-    ft_steps: int = 200
-    ft_lr: float = 0.25
+    ns: Annotated[tuple[int, ...], Each(Ge(1), entry="every n in ns (samples of the new client)")] = (
+        3, 10, 20, 40, 80)
+    runs: Annotated[int, Ge(1)] = 5
+    clients: Annotated[int, Ge(1)] = 20
+    ft_steps: Annotated[int, Ge(1)] = 200
+    ft_lr: Annotated[float, Gt(0, why="a fraction of the fine-tuning stability bound"), Lt(2)] = 0.25
     seed: int = 0
 
     PAPER = Profile({"d": 100, "k": 5, "M": 40, "rounds": 10000, "ns": (3, 10, 20, 50, 100, 200), "runs": 10,
@@ -78,16 +79,9 @@ class GeneralisationSettings(Settings):
                         "Fig. 3 (right) nor the step sizes; we take n from 3 to 2d.")
 
     def validate(self) -> None:
-        """Raise ``ValueError`` with a clear message on settings that cannot run."""
+        """The relation between the fields (each field's own range is beside it): k < d."""
         super().validate()
-        for name in ("k", "M", "rounds", "runs", "clients", "ft_steps"):
-            check_int(getattr(self, name), name, 1)
         check_int(self.d, "d (needs k < d: a representation that can miss directions)", self.k + 1)
-        check_int(self.tau, "tau (FedAvg's local steps; tau = 1 is D-GD itself)", 2)
-        check_ints(self.ns, "ns (the sample sizes of the new client)",
-                   each_name="every n in ns (samples of the new client)")
-        check_number(self.ft_lr, "ft_lr (a fraction of the fine-tuning stability bound)", low=0.0, high=2.0,
-                     low_open=True, high_open=True)
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,9 @@ import torch
 
 from replearn.theory import linear_federated
 from replearn.backend import DTYPE, derive_seed, make_generator
-from replearn.checks import check_int, check_number
 from replearn.theory.linear import Problem
 from replearn.theory.lower_bound import weighted_adversarial_instance
-from replearn.settings import Ge, Gt, Profile, Settings
+from replearn.settings import Each, Ge, Gt, Pair, Profile, Settings
 
 
 @dataclass(frozen=True)
@@ -37,15 +36,15 @@ class DgdLowerBoundSettings(Settings):
              "mean_norm_max": "largest norm of the heads' mean",
              "cond_max": "largest condition number of the heads", "alpha": "step size α"}
 
-    instances: int = 40
-    d_range: tuple[int, int] = (10, 30)
-    k_range: tuple[int, int] = (2, 5)
+    instances: Annotated[int, Ge(1)] = 40
+    d_range: Annotated[tuple[int, int], Pair()] = (10, 30)
+    k_range: Annotated[tuple[int, int], Pair(), Each(Ge(2))] = (2, 5)
     clients: int = 20
-    sizes: tuple[int, int] = (10, 200)
-    rounds: int = 400
-    tau: int = 2
+    sizes: Annotated[tuple[int, int], Pair(), Each(Ge(1))] = (10, 200)
+    rounds: Annotated[int, Ge(1)] = 400
+    tau: Annotated[int, Ge(1)] = 2
     mean_norm_max: Annotated[float, Ge(0)] = 1.0
-    cond_max: float = 10.0
+    cond_max: Annotated[float, Ge(1)] = 10.0
     alpha: Annotated[float, Gt(0)] = 0.3
     seed: int = 0
 
@@ -53,21 +52,15 @@ class DgdLowerBoundSettings(Settings):
                     doc="The paper's dimensions (d = 100, k = 5, M = 40) on more instances and rounds.")
 
     def validate(self) -> None:
+        """The relations between the fields (each field's own range is beside it): k_max < d_min
+        and more clients than k_max."""
         super().validate()
-        for name in ("d_range", "k_range", "sizes"):
-            if len(getattr(self, name)) != 2:
-                raise ValueError(f"{name} must be a pair (low, high), got {getattr(self, name)!r}")
-        (d_lo, d_hi), (k_lo, k_hi), (s_lo, s_hi) = self.d_range, self.k_range, self.sizes
-        if not (2 <= k_lo <= k_hi and k_hi < d_lo <= d_hi):
+        k_hi, d_lo = self.k_range[1], self.d_range[0]
+        if not k_hi < d_lo:
             raise ValueError(f"need 2 <= k_min <= k_max < d_min <= d_max, got k_range={self.k_range}, "
                              f"d_range={self.d_range}")
         if not self.clients > k_hi:
             raise ValueError(f"need more clients than k_max = {k_hi} (diverse heads), got {self.clients}")
-        if not 1 <= s_lo <= s_hi:
-            raise ValueError(f"sizes must satisfy 1 <= low <= high, got {self.sizes}")
-        for name in ("instances", "rounds", "tau"):
-            check_int(getattr(self, name), name, 1)
-        check_number(self.cond_max, "cond_max", low=1.0)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from replearn.experiments.ch04_fedavg.cifar_transfer import (MatchedTraining, ac
 from replearn.book.widgets import explorer as build_explorer, Menu
 from replearn.table import Table
 from replearn.book.seeds import points, separated
-from replearn.settings import Ge, Profile, sourced
+from replearn.settings import Distinct, Each, Ge, Gt, Profile, sourced
 
 
 #: What the paper states of Fig. 4's setting, by settings field: (value, where it says so).
@@ -48,18 +48,16 @@ class SimilaritySettings(MatchedTraining):
     ``taus`` (1 = D-SGD); cosine similarities on ``probe_per_class`` test images of each class;
     ``test_per_client`` test images per client for the (reported) client accuracy."""
 
-    alpha: float = 0.6
-    taus: tuple[int, ...] = (1, 5, 20)
+    alpha: Annotated[float, Gt(0)] = 0.6
+    taus: Annotated[tuple[int, ...], Distinct(), Each(Ge(1))] = (1, 5, 20)
     probe_per_class: Annotated[int, Ge(2)] = 100
     test_per_client: Annotated[int, Ge(1)] = 20
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): every tau
+        divides ``total_steps``."""
         super().validate()
-        if len(set(self.taus)) != len(self.taus):
-            raise ValueError(f"taus must be distinct, got {self.taus!r}")
         self.check_taus(self.taus)
-        if not self.alpha > 0:
-            raise ValueError(f"alpha must be positive, got {self.alpha!r}")
 
     PAPER = sourced(PAPER_SETTINGS, ours={"model": "fedavg_cnn", "channels": (32, 64, 128), "hidden": (256, 128),
                                           "train.lr": 0.01, "train.momentum": 0.5, "train.batch_size": 10,

@@ -11,12 +11,12 @@ accuracy per new client.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from replearn.neural import data as D
 from replearn.backend import derive_seed
-from replearn.checks import check_int
 from replearn.book import scales, seeds, wording as w
 from replearn.book.results import Section, floats
 from replearn.book.claims import fmt, glue_diff, glue_pm, glue_text
@@ -26,7 +26,7 @@ from replearn.experiments.ch04_fedavg.cifar_transfer import (PRETRAIN_STATED, Pr
 from replearn.table import Table
 from replearn.book.seeds import mean_sd, points
 from replearn.book.plotting import COLORS
-from replearn.settings import Profile, sourced
+from replearn.settings import Each, Ge, Profile, sourced
 
 
 #: What the sources state of Fig. 5's setting, by settings field: (value, where it says so).
@@ -49,20 +49,12 @@ class TransferSettings(PretrainSettings):
     fine-tune on ``cifar10_samples`` images; ``trials`` draws of new clients (the models are
     trained once). CPU default: new clients hold pairs of held-out classes (chance 1/2)."""
 
-    samples: tuple[int, ...] = (20, 100)
-    cifar10_samples: tuple[int, ...] = (100,)
-    new_clients: int = 4
-    new_classes_per_client: int = 2
-    test_per_client: int = 100
-    trials: int = 1
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("samples", "cifar10_samples"):
-            for v in getattr(self, name):
-                check_int(v, name, 1)
-        for name in ("new_clients", "new_classes_per_client", "test_per_client", "trials"):
-            check_int(getattr(self, name), name, 1)
+    samples: Annotated[tuple[int, ...], Each(Ge(1))] = (20, 100)
+    cifar10_samples: Annotated[tuple[int, ...], Each(Ge(1))] = (100,)
+    new_clients: Annotated[int, Ge(1)] = 4
+    new_classes_per_client: Annotated[int, Ge(1)] = 2
+    test_per_client: Annotated[int, Ge(1)] = 100
+    trials: Annotated[int, Ge(1)] = 1
 
     PAPER = sourced(PAPER_SETTINGS, ours={"samples": (50, 100, 200, 500), "cifar10_samples": (50, 100, 200, 500),
                                           "new_classes_per_client": 5, "test_per_client": 200},

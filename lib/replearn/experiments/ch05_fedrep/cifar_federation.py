@@ -24,8 +24,7 @@ from replearn.neural import algorithms
 from replearn.backend import derive_seed
 from replearn.checks import check_int
 from replearn.neural.specs import DTYPES, Federation, FederationSpec, NetworkSpec
-from replearn.settings import Ge, Settings, sourced
-from replearn.book.seeds import check_seeds
+from replearn.settings import Distinct, Ge, OneOf, Settings, sourced
 
 __all__ = ["AUTHORS_PIPELINE", "PAPER_CIFAR", "PAPER_OPTIM", "Federation", "FederationSettings", "fit_heads", "make_federation"]
 
@@ -88,17 +87,17 @@ class FederationSettings(Settings):
 
     clients: Annotated[int, Ge(1)] = 5
     classes_per_client: Annotated[int, Ge(1)] = 2
-    train_per_client: int | None = 200
-    test_per_client: int | None = 100
+    train_per_client: Annotated[int | None, Ge(1)] = 200
+    test_per_client: Annotated[int | None, Ge(1)] = 100
     train: neural.TrainConfig = neural.TrainConfig(rounds=20, participation=0.8, lr=0.05, momentum=0.5,
                                                    batch_size=10, local_epochs=1, head_epochs=5, local_steps=10,
                                                    head_steps=10, eval_every=20, last_rounds=1)
     variant: str | None = "narrow"
-    dtype: str = "float64"
-    seeds: tuple[int, ...] = (0, 1, 2)
+    dtype: Annotated[str, OneOf(*DTYPES)] = "float64"
+    seeds: Annotated[tuple[int, ...], Distinct()] = (0, 1, 2)
     seed: int = 0
     full_data: bool = False
-    split: str = "authors"
+    split: Annotated[str, OneOf(*D.SHARD_SPLITS)] = "authors"
 
     PAPER = sourced(PAPER_CIFAR, AUTHORS_PIPELINE, ours=PAPER_OPTIM,
                     doc="Sec. 5.2 of the FedRep paper and the authors' pipeline: full datasets, the authors' shard "
@@ -106,17 +105,6 @@ class FederationSettings(Settings):
                         "0.01, momentum 0.5, weight decay 1e-4 on the weights, batch 10, RandomCrop(32, padding 4) "
                         "and horizontal flips, evaluated every round (final 10 averaged), the authors' widths, "
                         "float32 on a GPU.")
-
-    def validate(self) -> None:
-        super().validate()
-        if self.split not in D.SHARD_SPLITS:
-            raise ValueError(f"split must be one of {tuple(D.SHARD_SPLITS)}, got {self.split!r}")
-        for name in ("train_per_client", "test_per_client"):
-            if getattr(self, name) is not None:
-                check_int(getattr(self, name), name, 1)
-        check_seeds(self.seeds)
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
 
     def config(self, **overrides) -> neural.TrainConfig:
         """``train`` with the run's seed (derived from ``seed``) and ``overrides``."""

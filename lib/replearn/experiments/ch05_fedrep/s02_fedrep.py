@@ -16,10 +16,9 @@ import torch
 
 from replearn.theory import linear_fedrep, linalg, linear
 from replearn.backend import default_device
-from replearn.checks import check_fraction
 from replearn.theory.linear_fedrep import InstanceSettings
 from replearn.book.plotting import COLORS, to_numpy
-from replearn.settings import Each, Ge, Gt, Profile
+from replearn.settings import Each, Ge, Gt, Le, Profile
 
 
 # --------------------------------------------------------------------------- method of moments
@@ -79,16 +78,12 @@ class TrajectorySettings(InstanceSettings):
 
     n: Annotated[int, Ge(1)] = 100
     m: Annotated[int, Ge(1)] = 10
-    r: float = 1.0
+    r: Annotated[float, Gt(0, why="participation rate"), Le(1)] = 1.0
     eta: Annotated[float, Gt(0)] = 0.5
     rounds: Annotated[int, Ge(0)] = 150
     noise_std: Annotated[float, Ge(0)] = 0.0
 
     PAPER = Profile({"rounds": 500})
-
-    def validate(self) -> None:
-        super().validate()
-        check_fraction(self.r, "r (participation rate)")
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import torch
 
 from replearn.theory import linear_fedrep, linalg, linear
 from replearn.backend import default_device
-from replearn.checks import check_int, check_number, check_positives, check_sequence
+from replearn.checks import check_int
 from replearn.theory.linear_fedrep import InstanceSettings
 from replearn.book.plotting import to_numpy
-from replearn.settings import Each, Ge, Gt, Profile
+from replearn.settings import Each, Ge, Gt, Lt, Pair, Profile
 
 
 # --------------------------------------------------------------------------- rates
@@ -40,22 +40,18 @@ class RateSettings(InstanceSettings):
 
     n: int = 100
     m: Annotated[int, Ge(1)] = 20
-    etas: tuple = (0.05, 0.1, 0.25)
-    conds: tuple = (1.0, 4.0)
-    dist0: float = 0.5
+    etas: Annotated[tuple, Each(Gt(0), entry="every eta")] = (0.05, 0.1, 0.25)
+    conds: Annotated[tuple, Each(Ge(1, why="condition numbers"))] = (1.0, 4.0)
+    dist0: Annotated[float, Gt(0), Lt(1)] = 0.5
     rounds: Annotated[int, Ge(3)] = 400
-    window: tuple = (1e-12, 0.1)
+    window: Annotated[tuple, Pair(strict=True, why="a range of distances"), Each(Ge(0))] = (1e-12, 0.1)
 
     PAPER = Profile({"etas": (0.025, 0.05, 0.1, 0.25), "conds": (1.0, 2.0, 4.0, 8.0), "rounds": 1000})
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): n >= k."""
         super().validate()
         check_int(self.n, "n", self.k)
-        check_number(self.dist0, "dist0", low=0.0, high=1.0, low_open=True, high_open=True)
-        check_positives(self.etas, "etas", each_name="every eta")
-        check_sequence(self.conds, "conds (condition numbers)", lambda v, n: check_number(v, n, low=1.0))
-        if len(self.window) != 2 or not 0 <= self.window[0] < self.window[1]:
-            raise ValueError(f"window must be a pair 0 <= low < high of distances, got {self.window!r}")
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,9 @@ import torch
 
 from replearn.theory import linear_fedrep
 from replearn.backend import DTYPE, default_device, derive_seed
-from replearn.checks import check_fraction, check_int, check_ints
 from replearn.theory.linear_fedrep import FigureSettings
 from replearn.theory.linear import predict, targets
-from replearn.settings import Ge, Profile
+from replearn.settings import Each, Ge, Gt, Le, Profile
 
 FIG1_METHODS = ("local only", "single model", "FedRep")
 
@@ -41,20 +40,14 @@ class Fig1Settings(FigureSettings):
              "eta": "FedRep's step size η"}
 
     seeds: int = 5
-    n: int = 100
-    ms: tuple[int, ...] = (5, 10, 20)
-    r: float = 1.0
+    n: Annotated[int, Ge(1, why="clients")] = 100
+    ms: Annotated[tuple[int, ...], Each(Ge(1), entry="every m in ms (samples per client)")] = (5, 10, 20)
+    r: Annotated[float, Gt(0, why="participation rate"), Le(1)] = 1.0
     ridge: Annotated[float, Ge(0)] = 0.01
 
     PAPER = Profile({"rounds": 1000, "seeds": 10},
                     doc="The paper's d = 20, k = 2, n = 100 and m in {5, 10, 20}; rounds and repetitions are "
                         "not stated, we use 1000 rounds and 10 repetitions.")
-
-    def validate(self) -> None:
-        super().validate()
-        check_int(self.n, "n (clients)", 1)
-        check_ints(self.ms, "ms (samples per client)", each_name="every m in ms (samples per client)")
-        check_fraction(self.r, "r (participation rate)")
 
 
 @dataclass(frozen=True)

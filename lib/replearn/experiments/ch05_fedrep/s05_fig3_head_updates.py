@@ -16,10 +16,9 @@ import torch
 
 from replearn.theory import linear_fedrep
 from replearn.backend import default_device, derive_seed
-from replearn.checks import check_fraction, check_int, check_ints
 from replearn.theory.linear_fedrep import PAPER_NOISE_STD, FigureSettings
 from replearn.book.plotting import to_numpy
-from replearn.settings import Gt, Profile
+from replearn.settings import Each, Ge, Gt, Le, Profile
 
 FIG3_METHODS = ("FedRep", "10GD-GD", "GD-GD")
 HEAD_STEPS = {"FedRep": None, "10GD-GD": 10, "GD-GD": 1}
@@ -39,21 +38,15 @@ class Fig3Settings(FigureSettings):
     noise_std: float = 0.0
     eta: float = 0.2
     rounds: int = 300
-    m: int = 5
-    r: float = 0.1
-    ns: tuple[int, ...] = (10, 100, 1000)
+    m: Annotated[int, Ge(1, why="fresh samples per round")] = 5
+    r: Annotated[float, Gt(0, why="the participation rate"), Le(1)] = 0.1
+    ns: Annotated[tuple[int, ...], Each(Ge(1), entry="every n in ns (clients)")] = (10, 100, 1000)
     head_lr: Annotated[float, Gt(0)] = 0.1
 
     PAPER = Profile({"ns": (10, 100, 1000, 10000), "noise_std": PAPER_NOISE_STD, "rounds": 1000, "seeds": 5},
                     doc="The paper's d = 10, k = 2, m = 5, r = 0.1 with its label noise. The text plots four "
                         "values of n without listing them; we add n = 10000 to our three, and use 1000 rounds "
                         "and 5 repetitions (not stated).")
-
-    def validate(self) -> None:
-        super().validate()
-        check_int(self.m, "m (fresh samples per round)", 1)
-        check_ints(self.ns, "ns (numbers of clients)", each_name="every n in ns (clients)")
-        check_fraction(self.r, "the participation rate r")
 
 
 @dataclass(frozen=True)

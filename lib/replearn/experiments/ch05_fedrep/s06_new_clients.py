@@ -21,13 +21,13 @@ import torch
 
 from replearn.theory import linear_federated, linear_fedrep
 from replearn.backend import DTYPE, default_device, derive_seed, make_generator, randn
-from replearn.checks import check_fraction, check_int, check_ints, check_nonnegative, check_positive, check_seed
+from replearn.checks import check_fraction, check_int, check_nonnegative, check_positive, check_seed
 from replearn.theory.linear_fedrep import FigureSettings
 from replearn.theory.linalg import principal_angle_distance, random_orthonormal
 from replearn.theory.linear import expected_ls_error, SampledTasks, targets
 from replearn.book.plotting import COLORS, legend_outside, plot_curves, to_numpy
 from replearn.book.widgets import explorer as build_explorer, Slider
-from replearn.settings import Gt, Profile
+from replearn.settings import Each, Ge, Gt, Profile
 
 FIG4_METHODS = ("FedRep", "FedAvg", "FedAvg, unscaled start", "local only", "true representation")
 #: The methods of Fig. 4 that learn a representation on the training clients.
@@ -45,24 +45,17 @@ class Fig4Settings(FigureSettings):
              "eta": "FedRep's step size η", "fedavg_tau": "FedAvg's local steps τ",
              "fedavg_alpha": "FedAvg's step size α"}
 
-    n: int = 100
-    m: int = 10
-    m_news: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 30, 40, 60)
-    new: int = 200
-    fedavg_tau: int = 10
+    n: Annotated[int, Ge(1, why="clients")] = 100
+    m: Annotated[int, Ge(1, why="samples per training client")] = 10
+    m_news: Annotated[tuple[int, ...], Each(Ge(1), entry="every m_new in m_news")] = (
+        1, 2, 3, 4, 6, 8, 12, 16, 24, 30, 40, 60)
+    new: Annotated[int, Ge(1, why="new clients per sample size")] = 200
+    fedavg_tau: Annotated[int, Ge(1, why="FedAvg's local steps")] = 10
     fedavg_alpha: Annotated[float, Gt(0)] = 0.1
 
     PAPER = Profile({"rounds": 1000, "new": 1000, "seeds": 5},
                     doc="The paper's d = 20, k = 2, n = 100 (m, rounds and the number of new clients are not "
                         "stated; we keep m = 10 and use 1000 rounds, 1000 new clients, 5 repetitions).")
-
-    def validate(self) -> None:
-        super().validate()
-        check_int(self.n, "n (clients)", 1)
-        check_int(self.m, "m (samples per training client)", 1)
-        check_int(self.new, "new (new clients per sample size)", 1)
-        check_ints(self.m_news, "m_news", each_name="every m_new in m_news")
-        check_int(self.fedavg_tau, "fedavg_tau (FedAvg's local steps)", 1)
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ epochs, for every ``E`` in ``epochs``, from one initial network and one seed.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 
 from replearn.neural import algorithms, data as D
 from replearn import neural
 from replearn.backend import derive_seed
-from replearn.checks import check_int
 from replearn.book import scales, seeds, wording
 from replearn.book.results import Section, floats
 from replearn.book.scales import require_data
@@ -25,7 +25,7 @@ from replearn.book.claims import fmt, glue_diff, glue_pm
 from replearn.table import Table
 from replearn.book.plotting import COLORS
 from replearn.book.seeds import mean_sd
-from replearn.settings import Profile, sourced
+from replearn.settings import Distinct, Each, Ge, OneOf, Profile, sourced
 
 
 #: What the FedRep paper's text states of Fig. 5's setting, by settings field: (value, where).
@@ -47,20 +47,11 @@ class EpochSettings(FederationSettings):
     CPU default: 100 training images per client, 15 rounds, epochs (not steps) for both
     phases, E in {1, 3}."""
 
-    dataset: str = "cifar10"
-    epochs: tuple[int, ...] = (1, 3)
+    dataset: Annotated[str, OneOf("cifar10", "cifar100")] = "cifar10"
+    epochs: Annotated[tuple[int, ...], Distinct(), Each(Ge(1))] = (1, 3)
     train_per_client: int | None = 100
     train: neural.TrainConfig = replace(FederationSettings.train, rounds=15, eval_every=15, local_steps=None,
                                         head_steps=None)
-
-    def validate(self) -> None:
-        super().validate()
-        if len(set(self.epochs)) != len(self.epochs):
-            raise ValueError(f"epochs must be distinct, got {self.epochs!r}")
-        for e in self.epochs:
-            check_int(e, "epochs", 1)
-        if self.dataset not in ("cifar10", "cifar100"):
-            raise ValueError(f"unknown dataset {self.dataset!r}; use 'cifar10' or 'cifar100'")
 
     PAPER = sourced(PAPER_SETTINGS, AUTHORS_CODE, ours={"epochs": (1, 5, 10, 20)},
                     doc="n = 100, S = 2 (Sec. 5.2); E in {1, 5, 10, 20} is our choice (our copy of the paper has "

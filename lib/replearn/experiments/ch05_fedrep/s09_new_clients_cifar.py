@@ -10,13 +10,13 @@ untrained (random) body as a baseline; accuracy after every head epoch.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 
 from replearn.neural import algorithms, data as D
 from replearn import neural
 from replearn.backend import derive_seed
-from replearn.checks import check_int
 from replearn.book import scales, wording
 from replearn.book.results import Section, floats
 from replearn.book.scales import require_data
@@ -25,7 +25,7 @@ from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE,
 from replearn.book.claims import fmt, glue_diff, glue_pm, glue_text
 from replearn.table import Table
 from replearn.book.plotting import COLORS
-from replearn.settings import Profile, sourced
+from replearn.settings import Ge, OneOf, Profile, sourced
 
 NEW_METHODS = ("FedRep", "FedAvg", "random body")
 
@@ -61,22 +61,20 @@ class NewClientSettings(FederationSettings):
     CIFAR-10 classes held out, so the new clients hold different pairs of unseen classes; 6
     training clients on the other 6 classes."""
 
-    dataset: str = "cifar10"
-    n_new: int = 4
+    dataset: Annotated[str, OneOf("cifar10", "cifar100")] = "cifar10"
+    n_new: Annotated[int, Ge(1)] = 4
     clients: int = 6
     train: neural.TrainConfig = replace(FederationSettings.train, rounds=25, eval_every=25, participation=0.67)
-    new_clients: int = 4
-    new_classes_per_client: int = 2
-    new_train: int = 50
-    new_test: int = 100
-    head_epochs_new: int = 10
+    new_clients: Annotated[int, Ge(1)] = 4
+    new_classes_per_client: Annotated[int, Ge(1)] = 2
+    new_train: Annotated[int, Ge(1)] = 50
+    new_test: Annotated[int, Ge(1)] = 100
+    head_epochs_new: Annotated[int, Ge(1)] = 10
 
     def validate(self) -> None:
+        """The relation between the fields (each field's own range is beside it): a new client's
+        classes are among the ``n_new`` held-out ones."""
         super().validate()
-        for name in ("n_new", "new_clients", "new_classes_per_client", "new_train", "new_test", "head_epochs_new"):
-            check_int(getattr(self, name), name, 1)
-        if self.dataset not in ("cifar10", "cifar100"):
-            raise ValueError(f"unknown dataset {self.dataset!r}; use 'cifar10' or 'cifar100'")
         if self.new_classes_per_client > self.n_new:
             raise ValueError(f"new_classes_per_client = {self.new_classes_per_client} exceeds n_new = {self.n_new}")
 

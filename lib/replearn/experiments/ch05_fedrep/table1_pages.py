@@ -226,6 +226,12 @@ def seed_checks(sacc: dict, paper: dict) -> list[tuple[str, str, object, dict]]:
 
 # --------------------------------------------------------------------------- data per client
 
+#: What a paired difference of these tables compares: the results files keep each client's accuracy
+#: after the last round, while their % columns are the last 10 rounds' average, so a paired
+#: difference and the difference of two % columns need not agree.
+PAIRED_NOTE = ("paired differences: each client's accuracy after the last round; % columns: the average of "
+               "the last 10 rounds")
+
 def read_data_gap(m200, m500) -> tuple[LongTable, LongTable]:
     """The runs of sections ``5.7-m200`` and ``5.7-m500`` (results files, :func:`replearn.book.results.load`)
     as two :class:`LongTable`, checked to differ only in the data per client
@@ -263,7 +269,8 @@ def data_gap_table(small: LongTable, big: LongTable, near: LongTable):
     return Table(["method", "paper %", f"near-paper % ({near.part[1]} x 200)", f"{n} x 200 %", f"{n} x 500 %",
                   "500 minus 200, paired over clients", "paper minus 500, points"], rows, align="lrrrrlr",
                  caption=f"the near-paper protocol on {n} CIFAR-10 clients of S = {small.part[2]} classes with 200 "
-                         f"and with 500 training images each (the same clients, label sets and test sets; one seed)")
+                         f"and with 500 training images each (the same clients, label sets and test sets; one seed; "
+                         f"{PAIRED_NOTE})")
 
 
 def paper_gaps(lv: LongTable):
@@ -478,7 +485,7 @@ def columns_summary(runs: dict):
                   "FedRep best or close to the best", "FedAvg+FT minus FedAvg", "every personal row above every global one"],
                  rows, align="lllllll",
                  caption="per column run near-paper: paired over its clients (one seed), the book's rule; rank and "
-                         "correlation over Table 1's rows")
+                         f"correlation over Table 1's rows ({PAIRED_NOTE})")
 
 
 def authors_against_defaults(authors: LongTable, own: LongTable):
@@ -503,7 +510,7 @@ def authors_against_defaults(authors: LongTable, own: LongTable):
     return Table(["method", "its own defaults %", "the authors' values %", "difference, paired over clients",
                   "outcome", "paper %"], rows, align="lrrllr",
                  caption=f"{column_label(own.part)}: each method at its own defaults (5.7-defaults) and with the "
-                         f"FedRep authors' values (5.7), the same clients and initial network, one seed")
+                         f"FedRep authors' values (5.7), the same clients and initial network, one seed ({PAIRED_NOTE})")
 
 
 def local_budget(ten: LongTable, hundred: LongTable):
@@ -523,7 +530,8 @@ def local_budget(ten: LongTable, hundred: LongTable):
                   ["100 epochs (the authors' scripts; no weight decay)", fmt(hundred.acc["Local only"], ".1f"),
                    fmt(hundred.paper["Local only"], ".2f")],
                   ["100 minus 10 epochs, paired over clients", c.text, c.word]], align="lrr",
-                 caption=f"Local only on {column_label(ten.part)} clients of 500 training images each, one seed")
+                 caption=f"Local only on {column_label(ten.part)} clients of 500 training images each, one seed "
+                         f"({PAIRED_NOTE})")
 
 
 def column_verdicts(lv: LongTable) -> list[tuple[str, str, object, dict]]:

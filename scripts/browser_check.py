@@ -39,7 +39,10 @@ explorers, images), measures it and fails (exit status 1, a report per page and 
 * **console** -- an error in the browser console: ``console.error``, an uncaught exception, or a
   browser-logged error such as a resource that failed to load;
 * **image** -- an ``<img>`` that did not load (``complete && naturalWidth > 0`` is false);
-* **timeout** -- the page did not load or settle in time.
+* **timeout** -- the page did not load or settle in time;
+* **length** -- only with ``--max-screens N``: at a window at least :data:`WIDE` px wide, a page
+  (of those matching ``--screens-page``) longer than N screens of :data:`HEIGHT` px (a section
+  that has grown into an audit). Every run prints the longest pages, in screens.
 
 The measuring runs in the page (``SETTLE_JS``, ``MEASURE_JS``); the rules that decide a failure
 (:func:`judge`) and the page discovery (:func:`discover_pages`) are plain Python, unit-tested in
@@ -249,6 +252,35 @@ def console_message(method: str, params: dict) -> str | None:
         if entry.get("level") == "error" and not url.endswith("/favicon.ico"):
             return f"{entry.get('source', 'browser')}: {entry.get('text', '')[:400]}" + (f" ({url})" if url else "")
     return None
+
+
+def screens(view: dict) -> float:
+    """How long a page is, in screens of the check's window (:data:`HEIGHT` px tall): the
+    document's ``scrollHeight`` over the window's height (0 where it was not measured)."""
+    return view.get("document", {}).get("scrollHeight", 0) / HEIGHT
+
+
+def too_long(results: list[dict], max_screens: float, patterns: list[str]) -> list[dict]:
+    """Add a ``length`` failure to each view of ``results`` at a wide window (>= :data:`WIDE` px)
+    of a page matching ``patterns`` (:func:`select_pages`) that is longer than ``max_screens``
+    screens (:func:`screens`); the views changed."""
+    chosen = set(select_pages([r["page"] for r in results], patterns))
+    hit = []
+    for r in results:
+        n = screens(r.get("view", {}))
+        if r["width"] >= WIDE and r["page"] in chosen and n > max_screens:
+            r["failures"].append(("length", f"{n:.1f} screens of {HEIGHT} px at {r['width']} px, over the "
+                                            f"{max_screens:g} a section may take (move audit material to its "
+                                            f"reproduction page)"))
+            hit.append(r)
+    return hit
+
+
+def longest(results: list[dict], k: int = 8) -> list[str]:
+    """Report lines for the ``k`` longest pages at the widest window checked, in screens."""
+    wide = max((r["width"] for r in results), default=0)
+    views = sorted((r for r in results if r["width"] == wide), key=lambda r: -screens(r.get("view", {})))[:k]
+    return [f"  {screens(r['view']):5.1f} screens  {r['page']}" for r in views if screens(r.get("view", {}))]
 
 
 def format_report(results: list[dict]) -> tuple[list[str], int]:
@@ -659,7 +691,8 @@ MEASURE_JS = r"""
     return {src: src.startsWith("data:") ? src.slice(0, 40) + "..." : src.replace(location.origin, ""),
             alt: squash(i.alt).slice(0, 60), complete: i.complete, naturalWidth: i.naturalWidth};
   });
-  return {url: location.pathname, document: {scrollWidth: de.scrollWidth, clientWidth: de.clientWidth},
+  return {url: location.pathname, document: {scrollWidth: de.scrollWidth, clientWidth: de.clientWidth,
+                                             scrollHeight: de.scrollHeight},
           column: {desc: desc(root), left: r1(col.left), right: r1(col.right)}, frames, spills, clips, outside,
           texts, broken, viewport: window.innerWidth, widgets, images, elements: root.getElementsByTagName("*").length};
 })()
@@ -811,6 +844,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--chromium", default=CHROMIUM, help="the browser (default: $CHROMIUM or %(default)s)")
     ap.add_argument("--page", action="append", metavar="PATTERN",
                     help="check only pages matching PATTERN (shell-style, or a substring); repeatable")
+    ap.add_argument("--max-screens", type=float, metavar="N",
+                    help=f"fail a page longer than N screens ({HEIGHT} px each) at a window of at least {WIDE} px")
+    ap.add_argument("--screens-page", action="append", metavar="PATTERN",
+                    help="with --max-screens: apply it only to pages matching PATTERN (repeatable; default: all)")
     ap.add_argument("--json", metavar="FILE", type=json_option,
                     help="also write every view's measurements and failures here (a file in a folder that exists)")
     args = ap.parse_args(argv)
@@ -862,6 +899,11 @@ def main(argv: list[str]) -> int:
         server.shutdown()
         server.server_close()
     elapsed = time.monotonic() - t0
+    if args.max_screens is not None:
+        too_long(results, args.max_screens, args.screens_page)
+    print(f"longest pages at {max(widths)} px (screens of {HEIGHT} px):")
+    for line in longest(results):
+        print(line)
     if args.json:
         args.json.write_text(json.dumps({"browser": browser.version, "seconds": round(elapsed, 1),
                                                "results": results}, indent=1))

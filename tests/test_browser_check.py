@@ -369,3 +369,21 @@ def test_bad_options_are_refused_before_any_work(tmp_path, capsys, argv, message
 
 def test_widths_are_positive_integers_in_order():
     assert bc.widths_option(" 1400, 400 ") == [1400, 400]
+
+
+def test_a_section_longer_than_its_screens_fails_at_a_wide_window_only_on_chosen_pages():
+    def view(page, width, height):
+        return {"page": page, "width": width, "failures": [],
+                "view": {"document": {"scrollHeight": height}}}
+    long_section = view("book/05_fedrep/07_cifar_personalisation.html", 1400, 13 * bc.HEIGHT)
+    short_section = view("book/05_fedrep/08_local_epochs.html", 1400, 8 * bc.HEIGHT)
+    phone = view("book/05_fedrep/07_cifar_personalisation.html", 400, 30 * bc.HEIGHT)
+    appendix = view("book/appendix/paper_scale.html", 1400, 26 * bc.HEIGHT)
+    results = [long_section, short_section, phone, appendix]
+    hit = bc.too_long(results, 12, ["*05_fedrep/0[789]_*"])
+    assert hit == [long_section]
+    assert long_section["failures"][0][0] == "length" and "13.0 screens" in long_section["failures"][0][1]
+    assert not short_section["failures"] and not phone["failures"] and not appendix["failures"]
+    assert bc.too_long([appendix], 12, None) == [appendix]   # no pattern: every page
+    assert bc.longest(results, k=2) == [f"   26.0 screens  {appendix['page']}",
+                                        f"   13.0 screens  {long_section['page']}"]

@@ -213,8 +213,8 @@ def _run(args: argparse.Namespace) -> None:
         folders = pack(args.source, args.dest, args.part_mib)
         for f in folders:
             print(f"{f}: {(f / 'part').stat().st_size / 2**20:.1f} MiB")
-        print(f"carry each folder in its own device call, in order; the last call runs "
-              f"`python3 scripts/gpu_data.py unpack` before the GPU run")
+        print("carry each folder in its own device call, in order; the last call runs "
+              "`python3 scripts/gpu_data.py unpack` before the GPU run")
     elif args.command == "status":
         have, n = status(args.dest)
         print(f"parts present: {have} of {n}")

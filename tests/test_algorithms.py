@@ -5,7 +5,6 @@ the clients' whole data), the registry, and the engine's bit-identity with its s
 
 import hashlib
 import importlib
-import inspect
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -18,11 +17,10 @@ from torch.func import functional_call
 from replearn.neural.engine import evaluation, rounds
 from replearn.neural import algorithms as A
 from replearn import neural
-from replearn.experiments.ch05_fedrep import cifar_federation as personalisation
 from replearn.backend import derive_seed, make_generator
 
 from tiny_net import Tiny, authors_sgd
-from engine_calls import finetune, run_key
+from engine_calls import finetune
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

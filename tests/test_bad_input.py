@@ -17,7 +17,6 @@ import torch
 from replearn.theory import aruba, linear_fedrep, linear_federated, linalg, linear, lower_bound, maml, meta
 from replearn import checks
 from replearn.neural import similarity
-from replearn.book import widgets
 from replearn.experiments.ch01_arm import s01_model, s02_arm_dynamics, s03_lower_bound, s04_finetuning
 from replearn.experiments.ch02_maml_anil import (s02_population_dynamics, s04_tightness, s05_finite_samples,
                                                  s06_global_optimality)

@@ -11,7 +11,6 @@ import torch
 from cifar_fixtures import fake_cifar
 from settings_checks import check_composes_train, check_fields_type_checked, settings_with_train
 
-from replearn import neural
 from replearn.experiments.ch05_fedrep import cifar_federation as P
 from replearn.backend import derive_seed
 from replearn.experiments.ch05_fedrep import s07_cifar_personalisation as s57

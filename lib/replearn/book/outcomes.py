@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from replearn.book.claims import recorded_outcomes
-from replearn.book.plotting import Table
+from replearn.table import Table
 
 __all__ = ["REVERSED", "paper_claims", "summary_word"]
 

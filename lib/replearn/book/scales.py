@@ -227,7 +227,7 @@ def show_value(v) -> str:
 
 def settings_display(cls, paper_values: dict, caption: str, *, code_values: dict | None = None,
                      departures: dict | None = None):
-    """:func:`settings_table` as one :class:`replearn.book.plotting.Table`: what the paper's text
+    """:func:`settings_table` as one :class:`replearn.table.Table`: what the paper's text
     states, what the authors' code does, the paper profile, the long profile, the CPU default, and last,
     where each source states it (the longest text, so that the values stand side by side); a
     paper-profile value that deviates from the paper's text or the authors' code is marked "≠", a

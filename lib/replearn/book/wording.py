@@ -6,7 +6,7 @@ prints a dataclass, a tuple or a library name such as ``fedrep_cnn``."""
 from __future__ import annotations
 
 from replearn.book.claims import fmt
-from replearn.book.plotting import Table
+from replearn.table import Table
 
 __all__ = ["get", "network", "seeds", "settings_table", "side_by_side", "training"]
 

@@ -6,13 +6,18 @@
     python scripts/run_results.py --profile long 5.7-seeds    # 5.7's six main methods over seeds 1 and 2
     python scripts/run_results.py --profile long 5.7-m200 5.7-m500  # 40 clients with 200, then 500 images each
     python scripts/run_results.py --profile long 5.7-fedavg-local    # 5.7's FedAvg tested with the local copies
+    python scripts/run_results.py --profile long --helper 5.7-c10-100-5  # beside the run above: a second core
 
 ``make results PROFILE=long|paper`` calls this. For each section the driver runs once per seed of
 the profile's settings (:meth:`replearn.settings.Settings.profile`); every finished seed is
 checkpointed under ``<out>/<profile>/.checkpoints/``, so an interrupted run resumes where it
 stopped; within a seed, every finished engine run is stored there too
 (:func:`replearn.neural.checkpoints.resumable`), so a seed cut short resumes from the runs it finished
-(its recorded wall time then counts only the runs computed after the restart). When all seeds are done, ``<out>/<profile>/<section>.json`` holds the per-seed results
+(its recorded wall time then counts only the runs computed after the restart). ``--helper``, started
+beside a running section whose settings list rows (``methods``), trains the same seed's rows in the
+reverse order into the same store and writes no results file: the two processes meet in the middle,
+each row is trained once (a run's key is everything it depends on, so the main process loads the
+helper's), and a section of many rows takes about half the wall time on two cores. When all seeds are done, ``<out>/<profile>/<section>.json`` holds the per-seed results
 and their provenance: commit, settings, seeds, device, torch version, date, wall time and the
 arithmetic fingerprint (:func:`arithmetic_fingerprint`: what decides the bits of a float run).
 ``--check`` re-runs one seed and compares it bit for bit when the fingerprint now equals the
@@ -366,6 +371,26 @@ def _recorded_fingerprint(provenance: dict, seed: int):
     return provenance.get("arithmetic")
 
 
+def help_section(section: str, profile: str, out: Path = RESULTS) -> int:
+    """``--helper``: train every seed of ``section`` at ``profile`` with its rows (``methods``) in the
+    reverse order, into the engine-run store that :func:`run_section` uses, and write nothing else;
+    the number of seeds helped. A seed whose results are already checkpointed is skipped."""
+    sec = SECTIONS[section]
+    s = section_settings(section, profile)
+    if not getattr(s, "methods", None):
+        raise ValueError(f"section {section} lists no rows (its settings have no 'methods'); --helper "
+                         f"trains a section's rows from the end, so it cannot help this one")
+    ckpt = Path(out) / profile / ".checkpoints"
+    helped = 0
+    for seed in s.seeds:
+        if (ckpt / f"{section}-seed{seed}.json").is_file():
+            continue
+        with checkpoints.resumable(ckpt / f"{'+'.join(sec.group)}-seed{seed}-runs"):
+            sec.run(dataclasses.replace(s, seed=seed, methods=tuple(reversed(s.methods))))
+        helped += 1
+    return helped
+
+
 def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int | None = None) -> dict:
     """Re-run one seed (default: the first) of the committed ``out/profile/section.json`` with the
     current code and compare it with the committed result. A file whose settings or recorded
@@ -445,6 +470,9 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="re-run one seed of each committed file and compare instead of writing files")
     parser.add_argument("--seed", type=int, default=None, help="with --check: the seed (default: the file's first)")
+    parser.add_argument("--helper", action="store_true",
+                        help="beside a running section: train its rows from the end into the same engine-run "
+                             "store, writing no results file (a second core)")
     args = parser.parse_args(argv)
     if args.seed is not None and not args.check:
         parser.error("--seed only chooses the seed that --check re-runs; add --check, or drop --seed (a run "
@@ -452,8 +480,13 @@ def main(argv=None) -> int:
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; use some of {', '.join(SECTIONS)}")
+    if args.helper and (args.check or not args.sections):
+        parser.error("--helper helps the sections it names (run beside their main process), and not with --check")
     failed = 0
     for section in args.sections or list(DEFAULT_SECTIONS):
+        if args.helper:
+            print(f"{section}: helped {help_section(section, args.profile, args.out)} seed(s)", flush=True)
+            continue
         if not args.check:
             print(f"{section}: {launch_line(section, args.profile)}", flush=True)
             print(f"{section}: wrote {run_section(section, args.profile, args.out)}", flush=True)

@@ -180,3 +180,26 @@ def test_check_section_refuses_what_stale_files_calls_stale_the_recorded_network
     assert rr.stale_files(tmp_path) == [str(path)]
     with pytest.raises(ValueError, match=r"stale \(its network differs"):
         rr.check_section("5.8", "long", tmp_path)
+
+
+def test_a_helper_trains_the_rows_from_the_end_into_the_main_processes_store(tmp_path, monkeypatch):
+    """``--helper``: the same seeds and rows in the reverse order, inside the engine-run store the
+    main process uses, no results file; a seed already done is skipped; a section without rows refused."""
+    seen = []
+
+    def run(s):
+        seen.append((s.seed, s.methods, rr.checkpoints.active()))
+
+    sec = replace(rr.SECTIONS["5.7-c10-100-5"], run=run)
+    monkeypatch.setitem(rr.SECTIONS, "5.7-c10-100-5", sec)
+    s = rr.section_settings("5.7-c10-100-5", "long")
+    assert rr.help_section("5.7-c10-100-5", "long", tmp_path) == len(s.seeds)
+    store = tmp_path / "long" / ".checkpoints" / f"5.7-c10-100-5-seed{s.seeds[0]}-runs"
+    assert seen == [(s.seeds[0], tuple(reversed(s.methods)), store)]
+    assert not (tmp_path / "long" / "5.7-c10-100-5.json").exists()
+    (tmp_path / "long" / ".checkpoints" / f"5.7-c10-100-5-seed{s.seeds[0]}.json").write_text("{}")
+    assert rr.help_section("5.7-c10-100-5", "long", tmp_path) == 0 and len(seen) == 1
+    with pytest.raises(ValueError, match="no rows"):
+        rr.help_section("4.7", "long", tmp_path)
+    with pytest.raises(SystemExit):
+        rr.main(["--profile", "long", "--helper"])   # names no section

@@ -388,3 +388,14 @@ def test_gap_causes_name_each_gap_by_the_run_with_the_papers_data(glued):
                                                  "Ditto": "not measured"}
     assert open_rows == ["FedAvg", "Ditto"] and glued["t1-gc-unexplained"] == "2 of 4"
     assert glued["t1-gc-list"] == "FedAvg, Ditto"
+    assert glued["t1-gc-data"] == "FedRep" and glued["t1-gc-authors"] == "none"
+    # at its own defaults FedAvg sits on the paper's number: the authors' values account for its gap;
+    # Ditto, not run with 500 images and far from the paper at its defaults, stays open; FedRep keeps its first cause
+    own = _long_table({"FedRep": paper["FedRep"] - 3, "FedAvg": paper["FedAvg"], "Ditto": paper["Ditto"] + 20},
+                      {"FedRep": [paper["FedRep"] - 3 + d for d in wobble],
+                       "FedAvg": [paper["FedAvg"] + d for d in wobble],
+                       "Ditto": [paper["Ditto"] + 20 + d for d in wobble]})
+    table, open_rows = pages.gap_causes(first, big, own=own)
+    assert {r[0]: r[-1] for r in table.rows} == {"FedRep": "data per client", "FedAvg": "the authors' values",
+                                                 "Ditto": "not measured"}
+    assert open_rows == ["Ditto"] and glued["t1-gc-unexplained"] == "1 of 4" and glued["t1-gc-authors"] == "FedAvg"

@@ -59,6 +59,9 @@ AUTHORS_TRAIN = (
     ("Local only", "*", "weight_decay", 0.0, "main_local.py (SGD with momentum 0.5 and no weight decay)"),
     ("L2GD (authors' code)", "*", "participation", 1.0, "main_l2gd.py (every client in every iteration)"),
     ("*", "cifar10/1000/2", "local_epochs", 5, "scripts/FedAvg_cifar10_2shards_1000users.sh (--local_ep 5)"),
+    ("L2GD", "cifar10/1000/2", "lr", 0.001, "main_l2gd.py (lr = alpha/(num_users·(1−p)) with --alpha_l2gd 1: a local "
+                                            "step of 0.01 at 1000 clients, 0.1 at 100; ours is lr/(1−p))"),
+    ("L2GD (authors' code)", "cifar10/1000/2", "lr", 0.001, "main_l2gd.py (as for L2GD)"),
     ("FedRep", "cifar10/100/5", "local_epochs", 5, "scripts/FedRep_cifar10_5shards.sh (--local_rep_ep 5)"),
     ("FedRep", "cifar10/1000/2", "local_epochs", 5, "scripts/FedRep_cifar10_2shards_1000users.sh (--local_rep_ep 5)"),
     ("FedRep", "cifar100/100/5", "local_epochs", 5, "scripts/FedRep_cifar100_5shards.sh (--local_rep_ep 5)"),

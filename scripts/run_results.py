@@ -283,14 +283,23 @@ def _committed(path: Path) -> results_lib.ResultsFile:
     return results_lib.load(section, profile, path.parent.parent)
 
 
+#: settings fields whose only effect is the resolved network, which a results file records and
+#: :func:`staleness` compares on its own: a file recorded before such a field existed lacks it, and
+#: its recorded network decides (``authors_dropout``: a file without it ran without dropout, and its
+#: network says so)
+NETWORK_ONLY_FIELDS = ("authors_dropout",)
+
+
 def staleness(path: Path, rf: results_lib.ResultsFile) -> list[str]:
     """What of the results file ``rf`` (read from ``path``) differs from its profile's current
-    settings: ``"settings"`` (:func:`settings_json`) and/or ``"network"`` (the resolved network,
-    :func:`network_json`); empty when the file is current. :func:`stale_files` and
-    :func:`check_section` both ask it, so they call the same files stale."""
+    settings: ``"settings"`` (:func:`settings_json`; a field of :data:`NETWORK_ONLY_FIELDS` that
+    the file lacks is left out) and/or ``"network"`` (the resolved network, :func:`network_json`);
+    empty when the file is current. :func:`stale_files` and :func:`check_section` both ask it, so
+    they call the same files stale."""
     now = section_settings(rf.section, rf.profile)
     recorded = json.loads(path.read_text()).get("network")
-    return [what for what, differs in (("settings", rf.settings != settings_json(now)),
+    settings = {k: v for k, v in settings_json(now).items() if k in rf.settings or k not in NETWORK_ONLY_FIELDS}
+    return [what for what, differs in (("settings", rf.settings != settings),
                                        ("network", recorded != network_json(now))) if differs]
 
 

@@ -10,10 +10,11 @@ Two families:
 - :class:`FedRepCNN`: the LG-FedAvg/FedRep CIFAR network in the authors' FedRep code
   (``CNNCifar``): conv 5x5 (3 -> 64) -> ReLU -> pool -> conv 5x5 (64 -> 64) -> ReLU -> pool ->
   fc 1600 -> 120 -> fc 120 -> 64 -> fc 64 -> classes. For CIFAR-100 their code uses wider
-  layers (``CNNCifar100``): conv 64 and 128 channels, fc 3200 -> 256 -> 128 -> classes. Their
-  code also defines a dropout layer (p = 0.6); we leave dropout out so that training draws no
-  random numbers outside our seeded generators. It takes its widths as numbers
-  (:class:`replearn.neural.specs.NetworkSpec` resolves a name to them, the one place that does).
+  layers (``CNNCifar100``): conv 64 and 128 channels, fc 3200 -> 256 -> 128 -> classes, and in
+  training drops fc2's outputs with probability 0.6 before the last layer. It takes its widths
+  (and that dropout probability, default none) as numbers (:class:`replearn.neural.specs.NetworkSpec`
+  resolves a name to them, the one place that does). Our dropout draws its masks from the run's
+  seeded generator, only in the engine's training steps (:class:`DropoutLinear`).
 
 Every model has ``body`` (everything up to the penultimate features, ReLU included) and
 ``head`` (the last linear layer, as in FedRep, where the head is the last layer), with
@@ -24,8 +25,11 @@ named modules listed by ``layer_names()`` (use ``model.get_submodule(name)`` to 
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from replearn.backend import default_device
@@ -128,20 +132,77 @@ class FedAvgCNN(SplitModel):
         self.feature_dim = width
 
 
+class DropoutLinear(nn.Linear):
+    """A linear layer that, in training, zeroes each input with probability ``p`` and scales the
+    others by ``1 / (1 - p)`` (inverted dropout, as ``nn.Dropout`` before ``nn.Linear``): the head of
+    the FedRep authors' CIFAR-100 network, ``fc3(drop(relu(fc2(x))))`` with p = 0.6.
+
+    The masks are drawn on the CPU from a generator, and only inside :func:`dropout_draws` (the
+    engine's training steps, from the run's seeded generator); anywhere else (evaluation, feature
+    extraction, the CKA probes) the layer is the plain linear map, whatever ``model.training`` says.
+    Its parameters are those of ``nn.Linear`` (``weight``, ``bias``), so a head with dropout has the
+    same names as one without."""
+
+    def __init__(self, in_features: int, out_features: int, p: float):
+        super().__init__(in_features, out_features)
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p < 1.0:
+            raise ValueError(f"the dropout probability p must be a number in (0, 1), got {p!r}")
+        self.p = float(p)
+        self.generator: torch.Generator | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.generator is not None:
+            keep = torch.rand(x.shape, generator=self.generator) >= self.p
+            x = x * keep.to(device=x.device, dtype=x.dtype).div_(1.0 - self.p)
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, p={self.p}"
+
+
+def dropout_layers(model: nn.Module) -> tuple[DropoutLinear, ...]:
+    """The :class:`DropoutLinear` layers of ``model`` (empty for a network without dropout)."""
+    return tuple(m for m in model.modules() if isinstance(m, DropoutLinear))
+
+
+@contextmanager
+def dropout_draws(layers: tuple[DropoutLinear, ...], generator: torch.Generator | None) -> Iterator[None]:
+    """Inside, the dropout ``layers`` (:func:`dropout_layers`) draw their masks from ``generator``
+    (in the order of the forward passes); nothing to do without layers. A generator is required
+    when there are layers: dropout in training without one would be unseeded."""
+    if not layers:
+        yield
+        return
+    if generator is None:
+        raise ValueError("this network drops inputs in training (DropoutLinear) and needs the run's generator "
+                         "for its masks; train on one thread (workers=1, cfg.vmap_clients = 1)")
+    for layer in layers:
+        layer.generator = generator
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.generator = None
+
+
 class FedRepCNN(SplitModel):
-    """LG-FedAvg/FedRep CIFAR CNN (authors' ``CNNCifar`` / ``CNNCifar100``, without dropout) with
-    the given ``widths`` (conv1, conv2, fc1, fc2). The widths are resolved from a name in one
-    place, :class:`replearn.neural.specs.NetworkSpec` (:data:`replearn.neural.specs.FEDREP_WIDTHS`:
-    the authors' ``"cifar10"`` (64, 64, 120, 64) and ``"cifar100"`` (64, 128, 256, 128), and the
-    book's CPU-sized ``"narrow"`` (16, 32, 120, 64)); the network takes the numbers.
+    """LG-FedAvg/FedRep CIFAR CNN (authors' ``CNNCifar`` / ``CNNCifar100``) with the given
+    ``widths`` (conv1, conv2, fc1, fc2) and, with ``dropout`` > 0, a head that drops fc2's outputs
+    in training with that probability (:class:`DropoutLinear`; their ``CNNCifar100``: 0.6). The
+    widths and the dropout are resolved from a name in one place,
+    :class:`replearn.neural.specs.NetworkSpec` (:data:`replearn.neural.specs.FEDREP_WIDTHS`: the
+    authors' ``"cifar10"`` (64, 64, 120, 64) and ``"cifar100"`` (64, 128, 256, 128), and the book's
+    CPU-sized ``"narrow"`` (16, 32, 120, 64)); the network takes the numbers.
     """
 
-    def __init__(self, n_classes: int, widths: tuple[int, int, int, int]):
+    def __init__(self, n_classes: int, widths: tuple[int, int, int, int], dropout: float = 0.0):
         super().__init__()
         if not isinstance(widths, tuple) or len(widths) != 4:
             raise ValueError(f"widths must be a tuple (conv1, conv2, fc1, fc2) of positive ints, got {widths!r}; "
                              f"NetworkSpec.fedrep_cnn resolves a name such as 'cifar10' to them")
         _check_widths(n_classes=n_classes, widths=widths)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
         c1, c2, f1, f2 = widths
         _check_parameters(f2 * n_classes + n_classes, f"n_classes={n_classes}")
         self.body = nn.Sequential(OrderedDict([
@@ -151,7 +212,7 @@ class FedRepCNN(SplitModel):
             ("fc1", nn.Linear(c2 * 5 * 5, f1)), ("relu_fc1", nn.ReLU()),
             ("fc2", nn.Linear(f1, f2)), ("relu_fc2", nn.ReLU()),
         ]))
-        self.head = nn.Linear(f2, n_classes)
+        self.head = DropoutLinear(f2, n_classes, dropout) if dropout else nn.Linear(f2, n_classes)
         self._capture = ("body.relu1", "body.relu2", "body.relu_fc1", "body.relu_fc2")
         self.n_classes = n_classes
         self.widths = widths

@@ -161,6 +161,9 @@ class FederationSpec:
 #: CIFAR-10 and ``CNNCifar100`` for CIFAR-100 (lgcollins/FedRep ``models/Nets.py``), and
 #: ``"narrow"`` (16/32 channels), the book's CPU-sized body. The only table of widths by name.
 FEDREP_WIDTHS = {"cifar10": (64, 64, 120, 64), "cifar100": (64, 128, 256, 128), "narrow": (16, 32, 120, 64)}
+#: The dropout of the authors' FedRep CNN by dataset: ``CNNCifar100`` drops fc2's outputs with
+#: p = 0.6 in training (``self.drop = nn.Dropout(0.6)`` before ``fc3``); ``CNNCifar`` has none.
+FEDREP_DROPOUT = {"cifar10": 0.0, "cifar100": 0.6}
 
 #: The network families and the names of their widths.
 FAMILIES = {"fedavg_cnn": ("conv1", "conv2", "conv3", "fc1", "fc2"),
@@ -173,13 +176,15 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 class NetworkSpec:
     """A network: ``family`` (a key of :data:`FAMILIES`), its ``widths`` (resolved numbers, in
     the order of :data:`FAMILIES`), the FedRep CNN's ``variant`` name those widths come from
-    (``None`` for the FedAvg CNN) and the ``dtype`` it trains in (``"float32"`` or
-    ``"float64"``)."""
+    (``None`` for the FedAvg CNN), the ``dtype`` it trains in (``"float32"`` or ``"float64"``)
+    and the FedRep CNN's ``dropout`` before its head in training (0: none;
+    :class:`replearn.neural.models.DropoutLinear`)."""
 
     family: str
     widths: tuple[int, ...]
     dtype: str
     variant: str | None = None
+    dropout: float = 0.0
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -190,6 +195,9 @@ class NetworkSpec:
                              f"{FAMILIES[self.family]}, got {self.widths!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
+                or not 0.0 <= self.dropout < 1.0 or (self.dropout and self.family != "fedrep_cnn"):
+            raise ValueError(f"dropout must be a probability in [0, 1), and 0 for the FedAvg CNN, got {self.dropout!r}")
         if self.family == "fedrep_cnn" and FEDREP_WIDTHS.get(self.variant) != tuple(self.widths):
             raise ValueError(f"the FedRep CNN's widths come from its variant: {self.variant!r} has "
                              f"{FEDREP_WIDTHS.get(self.variant)}, not {self.widths}")
@@ -200,9 +208,11 @@ class NetworkSpec:
         return cls("fedavg_cnn", tuple(channels) + tuple(hidden), dtype)
 
     @classmethod
-    def fedrep_cnn(cls, variant: str | None, dtype: str, *, dataset: str | None = None) -> "NetworkSpec":
+    def fedrep_cnn(cls, variant: str | None, dtype: str, *, dataset: str | None = None,
+                   authors_dropout: bool = False) -> "NetworkSpec":
         """The FedRep authors' CNN with the widths of ``variant`` (:data:`FEDREP_WIDTHS`); ``None``:
-        the authors' widths for ``dataset`` (``"cifar100"``'s for CIFAR-100, else ``"cifar10"``'s).
+        the authors' widths for ``dataset`` (``"cifar100"``'s for CIFAR-100, else ``"cifar10"``'s);
+        with ``authors_dropout``, the authors' dropout for ``dataset`` (:data:`FEDREP_DROPOUT`).
         This is where every CIFAR section's widths are resolved."""
         if variant is None:
             if dataset not in ("cifar10", "cifar100"):
@@ -211,17 +221,22 @@ class NetworkSpec:
             variant = dataset
         if not isinstance(variant, str) or variant not in FEDREP_WIDTHS:
             raise ValueError(f"variant must be one of {tuple(FEDREP_WIDTHS)} (or None for the dataset's), got {variant!r}")
-        return cls("fedrep_cnn", FEDREP_WIDTHS[variant], dtype, variant)
+        if authors_dropout and dataset not in FEDREP_DROPOUT:
+            raise ValueError(f"the authors' dropout depends on the dataset: name it ({tuple(FEDREP_DROPOUT)}), "
+                             f"got {dataset!r}")
+        return cls("fedrep_cnn", FEDREP_WIDTHS[variant], dtype, variant,
+                   FEDREP_DROPOUT[dataset] if authors_dropout else 0.0)
 
     def build(self, n_classes: int, seed: int, device) -> torch.nn.Module:
         """The network for ``n_classes`` classes, initialised from ``seed``, on ``device``."""
         if self.family == "fedavg_cnn":
             kwargs = dict(channels=self.widths[:3], hidden=self.widths[3:])
         else:
-            kwargs = dict(widths=tuple(self.widths))
+            kwargs = dict(widths=tuple(self.widths), dropout=self.dropout)
         return make_model(self.family, n_classes, seed, device=device, dtype=DTYPES[self.dtype], **kwargs)
 
     def record(self) -> dict:
-        """The spec as a results file records it: family, named widths, dtype."""
+        """The spec as a results file records it: family, named widths, dtype and, where there is
+        one, the dropout (a file from before dropout existed records none: no dropout)."""
         return {"family": self.family, "widths": dict(zip(FAMILIES[self.family], self.widths)),
-                "dtype": self.dtype}
+                "dtype": self.dtype, **({"dropout": self.dropout} if self.dropout else {})}

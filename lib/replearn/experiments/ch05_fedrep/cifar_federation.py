@@ -43,6 +43,8 @@ AUTHORS_PIPELINE = {"train.lr": (0.01, "utils/options.py (--lr default)"),
                     "train.augment": (True, "utils/train_utils.py (RandomCrop(32, 4) + flip)"),
                     "split": ("authors", "utils/sampling.py (noniid)"),
                     "variant": (None, "models/Nets.py (CNNCifar, CNNCifar100)"),
+                    "authors_dropout": (True, "models/Nets.py (CNNCifar100: nn.Dropout(0.6) on fc2's output, "
+                                              "before fc3; CNNCifar: none)"),
                     "dtype": ("float32", "PyTorch's default")}
 
 
@@ -72,7 +74,9 @@ class FederationSettings(Settings):
     ``eval_every`` rounds, and the reported accuracy is the mean of the evaluations in the last
     ``last_rounds`` rounds (paper: every round, final 10); its ``seed`` is derived from
     ``seed`` per run (:meth:`config`); ``variant``: the network widths (``None``: the authors'
-    widths for the dataset); ``dtype``: ``"float64"`` on the CPU (printed results independent
+    widths for the dataset); ``authors_dropout``: the network drops fc2's outputs in training as the
+    authors' network for the dataset does (CIFAR-100: p = 0.6; CIFAR-10: none;
+    :data:`replearn.neural.specs.FEDREP_DROPOUT`); ``dtype``: ``"float64"`` on the CPU (printed results independent
     of the CPU's kernels and thread count), ``"float32"`` on a GPU; ``seeds``: the seeds
     :func:`replearn.book.seeds.over_seeds` runs; ``split``: the shard split (``"authors"``:
     :func:`replearn.neural.data.shard_partition`; ``"disjoint"``: disjoint class groups,
@@ -93,6 +97,7 @@ class FederationSettings(Settings):
                                                    batch_size=10, local_epochs=1, head_epochs=5, local_steps=10,
                                                    head_steps=10, eval_every=20, last_rounds=1)
     variant: str | None = "narrow"
+    authors_dropout: bool = False
     dtype: Annotated[str, OneOf(*DTYPES)] = "float64"
     seeds: Annotated[tuple[int, ...], Distinct()] = (0, 1, 2)
     seed: int = 0
@@ -103,8 +108,8 @@ class FederationSettings(Settings):
                     doc="Sec. 5.2 of the FedRep paper and the authors' pipeline: full datasets, the authors' shard "
                         "split, r = 0.1, T = 100 rounds, 10 head epochs and 1 representation epoch, SGD with lr "
                         "0.01, momentum 0.5, weight decay 1e-4 on the weights, batch 10, RandomCrop(32, padding 4) "
-                        "and horizontal flips, evaluated every round (final 10 averaged), the authors' widths, "
-                        "float32 on a GPU.")
+                        "and horizontal flips, evaluated every round (final 10 averaged), the authors' widths and "
+                        "dropout (CIFAR-100: p = 0.6 before the head), float32 on a GPU.")
 
     def config(self, **overrides) -> neural.TrainConfig:
         """``train`` with the run's seed (derived from ``seed``) and ``overrides``."""
@@ -112,8 +117,9 @@ class FederationSettings(Settings):
 
     def network_spec(self, dataset: str) -> NetworkSpec:
         """The FedRep CNN for ``dataset``, resolved: ``variant`` widths (``None``: the authors'
-        widths for the dataset) in ``dtype`` (:class:`replearn.neural.specs.NetworkSpec`)."""
-        return NetworkSpec.fedrep_cnn(self.variant, self.dtype, dataset=dataset)
+        widths for the dataset) in ``dtype``, with the authors' dropout for the dataset when
+        ``authors_dropout`` (:class:`replearn.neural.specs.NetworkSpec`)."""
+        return NetworkSpec.fedrep_cnn(self.variant, self.dtype, dataset=dataset, authors_dropout=self.authors_dropout)
 
     def networks(self) -> dict[str, NetworkSpec]:
         """The resolved network of every dataset these settings train on, as results files record it."""

@@ -182,12 +182,14 @@ class TableSettings(FederationSettings):
     GPU = Profile({"partitions": (("cifar10", 100, 2), ("cifar100", 100, 5)), "seeds": (0,), "full_data": False,
                    "options": {**authors_options(algorithms.table1()),
                                "Local only": algorithms.get("Local only").Options(epochs=10)},
-                   "train.eval_every": 5, "train.vmap_clients": 10, "train.augment": False},
+                   "train.eval_every": 5, "train.vmap_clients": 10, "train.augment": False,
+                   "authors_dropout": False},
                   doc="The paper profile sized for a few minutes of one GPU on the offline subsets: two partitions, "
                       "CIFAR-10 (100, 2) and CIFAR-100 (100, 5), every method of Table 1, T = 100 rounds (the "
                       "paper's), evaluated every 5 rounds, one seed; every method trains a round's 10 clients as "
                       "one batched computation (vmap_clients: the batched path of replearn.neural.run, fine-tuning "
-                      "included). Without augmentation, which the batched path does not draw, and with Local only "
+                      "included). Without augmentation and CIFAR-100's dropout, which the batched path does not draw, "
+                      "and with Local only "
                       "at 10 epochs: it trains one client at a time, and the authors' 100 would take most of the "
                       "few minutes.")
 

@@ -556,7 +556,7 @@ def column_verdicts(lv: LongTable) -> list[tuple[str, str, object, dict]]:
     return [(f"{key}-best", f"{where}: FedRep not below the best other method ({best}) beyond the spread",
              vs_best.hi >= 0, dict(holds="is not below it", fails="is below it", absence=True,
                                    paper="Table 1: FedRep the best method or close to it", scale="long",
-                                   fedrep_minus_best=vs_best.full)),
+                                   FedRep_minus_the_best=vs_best.full)),
             (f"{key}-head", f"{where}: FedAvg+FT above FedAvg", claims["head"],
              dict(holds="is above it", fails="is not separated from it", opposite="is below it",
                   paper="Table 1: a personal head rescues a global model", scale="long",

@@ -37,6 +37,7 @@ from replearn.neural.engine.planning import Phase, RoundPlan, check_phases, chec
 from replearn.neural.engine.server import Kept, finish_round, first_visit_params, start_round
 from replearn.neural.engine.threads import ClientThreads, OneIntraOpThread, client_workers
 from replearn.neural.engine.workers import FunctionalSGD, LocalSGD, in_work_layout
+from replearn.neural.models import dropout_layers
 
 Params = dict[str, torch.Tensor]
 
@@ -194,7 +195,7 @@ def _run(algorithm, model: nn.Module, clients: ClientData, cfg: TrainConfig, opt
     losses = torch.full((cfg.rounds,), float("nan"))
     accs = torch.full((cfg.rounds,), float("nan"))
     participants, evaluation, final_params = [], None, []
-    n_workers = client_workers(workers, device, cfg, M)
+    n_workers = client_workers(workers, device, cfg, M, dropout=bool(dropout_layers(model)))
     pool = ClientThreads(model, n_workers) if n_workers > 1 else None
     worker = LocalSGD(model) if pool is None else None
     reference = None  # the run's starting loss (check_divergence)

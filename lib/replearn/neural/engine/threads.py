@@ -15,14 +15,18 @@ from replearn.neural.engine.config import TrainConfig
 from replearn.neural.engine.workers import LocalSGD
 
 
-def client_workers(workers: int | None, device: torch.device, cfg: TrainConfig, n_clients: int) -> int:
-    """How many client threads :func:`replearn.neural.run` uses (1: none, train in the calling thread)."""
+def client_workers(workers: int | None, device: torch.device, cfg: TrainConfig, n_clients: int, *,
+                   dropout: bool = False) -> int:
+    """How many client threads :func:`replearn.neural.run` uses (1: none, train in the calling thread);
+    ``dropout``: the network drops inputs in training (its masks, like augmentation, draw from the
+    shared generator, so it trains in the calling thread)."""
     if workers is not None:
         check_int(workers, "workers", 1)
-        if workers > 1 and (cfg.augment or cfg.vmap_clients > 1):
-            raise ValueError("workers > 1 needs cfg.augment = False (augmentation draws from the shared generator "
-                             "during training) and cfg.vmap_clients = 1; use workers=1")
-    if device.type != "cpu" or cfg.augment or cfg.vmap_clients > 1:
+        if workers > 1 and (cfg.augment or dropout or cfg.vmap_clients > 1):
+            raise ValueError("workers > 1 needs cfg.augment = False and a network without dropout (augmentation "
+                             "and dropout draw from the shared generator during training) and cfg.vmap_clients = 1; "
+                             "use workers=1")
+    if device.type != "cpu" or cfg.augment or dropout or cfg.vmap_clients > 1:
         return 1
     return min(workers or torch.get_num_threads(), n_clients)
 

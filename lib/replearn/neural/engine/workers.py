@@ -13,6 +13,7 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 
 from replearn.neural.data import augment
+from replearn.neural.models import dropout_draws, dropout_layers
 from replearn.neural.engine.config import TrainConfig
 from replearn.neural.engine.sgd import Momentum, add_weight_decay, clip_total_norm, foreach_add
 
@@ -84,13 +85,20 @@ class LocalSGD:
     ``forward(x) = head(body(x))`` (checked on the first images it sees) without augmentation
     (FedRep's head phase, head fine-tuning) passes the phase's images through the frozen body
     once and runs the head's SGD steps on these features: the same steps, without a body
-    forward per step."""
+    forward per step.
+
+    A network with dropout (:class:`~replearn.neural.models.DropoutLinear`, in the head) drops in
+    every minibatch step of :meth:`train` and :meth:`gradient`, with masks drawn from the
+    ``generator`` passed (after the minibatch's augmentation draws); a full-batch :meth:`gradient`
+    (``idx=None``) does not drop. On cached features the head's dropout acts on the features,
+    as it would after the body's forward pass."""
 
     _FEATURE_CHUNK = 512  # images per body forward when caching features (at most; :func:`forward_chunk`)
 
     def __init__(self, model: nn.Module):
         self.model = fast_copy(model)
         self.params = dict(self.model.named_parameters())
+        self._dropout = dropout_layers(self.model)
         self.first_loss: torch.Tensor | None = None  # see watch()
         self.peak_loss: torch.Tensor | None = None
         body, head = getattr(self.model, "body", None), getattr(self.model, "head", None)
@@ -143,7 +151,8 @@ class LocalSGD:
                 p.grad = None
         x = in_work_layout(x)
         xb, yb = (x, y) if idx is None else (x[idx.to(x.device)], y[idx.to(y.device)])
-        loss = F.cross_entropy(self.model(augment_batch(xb, cfg, generator) if idx is not None else xb), yb)
+        with dropout_draws(self._dropout if idx is not None else (), generator):
+            loss = F.cross_entropy(self.model(augment_batch(xb, cfg, generator) if idx is not None else xb), yb)
         loss.backward()
         self._record(loss)
         return loss.detach(), {n: self.params[n].grad.clone(memory_format=torch.contiguous_format)
@@ -190,7 +199,8 @@ class LocalSGD:
             idx = idx.to(x.device)
             for p in tp:
                 p.grad = None
-            loss = F.cross_entropy(net(augment_batch(x[idx], cfg, generator)), y[idx])
+            with dropout_draws(self._dropout, generator):
+                loss = F.cross_entropy(net(augment_batch(x[idx], cfg, generator)), y[idx])
             loss.backward()
             with torch.no_grad():
                 loss_sum += loss
@@ -228,11 +238,13 @@ class FunctionalSGD:
     ``functional_call``; nothing updated in place), so that an algorithm's ``client_update``,
     written for one client, runs under ``torch.func.vmap`` for a group of clients at once:
     stacked parameters, states and images, one batched forward/backward per step for the
-    group (``cfg.vmap_clients > 1``; meant for GPUs). No feature caching and no augmentation.
+    group (``cfg.vmap_clients > 1``; meant for GPUs). No feature caching, no augmentation and no
+    dropout.
     ``first_loss``/``peak_loss`` are recorded as in :class:`LocalSGD` (per client under vmap)."""
 
     def __init__(self, model: nn.Module):
         self.model = model
+        self._dropout = dropout_layers(model)
         self._grad = grad_and_value(loss_fn(model))
         self.first_loss: torch.Tensor | None = None
         self.peak_loss: torch.Tensor | None = None
@@ -246,8 +258,10 @@ class FunctionalSGD:
         self.first_loss = loss if self.first_loss is None else self.first_loss
         self.peak_loss = loss if self.peak_loss is None else torch.maximum(self.peak_loss, loss)
 
-    @staticmethod
-    def _check(cfg: TrainConfig) -> None:
+    def _check(self, cfg: TrainConfig) -> None:
+        if self._dropout:
+            raise ValueError("the batched path (cfg.vmap_clients > 1) does not run dropout; "
+                             "use cfg.vmap_clients = 1 for a network with a DropoutLinear head")
         if cfg.augment:
             raise ValueError("the batched path (cfg.vmap_clients > 1) does not augment; "
                              "use cfg.vmap_clients = 1 with cfg.augment = True")

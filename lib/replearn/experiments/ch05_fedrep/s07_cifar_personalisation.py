@@ -31,7 +31,7 @@ from replearn.neural.algorithms.fine_tuning import FineTuned
 from replearn.book.scales import require_data
 from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE, PAPER_CIFAR, FederationSettings,
                                                                make_federation)
-from replearn.experiments.ch05_fedrep.table1 import (AUTHORS_ROWS, AUTHORS_VARIANTS, DATA_CLIENTS, DATA_METHODS, GAP_ROWS,
+from replearn.experiments.ch05_fedrep.table1 import (AUTHORS_ROWS, AUTHORS_VARIANTS, DATA_CLIENTS, DATA_METHODS, GAP_ROWS, OPEN_ROWS,
                                                      PAPER_TABLE1, TABLE_METHODS, authors_options, authors_rows,
                                                      authors_train, column_key, column_label, column_slug,
                                                      paper_reference)
@@ -224,7 +224,7 @@ class TableSettings(FederationSettings):
         return replace(cls.earlier_protocol(profile), methods=TABLE_METHODS, seeds=(1, 2))
 
     @classmethod
-    def per_client_images(cls, images: int, profile: str = "long"):
+    def per_client_images(cls, images: int, profile: str = "long", *, methods: tuple = DATA_METHODS):
         """:meth:`earlier_protocol` for :data:`~replearn.experiments.ch05_fedrep.table1.DATA_METHODS` on :data:`~replearn.experiments.ch05_fedrep.table1.DATA_CLIENTS` CIFAR-10 clients
         of S = 2 classes with ``images`` training images each (sections ``5.7-m200`` and
         ``5.7-m500`` of ``scripts/run_results.py``). The offline subset's 20,000 CIFAR-10 images
@@ -233,22 +233,26 @@ class TableSettings(FederationSettings):
         client and the 200-image run keeps 200 of each client's (``kept_per_client``), so they have
         the same label sets and test sets, rounds, participation (a client is sampled about 10
         times in T = 100, as in the paper) and initial network; paired over the clients, they
-        measure what the paper's larger client datasets are worth (:func:`~replearn.experiments.ch05_fedrep.table1_pages.data_gap_table`)."""
+        measure what the paper's larger client datasets are worth (:func:`~replearn.experiments.ch05_fedrep.table1_pages.data_gap_table`).
+        ``methods``: other rows at their own defaults on the same clients (section ``5.7-m500-defaults``:
+        :data:`~replearn.experiments.ch05_fedrep.table1.OPEN_ROWS`)."""
         check_int(images, "images", 1)
         if images > 500:
             raise ValueError(f"images: at most the 500 each of the {DATA_CLIENTS} clients holds, got {images}")
         return replace(cls.earlier_protocol(profile), partitions=(("cifar10", DATA_CLIENTS, 2),),
-                       methods=DATA_METHODS, train_per_client=500, kept_per_client=None if images == 500 else images)
+                       methods=tuple(methods), train_per_client=500, kept_per_client=None if images == 500 else images)
 
     @classmethod
-    def per_client_images_authors(cls, images: int, profile: str = "long"):
-        """The rows of :data:`~replearn.experiments.ch05_fedrep.table1.GAP_ROWS` with the authors' values
-        (``profile``'s) on the clients of :meth:`per_client_images` with ``images`` training images each
-        (sections ``5.7-m200-authors`` and ``5.7-m500-authors``): paired over the clients, what the
-        paper's 500 images instead of 200 are worth to each row whose first-column gap they may explain."""
+    def per_client_images_authors(cls, images: int, profile: str = "long", *, rows: tuple = GAP_ROWS):
+        """The ``rows`` (default :data:`~replearn.experiments.ch05_fedrep.table1.GAP_ROWS`) with the
+        authors' values (``profile``'s) on the clients of :meth:`per_client_images` with ``images``
+        training images each (sections ``5.7-m200-authors`` and ``5.7-m500-authors``; ``5.7-m500-variants``:
+        the rows of :data:`~replearn.experiments.ch05_fedrep.table1.AUTHORS_VARIANTS`, the authors' own
+        loops): paired over the clients, what the paper's 500 images instead of 200 are worth to each
+        row whose first-column gap they may explain."""
         base = cls.per_client_images(images, profile)
         return replace(cls.profile(profile), train_per_client=500, kept_per_client=base.kept_per_client,
-                       **authors_rows(GAP_ROWS, base.partitions))
+                       **authors_rows(rows, base.partitions))
 
     @classmethod
     def local_budget(cls, profile: str = "long"):
@@ -391,6 +395,9 @@ RESULTS = (_section("5.7"),
            _section("5.7-m500-local100", TableSettings.local_budget),
            _section("5.7-m200-authors", functools.partial(TableSettings.per_client_images_authors, 200)),
            _section("5.7-m500-authors", functools.partial(TableSettings.per_client_images_authors, 500)),
+           _section("5.7-m500-variants", functools.partial(TableSettings.per_client_images_authors, 500,
+                                                           rows=tuple(AUTHORS_VARIANTS))),
+           _section("5.7-m500-defaults", functools.partial(TableSettings.per_client_images, 500, methods=OPEN_ROWS)),
            _section("5.7-defaults", TableSettings.earlier_protocol),
            *(_section(f"5.7-{column_slug(col)}", functools.partial(TableSettings.column, col))
              for col in PAPER_TABLE1 if col != ("cifar10", 100, 2)))

@@ -282,6 +282,7 @@ def test_the_authors_table_names_every_value_and_its_source():
 def _long_table(acc: dict, client: dict, n=40):
     part = ("cifar10", n, 2)
     key, paper = table1.paper_reference(part)
+    paper = {**paper, **{row: paper[m] for row, m in table1.AUTHORS_VARIANTS.items()}}   # as read_long sets them
     return pages.LongTable(part, s07.column_key(part), key, paper, list(acc), 0, acc, client)
 
 
@@ -399,3 +400,25 @@ def test_gap_causes_name_each_gap_by_the_run_with_the_papers_data(glued):
     assert {r[0]: r[-1] for r in table.rows} == {"FedRep": "data per client", "FedAvg": "the authors' values",
                                                  "Ditto": "not measured"}
     assert open_rows == ["Ditto"] and glued["t1-gc-unexplained"] == "1 of 4" and glued["t1-gc-authors"] == "FedAvg"
+
+
+def test_gap_causes_ask_the_authors_loop_and_the_defaults_with_the_papers_data(glued):
+    """After the data per client and the authors' values: a method whose paper the authors' code
+    does not run is accounted for by their loop on the 500-image clients when that loop lands on the
+    paper's number; another by its own defaults on those clients; the causes are asked in order."""
+    paper = s07.PAPER_TABLE1[("cifar10", 100, 2)]
+    wobble = (-1, 1, -1, 1)
+
+    def table_of(values):
+        return _long_table({m: paper[m.removesuffix(" (authors' code)")] + g for m, g in values.items()},
+                           {m: [paper[m.removesuffix(" (authors' code)")] + g + d for d in wobble]
+                            for m, g in values.items()})
+
+    first = table_of({"Per-FedAvg": -7, "L2GD": -27, "FedProx": -7})
+    loops = table_of({"Per-FedAvg (authors' code)": 0, "Per-FedAvg": -8, "L2GD": -28, "FedProx": -9})
+    own_500 = table_of({"Per-FedAvg": -9, "L2GD": 1, "FedProx": -8})
+    table, open_rows = pages.gap_causes(first, loops, own_500=own_500)
+    assert {r[0]: r[-1] for r in table.rows} == {"Per-FedAvg": "the authors' loop, 500 images",
+                                                 "L2GD": "own defaults, 500 images", "FedProx": "not accounted for"}
+    assert open_rows == ["FedProx"] and glued["t1-gc-loop"] == "Per-FedAvg" and glued["t1-gc-both"] == "L2GD"
+    assert glued["t1-gc-unexplained"] == "1 of 3"

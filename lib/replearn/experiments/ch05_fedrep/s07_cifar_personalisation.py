@@ -31,8 +31,8 @@ from replearn.neural.algorithms.fine_tuning import FineTuned
 from replearn.book.scales import require_data
 from replearn.experiments.ch05_fedrep.cifar_federation import (AUTHORS_PIPELINE, PAPER_CIFAR, FederationSettings,
                                                                make_federation)
-from replearn.experiments.ch05_fedrep.table1 import (AUTHORS_ROWS, AUTHORS_VARIANTS, DATA_CLIENTS, DATA_METHODS, GAP_ROWS, OPEN_ROWS,
-                                                     PAPER_TABLE1, TABLE_METHODS, authors_options, authors_rows,
+from replearn.experiments.ch05_fedrep.table1 import (AUTHORS_ROWS, AUTHORS_VARIANTS, DATA_CLIENTS, DATA_METHODS, GAP_ROWS,
+                                                     LOOP_ROWS_500, OPEN_ROWS, PAPER_TABLE1, TABLE_METHODS, authors_options, authors_rows,
                                                      authors_train, column_key, column_label, column_slug,
                                                      paper_reference)
 from replearn.experiments.ch05_fedrep.table1_pages import accuracies, checks, glue_tables, plot_table
@@ -71,9 +71,10 @@ AUTHORS_CODE = {**AUTHORS_PIPELINE,
                 "ft_epochs": (10, "main_fedrep.py (the final round tunes the head for 10 local epochs)"),
                 "methods": (algorithms.table1(), "main_fedrep.py (--alg fedavg, prox, maml, lg, fedper, fedrep; "
                                                  "maml trains the plain LocalUpdate, not Per-FedAvg's), "
-                                                 "main_scaffold.py, main_mtl.py; main_local.py, main_l2gd.py, "
+                                                 "main_mtl.py; main_scaffold.py, main_local.py, main_l2gd.py, "
                                                  "main_apfl.py and main_ditto.py cannot run as published "
-                                                 "(undefined names), so their stated values are used"),
+                                                 "(undefined names: main_scaffold.py's optim and w_glob_keys), "
+                                                 "so their stated values are used"),
                 "train.first_visit": ("average", "main_fedrep.py, main_ditto.py, main_apfl.py (a client not yet "
                                                  "sampled holds views of net_glob's tensors: the last round's "
                                                  "average of every parameter, heads included)")}
@@ -247,8 +248,8 @@ class TableSettings(FederationSettings):
         """The ``rows`` (default :data:`~replearn.experiments.ch05_fedrep.table1.GAP_ROWS`) with the
         authors' values (``profile``'s) on the clients of :meth:`per_client_images` with ``images``
         training images each (sections ``5.7-m200-authors`` and ``5.7-m500-authors``; ``5.7-m500-variants``:
-        the rows of :data:`~replearn.experiments.ch05_fedrep.table1.AUTHORS_VARIANTS`, the authors' own
-        loops): paired over the clients, what the paper's 500 images instead of 200 are worth to each
+        :data:`~replearn.experiments.ch05_fedrep.table1.LOOP_ROWS_500`, the authors' own loop that
+        trains there): paired over the clients, what the paper's 500 images instead of 200 are worth to each
         row whose first-column gap they may explain."""
         base = cls.per_client_images(images, profile)
         return replace(cls.profile(profile), train_per_client=500, kept_per_client=base.kept_per_client,
@@ -396,7 +397,7 @@ RESULTS = (_section("5.7"),
            _section("5.7-m200-authors", functools.partial(TableSettings.per_client_images_authors, 200)),
            _section("5.7-m500-authors", functools.partial(TableSettings.per_client_images_authors, 500)),
            _section("5.7-m500-variants", functools.partial(TableSettings.per_client_images_authors, 500,
-                                                           rows=tuple(AUTHORS_VARIANTS))),
+                                                           rows=LOOP_ROWS_500)),
            _section("5.7-m500-defaults", functools.partial(TableSettings.per_client_images, 500, methods=OPEN_ROWS)),
            _section("5.7-defaults", TableSettings.earlier_protocol),
            *(_section(f"5.7-{column_slug(col)}", functools.partial(TableSettings.column, col))

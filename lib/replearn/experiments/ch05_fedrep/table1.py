@@ -23,8 +23,13 @@ GAP_ROWS = ("FedAvg+FT", "FedProx", "FedProx+FT", "SCAFFOLD", "SCAFFOLD+FT", "Fe
 #: ``5.7-m500-authors``) nor the methods' own defaults (``5.7-defaults``) accounted for, run at
 #: their own defaults on the same 40 clients of 500 images (section ``5.7-m500-defaults``: both
 #: changes at once); the authors'-loop rows of those methods run there with the authors' values
-#: (``5.7-m500-variants``).
+#: (``5.7-m500-variants``, :data:`LOOP_ROWS_500`).
 OPEN_ROWS = ("FedProx", "SCAFFOLD+FT", "L2GD", "Per-FedAvg")
+#: The authors' own loops (:data:`AUTHORS_VARIANTS`) run on those 40 clients of 500 images with the
+#: authors' values (section ``5.7-m500-variants``): Per-FedAvg's. L2GD's loop diverges there at the
+#: step ``main_l2gd.py`` states (0.1 with momentum 0.5, fifty steps a round; its run stops with a
+#: FloatingPointError), so it has no 500-image row.
+LOOP_ROWS_500 = ("Per-FedAvg (authors' code)",)
 
 #: Table 1 of Collins et al. (2021): average test accuracy (%) of its methods for (dataset, n
 #: clients, S classes per client), r = 0.1, read from each method's file

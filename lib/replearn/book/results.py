@@ -125,7 +125,8 @@ class ResultsFile:
         return out
 
     def describe(self) -> str:
-        """``profile`` run, seeds, device, CPU, threads, torch, commit, date and wall time."""
+        """``profile`` run, seeds, device, CPU, threads, torch, commit, date and wall time (and, where
+        the provenance has a ``wall_note`` saying how the runs were computed, a pointer to it)."""
         p = self.provenance
         where = p.get("device", "?")
         if where == "cpu":
@@ -135,7 +136,7 @@ class ResultsFile:
                  f"{len(self.seeds)} seeds ({', '.join(map(str, self.seeds[:-1]))} and {self.seeds[-1]})")
         return (f"{self.profile} profile, {seeds}; {where}; torch {p.get('torch', '?')}; "
                 f"commit {str(p.get('commit', '?'))[:12]}; {str(p.get('date', '?'))[:10]}; "
-                f"{wall_time(p.get('wall_s'))}")
+                f"{wall_time(p.get('wall_s'))}" + ("; see its wall_note" if p.get("wall_note") else ""))
 
 
 def wall_time(wall_s) -> str:

@@ -422,3 +422,17 @@ def test_gap_causes_ask_the_authors_loop_and_the_defaults_with_the_papers_data(g
                                                  "L2GD": "own defaults, 500 images", "FedProx": "not accounted for"}
     assert open_rows == ["FedProx"] and glued["t1-gc-loop"] == "Per-FedAvg" and glued["t1-gc-both"] == "L2GD"
     assert glued["t1-gc-unexplained"] == "1 of 3"
+
+
+def test_gap_causes_count_table_1s_methods_apart_from_the_authors_loops(glued):
+    """An open authors'-loop row is listed on its own, not counted among Table 1's methods."""
+    paper = s07.PAPER_TABLE1[("cifar10", 100, 2)]
+    wobble = (-1, 1, -1, 1)
+    rows = {"L2GD": -27, "L2GD (authors' code)": -23, "FedRep": -3}
+    first = _long_table({m: paper[m.removesuffix(" (authors' code)")] + g for m, g in rows.items()},
+                        {m: [paper[m.removesuffix(" (authors' code)")] + g + d for d in wobble] for m, g in rows.items()})
+    big = _long_table({"FedRep": paper["FedRep"]}, {"FedRep": [paper["FedRep"] + d for d in wobble]})
+    _, open_rows = pages.gap_causes(first, big)
+    assert open_rows == ["L2GD", "L2GD (authors' code)"]
+    assert glued["t1-gc-unexplained"] == "1 of 2" and glued["t1-gc-list"] == "L2GD"
+    assert glued["t1-gc-loops-open"] == "L2GD (authors' code)"

@@ -27,8 +27,8 @@ GAP_ROWS = ("FedAvg+FT", "FedProx", "FedProx+FT", "SCAFFOLD", "SCAFFOLD+FT", "Fe
 OPEN_ROWS = ("FedProx", "SCAFFOLD+FT", "L2GD", "Per-FedAvg")
 #: The authors' own loops (:data:`AUTHORS_VARIANTS`) run on those 40 clients of 500 images with the
 #: authors' values (section ``5.7-m500-variants``): Per-FedAvg's. L2GD's loop diverges there at the
-#: step ``main_l2gd.py`` states (0.1 with momentum 0.5, fifty steps a round; its run stops with a
-#: FloatingPointError), so it has no 500-image row.
+#: step ``main_l2gd.py`` gives for the first column's 100 clients (0.1 with momentum 0.5, fifty steps
+#: a round; its run stopped with a FloatingPointError in round 24), so it has no 500-image row.
 LOOP_ROWS_500 = ("Per-FedAvg (authors' code)",)
 
 #: Table 1 of Collins et al. (2021): average test accuracy (%) of its methods for (dataset, n

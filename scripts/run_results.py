@@ -380,16 +380,25 @@ def _recorded_fingerprint(provenance: dict, seed: int):
     return provenance.get("arithmetic")
 
 
-def help_section(section: str, profile: str, out: Path = RESULTS) -> int:
+def help_section(section: str, profile: str, out: Path = RESULTS, *, check: bool = False,
+                 seed: int | None = None) -> int:
     """``--helper``: train every seed of ``section`` at ``profile`` with its rows (``methods``) in the
     reverse order, into the engine-run store that :func:`run_section` uses, and write nothing else;
-    the number of seeds helped. A seed whose results are already checkpointed is skipped."""
+    the number of seeds helped. A seed whose results are already checkpointed is skipped. With
+    ``check`` (``--helper --check``): the one seed :func:`check_section` re-runs (``seed``, default
+    the committed file's first), into its store (:func:`check_store`)."""
     sec = SECTIONS[section]
     s = section_settings(section, profile)
     if not getattr(s, "methods", None):
         raise ValueError(f"section {section} lists no rows (its settings have no 'methods'); --helper "
                          f"trains a section's rows from the end, so it cannot help this one")
     ckpt = Path(out) / profile / ".checkpoints"
+    if check:
+        record = _committed(Path(out) / profile / f"{section}.json")
+        seed = record.seeds[0] if seed is None else seed
+        with checkpoints.resumable(check_store(section, profile, out, seed)):
+            sec.run(dataclasses.replace(s, seed=seed, methods=tuple(reversed(s.methods))))
+        return 1
     helped = 0
     for seed in s.seeds:
         if (ckpt / f"{section}-seed{seed}.json").is_file():
@@ -398,6 +407,15 @@ def help_section(section: str, profile: str, out: Path = RESULTS) -> int:
             sec.run(dataclasses.replace(s, seed=seed, methods=tuple(reversed(s.methods))))
         helped += 1
     return helped
+
+
+def check_store(section: str, profile: str, out: Path, seed: int) -> Path:
+    """The engine-run store of :func:`check_section`'s re-run of ``seed``: apart from the store that
+    wrote the file (a check recomputes, it does not reload the original runs), so that a check cut
+    short resumes from the runs it finished and a ``--helper --check`` can train the rows from the
+    end beside it; deleted when the check is done. Its keys are everything a run depends on but the
+    engine's own code: after changing the engine, delete it."""
+    return Path(out) / profile / ".checkpoints" / f"{section}-check-seed{seed}-runs"
 
 
 def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int | None = None) -> dict:
@@ -412,6 +430,9 @@ def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int 
     is a tolerance check (:func:`seed_tolerance`): each float within 3 x the larger of its own sd
     over the file's seeds and the file's pooled sd, at least 0.01 (a file with one seed: within
     0.03); a per-client list by its mean; every integer, string and the result's shape exactly.
+
+    The re-run trains inside its own engine-run store (:func:`check_store`), so a check cut short
+    resumes and ``--helper --check`` can train the rows from the end beside it.
 
     Returns ``seed``, ``wall_s``, ``differences`` (every leaf that differs, :func:`differences`;
     empty: re-derived bit for bit), ``mode`` (``"exact"`` or ``"tolerance"``), ``reason`` (which
@@ -446,7 +467,10 @@ def check_section(section: str, profile: str, out: Path = RESULTS, *, seed: int 
         changes = "; ".join(fingerprint_changes(then_fp, now_fp))
         mode, reason = "tolerance", f"fingerprint differs: {changes} -> tolerance check"
     start = time.perf_counter()
-    result = json.loads(json.dumps(summary(run(dataclasses.replace(s, seed=seed)))))
+    store = check_store(section, profile, out, seed)
+    with checkpoints.resumable(store):
+        result = json.loads(json.dumps(summary(run(dataclasses.replace(s, seed=seed)))))
+    shutil.rmtree(store, ignore_errors=True)
     wall = time.perf_counter() - start
     committed = record.results[str(seed)]
     report = {"seed": seed, "wall_s": wall, "differences": differences(result, committed), "mode": mode,
@@ -481,7 +505,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="with --check: the seed (default: the file's first)")
     parser.add_argument("--helper", action="store_true",
                         help="beside a running section: train its rows from the end into the same engine-run "
-                             "store, writing no results file (a second core)")
+                             "store, writing no results file (a second core); with --check, beside a running "
+                             "check of it")
     args = parser.parse_args(argv)
     if args.seed is not None and not args.check:
         parser.error("--seed only chooses the seed that --check re-runs; add --check, or drop --seed (a run "
@@ -489,12 +514,14 @@ def main(argv=None) -> int:
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; use some of {', '.join(SECTIONS)}")
-    if args.helper and (args.check or not args.sections):
-        parser.error("--helper helps the sections it names (run beside their main process), and not with --check")
+    if args.helper and not args.sections:
+        parser.error("--helper helps the sections it names (run beside their main process, or beside their "
+                     "--check with --check)")
     failed = 0
     for section in args.sections or list(DEFAULT_SECTIONS):
         if args.helper:
-            print(f"{section}: helped {help_section(section, args.profile, args.out)} seed(s)", flush=True)
+            helped = help_section(section, args.profile, args.out, check=args.check, seed=args.seed)
+            print(f"{section}: helped {helped} seed(s){' of its check' * args.check}", flush=True)
             continue
         if not args.check:
             print(f"{section}: {launch_line(section, args.profile)}", flush=True)

@@ -203,3 +203,28 @@ def test_a_helper_trains_the_rows_from_the_end_into_the_main_processes_store(tmp
         rr.help_section("4.7", "long", tmp_path)
     with pytest.raises(SystemExit):
         rr.main(["--profile", "long", "--helper"])   # names no section
+
+
+def test_a_check_trains_in_its_own_store_and_a_helper_can_train_its_rows_from_the_end(tmp_path, monkeypatch):
+    """``--check`` re-runs inside its own engine-run store (not the one that wrote the file), deleted
+    when done; ``--helper --check`` trains that seed's rows in the reverse order into the same store."""
+    seen = []
+
+    def run(s):
+        seen.append((s.seed, s.methods, rr.checkpoints.active()))
+        return s
+
+    sec = replace(rr.SECTIONS["5.7-c10-100-5"], run=run, summary=lambda s: {"rows": list(s.methods)})
+    monkeypatch.setitem(rr.SECTIONS, "5.7-c10-100-5", sec)
+    s = rr.section_settings("5.7-c10-100-5", "long")
+    rr.run_section("5.7-c10-100-5", "long", tmp_path)
+    seen.clear()
+    store = rr.check_store("5.7-c10-100-5", "long", tmp_path, s.seeds[0])
+    assert store.name == f"5.7-c10-100-5-check-seed{s.seeds[0]}-runs"
+    assert rr.help_section("5.7-c10-100-5", "long", tmp_path, check=True) == 1
+    assert seen == [(s.seeds[0], tuple(reversed(s.methods)), store)]
+    report = rr.check_section("5.7-c10-100-5", "long", tmp_path)
+    assert seen[-1] == (s.seeds[0], s.methods, store) and report["differences"] == []
+    assert not store.exists()   # removed once the check is done
+    rr.main(["--profile", "long", "--out", str(tmp_path), "--helper", "--check", "5.7-c10-100-5"])
+    assert seen[-1] == (s.seeds[0], tuple(reversed(s.methods)), store)

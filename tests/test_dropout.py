@@ -90,14 +90,21 @@ def test_local_sgd_with_dropout_is_a_hand_written_step(trainable):
         neural.LocalSGD(model).train(params_of(model), names, x, y, batches, cfg)
 
 
-def test_a_full_batch_gradient_does_not_drop():
+def test_a_gradient_drops_only_in_a_minibatch_step_given_the_generator():
+    """A full-batch gradient (Per-FedAvg's evaluation step) and a minibatch gradient without a
+    generator (a loss measured, as L2GD's round of aggregation steps only) do not drop; a minibatch
+    gradient given the generator does."""
     model = net(0.6)
     x, y = data()
     names = tuple(n for n, _ in model.named_parameters())
-    worker = neural.LocalSGD(model)
-    _, g1 = worker.gradient(params_of(model), names, x, y, None, neural.TrainConfig())
-    _, g2 = neural.LocalSGD(net(0.0)).gradient(params_of(model), names, x, y, None, neural.TrainConfig())
-    assert all(torch.allclose(g1[n], g2[n], atol=1e-12, rtol=0) for n in names)
+    cfg, idx = neural.TrainConfig(), torch.arange(6)
+    plain, drop = neural.LocalSGD(net(0.0)), neural.LocalSGD(model)
+    for batch in (None, idx):
+        _, g1 = drop.gradient(params_of(model), names, x, y, batch, cfg)
+        _, g2 = plain.gradient(params_of(model), names, x, y, batch, cfg)
+        assert all(torch.allclose(g1[n], g2[n], atol=1e-12, rtol=0) for n in names)
+    _, g1 = drop.gradient(params_of(model), names, x, y, idx, cfg, torch.Generator().manual_seed(1))
+    assert not torch.allclose(g1["head.weight"], g2["head.weight"])
 
 
 def test_the_engine_trains_a_dropout_network_in_one_thread_reproducibly():

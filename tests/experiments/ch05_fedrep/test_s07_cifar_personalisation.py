@@ -436,3 +436,18 @@ def test_gap_causes_count_table_1s_methods_apart_from_the_authors_loops(glued):
     assert open_rows == ["L2GD", "L2GD (authors' code)"]
     assert glued["t1-gc-unexplained"] == "1 of 2" and glued["t1-gc-list"] == "L2GD"
     assert glued["t1-gc-loops-open"] == "L2GD (authors' code)"
+
+
+def test_every_near_paper_row_trains_with_the_authors_cifar100_dropout():
+    """Every row of the near-paper columns (the authors' values and their own loops) trains on a
+    CIFAR-100 partition with the dropout of the authors' CIFAR-100 network: the masks come from the
+    run's generator wherever a step is taken (L2GD's rounds of aggregation steps only, frequent at
+    p = 0.9, measure a loss without drawing), and the run is repeatable."""
+    part = ("cifar100", 5, 2)
+    s = replace(s07.TableSettings(**TINY), **table1.authors_rows(table1.AUTHORS_ROWS, (part,)), authors_dropout=True)
+    assert s.network_spec("cifar100").dropout == 0.6
+    data = {"cifar100": fake_cifar(name="cifar100")}
+    r = s07.run_table(s, cifar=data)
+    assert set(r.accuracy[part]) == set(table1.AUTHORS_ROWS)
+    again = s07.run_table(replace(s, methods=("L2GD", "FedRep")), cifar=data)
+    assert all(again.accuracy[part][m] == r.accuracy[part][m] for m in ("L2GD", "FedRep"))

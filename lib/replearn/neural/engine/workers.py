@@ -88,10 +88,12 @@ class LocalSGD:
     forward per step.
 
     A network with dropout (:class:`~replearn.neural.models.DropoutLinear`, in the head) drops in
-    every minibatch step of :meth:`train` and :meth:`gradient`, with masks drawn from the
-    ``generator`` passed (after the minibatch's augmentation draws); a full-batch :meth:`gradient`
-    (``idx=None``) does not drop. On cached features the head's dropout acts on the features,
-    as it would after the body's forward pass."""
+    every minibatch step of :meth:`train` and of :meth:`gradient`, with masks drawn from the
+    ``generator`` passed (after the minibatch's augmentation draws); :meth:`train` without a generator
+    is an error, while a :meth:`gradient` without one (a loss measured, not a step: L2GD's round of
+    aggregation steps only) or over the full batch (``idx=None``: Per-FedAvg's evaluation step) does
+    not drop. On cached features the head's dropout acts on the features, as it would after the
+    body's forward pass."""
 
     _FEATURE_CHUNK = 512  # images per body forward when caching features (at most; :func:`forward_chunk`)
 
@@ -151,7 +153,7 @@ class LocalSGD:
                 p.grad = None
         x = in_work_layout(x)
         xb, yb = (x, y) if idx is None else (x[idx.to(x.device)], y[idx.to(y.device)])
-        with dropout_draws(self._dropout if idx is not None else (), generator):
+        with dropout_draws(self._dropout if idx is not None and generator is not None else (), generator):
             loss = F.cross_entropy(self.model(augment_batch(xb, cfg, generator) if idx is not None else xb), yb)
         loss.backward()
         self._record(loss)

@@ -201,8 +201,6 @@ class FedRepCNN(SplitModel):
             raise ValueError(f"widths must be a tuple (conv1, conv2, fc1, fc2) of positive ints, got {widths!r}; "
                              f"NetworkSpec.fedrep_cnn resolves a name such as 'cifar10' to them")
         _check_widths(n_classes=n_classes, widths=widths)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
         c1, c2, f1, f2 = widths
         _check_parameters(f2 * n_classes + n_classes, f"n_classes={n_classes}")
         self.body = nn.Sequential(OrderedDict([
